@@ -1,0 +1,91 @@
+"""The resolved configuration of one training run.
+
+The pipeline validates experiment files against `experiments/schema.yaml`; this dataclass is
+what one run actually uses, and it is stored whole in the run's metrics.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import VARIANTS
+
+
+@dataclass
+class RunConfig:
+    # identity of the run inside the experiment matrix
+    variant: str = "single"
+    gpus: int = 1
+    repeat: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    # data
+    dataset: str = "synthetic"          # synthetic | cifar10
+    data_root: str = "data"
+    download: bool = True               # cifar10 absent: try torchvision's download first
+    synthetic_size: int = 50000
+    synthetic_test_size: int = 10000
+    feed: str = "gpu"                   # gpu (device-resident) | torch (DataLoader + torchvision)
+    workers: int = 2
+    # optimisation
+    epochs: int = 2
+    max_steps: int | None = None        # stop after this many optimizer steps (all epochs)
+    global_batch: int = 512
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    lr_schedule: str = "cosine"         # cosine | onecycle | constant
+    # execution
+    precision: str = "fp32"             # fp32 | bf16 (autocast)
+    channels_last: bool = False
+    cudnn_benchmark: bool = False
+    batchnorm: str = "train"            # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
+    seed: int = 0
+    warmup_steps: int = 5               # excluded from timing (autotuning, allocator growth)
+    eval_each_epoch: bool = True
+    device: str = "auto"                # auto | cuda | cpu
+    log_every: int = 50
+    save_checkpoint: bool = False       # write the final weights (bare model) to model.pt
+
+    def validate(self) -> None:
+        """Problems a run cannot recover from, named with the way out."""
+        def bad(key, value, allowed):
+            raise ValueError(f"run config: {key}={value!r} is not allowed; use {allowed}")
+
+        if self.variant not in VARIANTS:
+            bad("variant", self.variant, " | ".join(VARIANTS))
+        for key, allowed in (("dataset", ("synthetic", "cifar10")), ("feed", ("gpu", "torch")),
+                             ("lr_schedule", ("cosine", "onecycle", "constant")),
+                             ("precision", ("fp32", "bf16")), ("batchnorm", ("train", "eval", "sync")),
+                             ("device", ("auto", "cuda", "cpu"))):
+            if getattr(self, key) not in allowed:
+                bad(key, getattr(self, key), " | ".join(allowed))
+        if self.gpus < 1:
+            bad("gpus", self.gpus, "an integer >= 1")
+        if self.variant == "single" and self.gpus != 1:
+            bad("gpus", self.gpus, "1 for the single variant")
+        if self.global_batch < self.gpus:
+            bad("global_batch", self.global_batch, f"at least gpus={self.gpus} (one sample per device)")
+        if self.max_steps is None and self.epochs < 1:
+            bad("epochs", self.epochs, "an integer >= 1, or set max_steps")
+        if self.batchnorm == "sync" and self.variant != "ddp":
+            bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"run config: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        cfg = cls(**data)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))

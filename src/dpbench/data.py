@@ -1,0 +1,275 @@
+"""CIFAR-10 (official on-disk layout) and synthetic data, and the two feeds.
+
+Every variant sees the same sequence of global batches: the order of an epoch is a seeded
+permutation, and a DDP rank takes its shard of each global batch exactly as DataParallel's
+scatter would (`torch.chunk`). The `gpu` feed also draws each sample's crop and flip from the
+seed, so its augmentations are identical across variants; the `torch` feed uses torchvision's
+transforms in DataLoader workers, as the kuangliu/pytorch-cifar recipe does, so its
+augmentations are random per run (same distribution, different draws).
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+PAD = 4
+CIFAR_FOLDER = "cifar-10-batches-py"
+# md5 sums of the official release (the same ones torchvision checks).
+OFFICIAL_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
+}
+TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
+
+
+class DatasetUnavailable(RuntimeError):
+    """The dataset is neither on disk nor downloadable; the message says what to do."""
+
+
+@dataclass
+class Split:
+    images: np.ndarray   # (N, 32, 32, 3) uint8, HWC like the official pickles after reshape
+    labels: np.ndarray   # (N,) int64
+
+
+@dataclass
+class Dataset:
+    name: str
+    train: Split
+    test: Split
+    checksum: str        # ok | mismatch | n/a
+    detail: str = ""
+
+    def provenance(self) -> dict:
+        return {"name": self.name, "checksum": self.checksum, "detail": self.detail,
+                "train_size": len(self.train.labels), "test_size": len(self.test.labels)}
+
+
+# -- sources --------------------------------------------------------------------------------
+
+def load_dataset(cfg) -> Dataset:
+    if cfg.dataset == "synthetic":
+        return synthetic(cfg.synthetic_size, cfg.synthetic_test_size, cfg.seed)
+    return load_cifar10(Path(cfg.data_root), download=cfg.download)
+
+
+def synthetic(n_train: int, n_test: int, seed: int) -> Dataset:
+    """CIFAR-shaped and learnable: each image is its class's fixed smooth pattern plus noise."""
+    g = torch.Generator().manual_seed(seed)
+    # Smooth class patterns: low-resolution noise upsampled, so convolutions can pick them up.
+    coarse = torch.rand(10, 3, 4, 4, generator=g)
+    patterns = torch.nn.functional.interpolate(coarse, size=(32, 32), mode="bilinear",
+                                               align_corners=False)
+
+    def make(n: int) -> Split:
+        labels = torch.randint(0, 10, (n,), generator=g)
+        noise = torch.rand(n, 3, 32, 32, generator=g)
+        imgs = (0.6 * patterns[labels] + 0.4 * noise).mul(255).round().clamp(0, 255)
+        return Split(imgs.to(torch.uint8).permute(0, 2, 3, 1).contiguous().numpy(),
+                     labels.numpy().astype(np.int64))
+
+    return Dataset("synthetic", make(n_train), make(n_test), "n/a", f"seed={seed}")
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_batch(path: Path) -> Split:
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    labels = entry.get("labels", entry.get("fine_labels"))
+    return Split(np.ascontiguousarray(data), np.asarray(labels, dtype=np.int64))
+
+
+def missing_message(folder: Path, cause: str) -> str:
+    return (f"CIFAR-10 is not at {folder} and could not be downloaded ({cause}).\n"
+            f"  Place a copy there in the official layout (data_batch_1..5, test_batch from "
+            f"cifar-10-python.tar.gz, extracted), or on an offline machine rebuild one with\n"
+            f"  python shared/tools/cifar10_from_jpeg.py {folder.parent}\n"
+            f"  or set `dataset: synthetic` in the experiment's train options.")
+
+
+def load_cifar10(root: Path, download: bool = True) -> Dataset:
+    folder = root / CIFAR_FOLDER
+    files = TRAIN_FILES + ["test_batch"]
+    if not all((folder / f).exists() for f in files):
+        if not download:
+            raise DatasetUnavailable(missing_message(folder, "download disabled"))
+        _download(root, folder)
+    bad = [f for f in files if _md5(folder / f) != OFFICIAL_MD5[f]]
+    if bad:
+        checksum = "mismatch"
+        detail = (f"md5 differs from the official release for {', '.join(bad)}: "
+                  f"not the official files (e.g. a JPEG-rebuilt copy); results may differ slightly")
+        import warnings
+        warnings.warn(f"CIFAR-10 at {folder}: {detail}", UserWarning, stacklevel=2)
+    else:
+        checksum, detail = "ok", "md5 matches the official release"
+    parts = [_read_batch(folder / f) for f in TRAIN_FILES]
+    train = Split(np.concatenate([p.images for p in parts]), np.concatenate([p.labels for p in parts]))
+    return Dataset("cifar10", train, _read_batch(folder / "test_batch"), checksum, detail)
+
+
+def _download(root: Path, folder: Path) -> None:
+    try:
+        from torchvision.datasets import CIFAR10
+        CIFAR10(str(root), train=True, download=True)
+    except Exception as exc:  # offline, DNS, proxy, partial file: all end the same way
+        raise DatasetUnavailable(missing_message(folder, f"{type(exc).__name__}: {exc}")) from exc
+
+
+# -- batch order and sharding ---------------------------------------------------------------
+
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def epoch_augment(n: int, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-position crop offsets (0..2*PAD) and flips, drawn from the seed, for the gpu feed."""
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch + 7_919)
+    dx = torch.randint(0, 2 * PAD + 1, (n,), generator=g)
+    dy = torch.randint(0, 2 * PAD + 1, (n,), generator=g)
+    flip = torch.randint(0, 2, (n,), generator=g).bool()
+    return dx, dy, flip
+
+
+def global_batches(n: int, batch: int) -> list[slice]:
+    """Positions of each global batch in an epoch's order; the last may be short (not dropped)."""
+    return [slice(i, min(i + batch, n)) for i in range(0, n, batch)]
+
+
+def shard(batch_size: int, world: int, rank: int) -> slice:
+    """This rank's part of a global batch, split as torch.chunk splits it for DataParallel."""
+    size = -(-batch_size // world)
+    start = min(rank * size, batch_size)
+    return slice(start, min(start + size, batch_size))
+
+
+def steps_per_epoch(n: int, batch: int) -> int:
+    return len(global_batches(n, batch))
+
+
+# -- feeds ----------------------------------------------------------------------------------
+
+class DeviceFeed:
+    """The whole split resident on the device; crop+flip+normalise as a few tensor ops."""
+
+    def __init__(self, split: Split, batch: int, seed: int, device: torch.device,
+                 world: int = 1, rank: int = 0, augment: bool = True):
+        imgs = torch.from_numpy(split.images).permute(0, 3, 1, 2).contiguous()
+        if augment:
+            imgs = torch.nn.functional.pad(imgs, (PAD, PAD, PAD, PAD))
+        self.images = imgs.to(device)
+        self.labels = torch.from_numpy(split.labels).to(device)
+        self.resident_bytes = self.images.nbytes + self.labels.nbytes
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+        self.n, self.batch, self.seed = len(split.labels), batch, seed
+        self.world, self.rank, self.augment, self.device = world, rank, augment, device
+        self.arange = torch.arange(32, device=device)
+
+    def __len__(self) -> int:
+        return steps_per_epoch(self.n, self.batch)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+        """(this rank's images, labels, size of the global batch) for every step."""
+        if self.augment:
+            order = epoch_order(self.n, self.seed, epoch)
+            dx, dy, flip = (t.to(self.device) for t in epoch_augment(self.n, self.seed, epoch))
+        else:
+            order = torch.arange(self.n)
+        order = order.to(self.device)
+        for pos in global_batches(self.n, self.batch):
+            part = shard(pos.stop - pos.start, self.world, self.rank)
+            sl = slice(pos.start + part.start, pos.start + part.stop)
+            idx = order[sl]
+            x = self._crop_flip(idx, dx[sl], dy[sl], flip[sl]) if self.augment else self.images[idx]
+            yield (x.float() - self.mean) / self.std, self.labels[idx], pos.stop - pos.start
+
+    def _crop_flip(self, idx, dx, dy, flip):
+        rows = (dy[:, None] + self.arange)[:, None, :, None]                 # (B,1,32,1)
+        cols = torch.where(flip[:, None], dx[:, None] + 31 - self.arange, dx[:, None] + self.arange)
+        b = torch.arange(len(idx), device=self.device)[:, None, None, None]
+        c = torch.arange(3, device=self.device)[None, :, None, None]
+        return self.images[idx][b, c, rows, cols[:, None, None, :]]
+
+
+class _ArrayDataset(torch.utils.data.Dataset):
+    def __init__(self, split: Split, transform):
+        self.split, self.transform = split, transform
+
+    def __len__(self):
+        return len(self.split.labels)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        return self.transform(Image.fromarray(self.split.images[i])), int(self.split.labels[i])
+
+
+class _ShardedBatches(torch.utils.data.Sampler):
+    """Yields this rank's indices of each global batch, in the seeded epoch order."""
+
+    def __init__(self, n, batch, seed, world, rank, shuffle):
+        self.n, self.batch, self.seed, self.world, self.rank, self.shuffle = n, batch, seed, world, rank, shuffle
+        self.epoch = 0
+
+    def __len__(self):
+        return steps_per_epoch(self.n, self.batch)
+
+    def __iter__(self):
+        order = epoch_order(self.n, self.seed, self.epoch) if self.shuffle else torch.arange(self.n)
+        for pos in global_batches(self.n, self.batch):
+            part = shard(pos.stop - pos.start, self.world, self.rank)
+            yield order[pos.start + part.start:pos.start + part.stop].tolist()
+
+
+class TorchFeed:
+    """torchvision transforms and a DataLoader with workers: the kuangliu/pytorch-cifar way."""
+
+    def __init__(self, split: Split, batch: int, seed: int, device: torch.device,
+                 world: int = 1, rank: int = 0, augment: bool = True, workers: int = 2):
+        import torchvision.transforms as T
+        steps = [T.RandomCrop(32, padding=PAD), T.RandomHorizontalFlip()] if augment else []
+        transform = T.Compose(steps + [T.ToTensor(), T.Normalize(MEAN, STD)])
+        self.sampler = _ShardedBatches(len(split.labels), batch, seed, world, rank, shuffle=augment)
+        self.device = device
+        self.resident_bytes = 0   # the data stays on the host
+        self.loader = torch.utils.data.DataLoader(
+            _ArrayDataset(split, transform), batch_sampler=self.sampler, num_workers=workers,
+            pin_memory=device.type == "cuda", persistent_workers=workers > 0,
+            generator=torch.Generator().manual_seed(seed))
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+        self.sampler.epoch = epoch
+        sizes = (p.stop - p.start for p in global_batches(self.sampler.n, self.sampler.batch))
+        for (x, y), n_global in zip(self.loader, sizes):
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n_global
+
+
+def make_feed(kind: str, split: Split, batch: int, seed: int, device: torch.device,
+              world: int = 1, rank: int = 0, augment: bool = True, workers: int = 2):
+    if kind == "gpu":
+        return DeviceFeed(split, batch, seed, device, world, rank, augment)
+    return TorchFeed(split, batch, seed, device, world, rank, augment, workers)

@@ -1,0 +1,65 @@
+"""Where a result came from: versions, devices, topology, flags, code revision."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_sha() -> str | None:
+    """The project's revision, with '+dirty' when the working tree has changes."""
+    here = str(Path(__file__).resolve().parent)
+    sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
+    if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
+        sha += "+dirty"
+    return sha
+
+
+def nvidia_driver() -> str | None:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else v
+    except Exception:
+        return None
+
+
+def collect(dataset: dict | None = None) -> dict:
+    cuda = torch.cuda.is_available()
+    nccl = None
+    if cuda and torch.distributed.is_nccl_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "cuda": torch.version.cuda if cuda else None,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "nccl": nccl,
+        "driver": nvidia_driver() if cuda else None,
+        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "topology": _run(["nvidia-smi", "topo", "-m"]) if cuda else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cpu_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "git_sha": git_sha(),
+        "dataset": dataset,
+    }

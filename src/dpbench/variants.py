@@ -1,0 +1,81 @@
+"""How each variant wraps the model and reduces the loss.
+
+Every variant returns, for one global batch, the loss it optimises and the *global* loss: the
+mean per-sample cross-entropy over the whole global batch, computed the same way everywhere,
+so curves compare step by step whatever the variant reports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class StepLosses:
+    optimised: torch.Tensor   # what backward() is called on
+    reported: torch.Tensor    # what the variant reports (detached)
+    global_sum: torch.Tensor  # sum of per-sample losses over the rank's/replicas' samples (detached)
+
+
+class ReplicaLoss(nn.Module):
+    """Computes the loss inside each DataParallel replica, as the article does.
+
+    Returns (this replica's reduced loss, this replica's summed loss): DataParallel gathers the
+    scalars into vectors with one entry per chunk (and warns that it had to unsqueeze them).
+    """
+
+    def __init__(self, model: nn.Module, reduction: str):
+        super().__init__()
+        self.model, self.reduction = model, reduction
+
+    def forward(self, x, y):
+        per_sample = F.cross_entropy(self.model(x).float(), y, reduction="none")
+        total = per_sample.sum()
+        return (per_sample.mean() if self.reduction == "mean" else total), total.detach()
+
+
+def reduce_replica_losses(name: str, per_replica: torch.Tensor, global_batch: int) -> torch.Tensor:
+    """dp_mean: the mean of the replicas' mean losses (the article's way: biased when the batch
+    splits unevenly). dp_sum: the replicas' summed losses over the global batch size (the fix)."""
+    if name == "dp_mean":
+        return per_replica.mean()
+    return per_replica.sum() / global_batch
+
+
+class Variant:
+    """Wraps a model (already on its first device) for one variant; `losses` runs a forward."""
+
+    def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
+                 world: int = 1):
+        self.name, self.bare, self.devices, self.world = name, model, devices, world
+        ids = [d.index for d in devices]
+        if name == "dp":
+            self.module = nn.DataParallel(model, device_ids=ids)
+        elif name in ("dp_mean", "dp_sum"):
+            self.module = nn.DataParallel(ReplicaLoss(model, name.removeprefix("dp_")), device_ids=ids)
+        elif name == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            on_cuda = devices[0].type == "cuda"
+            self.module = DDP(model, device_ids=[devices[0].index] if on_cuda else None)
+        else:
+            self.module = model
+
+    def losses(self, x: torch.Tensor, y: torch.Tensor, global_batch: int) -> StepLosses:
+        if self.name in ("dp_mean", "dp_sum"):
+            reduced, sums = self.module(x, y)
+            loss = reduce_replica_losses(self.name, reduced, global_batch)
+            return StepLosses(loss, loss.detach(), sums.sum())
+
+        per_sample = F.cross_entropy(self.module(x).float(), y, reduction="none")
+        total = per_sample.sum()
+        if self.name == "ddp":
+            # DDP averages gradients over ranks; scaling the local sum by world/N makes that
+            # average exactly the gradient of the global mean, even when shards are uneven.
+            loss = total * (self.world / global_batch)
+            # What it reports is the global loss, known once the ranks' sums are reduced.
+            return StepLosses(loss, total.detach() / global_batch, total.detach())
+        loss = total / global_batch
+        return StepLosses(loss, loss.detach(), total.detach())
