@@ -28,6 +28,7 @@ class RunConfig:
     synthetic_size: int = 50000
     synthetic_test_size: int = 10000
     feed: str = "gpu"                   # gpu (device-resident) | torch (DataLoader + torchvision)
+                                        # | fixed (one batch reused: the compute-only ceiling)
     workers: int = 2
     # optimisation
     epochs: int = 2
@@ -56,7 +57,7 @@ class RunConfig:
 
         if self.variant not in VARIANTS:
             bad("variant", self.variant, " | ".join(VARIANTS))
-        for key, allowed in (("dataset", ("synthetic", "cifar10")), ("feed", ("gpu", "torch")),
+        for key, allowed in (("dataset", ("synthetic", "cifar10")), ("feed", ("gpu", "torch", "fixed")),
                              ("lr_schedule", ("cosine", "onecycle", "constant")),
                              ("precision", ("fp32", "bf16")), ("batchnorm", ("train", "eval", "sync")),
                              ("device", ("auto", "cuda", "cpu"))):

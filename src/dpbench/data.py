@@ -268,8 +268,21 @@ class TorchFeed:
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n_global
 
 
+class FixedBatchFeed(DeviceFeed):
+    """The first global batch of epoch 0, already on the device, served every step: the loop's
+    compute-only ceiling, against which the real feeds are measured."""
+
+    def epoch(self, epoch: int):
+        if not hasattr(self, "_batch"):
+            self._batch = next(super().epoch(0))
+        for _ in range(len(self)):
+            yield self._batch
+
+
 def make_feed(kind: str, split: Split, batch: int, seed: int, device: torch.device,
               world: int = 1, rank: int = 0, augment: bool = True, workers: int = 2):
     if kind == "gpu":
         return DeviceFeed(split, batch, seed, device, world, rank, augment)
+    if kind == "fixed":
+        return FixedBatchFeed(split, batch, seed, device, world, rank, augment)
     return TorchFeed(split, batch, seed, device, world, rank, augment, workers)

@@ -84,6 +84,10 @@ def table_path(root: Path | str, tag: str, name: str) -> Path:
     return tag_dir(root, tag) / f"{name}.csv"
 
 
+def provenance_path(root: Path | str, tag: str) -> Path:
+    return tag_dir(root, tag) / "provenance.json"
+
+
 def figures_dir(root: Path | str, tag: str) -> Path:
     return tag_dir(root, tag) / "figures"
 
@@ -154,5 +158,9 @@ def read_table(root: Path | str, tag: str, name: str):
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file is empty)."""
     import pandas as pd
 
-    return pd.read_csv(table_path(root, tag, name), keep_default_na=False,
-                       na_values=[""], dtype={"options": str, "reason": str})
+    df = pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""])
+    # Text columns stay text: an empty options label or reason is "", not NaN.
+    for col in ("options", "reason", "message", "location", "category", "status", "variant"):
+        if col in df.columns:
+            df[col] = df[col].fillna("").astype(str)
+    return df

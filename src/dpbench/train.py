@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import torch
@@ -50,6 +50,8 @@ def log(msg: str) -> None:
 def skip_reason(cfg: RunConfig) -> str | None:
     """Why this run cannot run on this machine (None when it can)."""
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
+        return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
     if cfg.device == "cpu":
         if cfg.variant in DP_VARIANTS:
             return "nn.DataParallel needs CUDA devices; device=cpu was asked for"
@@ -224,10 +226,10 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                           weight_decay=cfg.weight_decay)
     feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
                      ctx.world, ctx.rank, augment=True, workers=cfg.workers)
-    test_feed = make_feed(cfg.feed, dataset.test, EVAL_BATCH, cfg.seed, ctx.device,
+    test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, dataset.test, EVAL_BATCH, cfg.seed, ctx.device,
                           ctx.world, ctx.rank, augment=False, workers=cfg.workers)
     data_mib = {0: 0.0}
-    if cfg.feed == "gpu" and ctx.device.type == "cuda":
+    if cfg.feed != "torch" and ctx.device.type == "cuda":
         data_mib = {0: (feed.resident_bytes + test_feed.resident_bytes) / measure.MIB}
     total = len(feed) * cfg.epochs if cfg.max_steps is None else cfg.max_steps
     epochs = math.ceil(total / len(feed))
@@ -241,58 +243,76 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
         f"{epochs} epoch(s) of {len(feed)}, global batch {cfg.global_batch}")
 
     step = 0
-    with measure.NvmlSampler(cuda_ids) if cuda_ids else nullcontext() as nvml:
-        for epoch in range(epochs):
-            clock = measure.StepClock(ctx.device)
-            clock.mark()
-            sums, reported, sizes, lrs, t_epoch = [], [], [], [], time.perf_counter()
-            for x, y, n_global in feed.epoch(epoch):
-                if step >= total:
-                    break
-                warn.step = step
-                if step == fault:
-                    raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
-                lr = lr_at(cfg, step, total)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                if cfg.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                with autocast():
-                    losses = variant.losses(x, y, n_global)
-                opt.zero_grad(set_to_none=True)
-                losses.optimised.backward()
-                opt.step()
-                clock.mark()
-                sums.append(losses.global_sum)
-                reported.append(losses.reported)
-                sizes.append(n_global)
-                lrs.append(lr)
-                step += 1
-                if step % cfg.log_every == 0:
-                    done = sum(sizes)
-                    log(f"epoch {epoch + 1}/{epochs} step {step}/{total} "
-                        f"loss {losses.reported.item():.4f} "
-                        f"{done / (time.perf_counter() - t_epoch):.0f} images/s (host clock)")
-            _close_epoch(cfg, ctx, rec, epoch, clock, sums, reported, sizes, lrs)
-            warn.drain()
-            if cfg.eval_each_epoch or epoch == epochs - 1:
-                acc, loss = evaluate(model, test_feed, ctx, autocast)
-                rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
-                log(f"epoch {epoch + 1}/{epochs}: test accuracy {acc:.4f}, test loss {loss:.4f}")
-    if cfg.save_checkpoint and ctx.is_main:
-        torch.save(model.state_dict(), rec.out / CHECKPOINT)
-    if cuda_ids:
-        rows = measure.memory_rows(cuda_ids, nvml)
-        for row in rows:
-            row["data_mib"] = data_mib.get(row["device"] if cfg.variant in DP_VARIANTS else 0, 0.0)
-        rec.memory = rows
+    nvml = measure.NvmlSampler(cuda_ids) if cuda_ids else None
+    try:
+        with nvml or nullcontext():
+            for epoch in range(epochs):
+                ep = EpochLog(measure.StepClock(ctx.device))
+                try:
+                    for x, y, n_global in feed.epoch(epoch):
+                        if step >= total:
+                            break
+                        warn.step = step
+                        if step == fault:
+                            raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
+                        lr = lr_at(cfg, step, total)
+                        for group in opt.param_groups:
+                            group["lr"] = lr
+                        if cfg.channels_last:
+                            x = x.contiguous(memory_format=torch.channels_last)
+                        with autocast():
+                            losses = variant.losses(x, y, n_global)
+                        opt.zero_grad(set_to_none=True)
+                        losses.optimised.backward()
+                        opt.step()
+                        ep.add(losses, n_global, lr)
+                        step += 1
+                        if step % cfg.log_every == 0:
+                            log(f"epoch {epoch + 1}/{epochs} step {step}/{total} "
+                                f"loss {losses.reported.item():.4f} "
+                                f"{sum(ep.sizes) / (time.perf_counter() - ep.started):.0f} images/s (host clock)")
+                except Exception:
+                    if not ctx.distributed:   # keep the steps that completed (peers can't be reduced with)
+                        with suppress(Exception):
+                            _close_epoch(cfg, ctx, rec, epoch, ep)
+                    raise
+                _close_epoch(cfg, ctx, rec, epoch, ep)
+                warn.drain()
+                if cfg.eval_each_epoch or epoch == epochs - 1:
+                    acc, loss = evaluate(model, test_feed, ctx, autocast)
+                    rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
+                    log(f"epoch {epoch + 1}/{epochs}: test accuracy {acc:.4f}, test loss {loss:.4f}")
+        if cfg.save_checkpoint and ctx.is_main:
+            torch.save(model.state_dict(), rec.out / CHECKPOINT)
+    finally:   # peak memory matters most when the run ran out of it
+        if cuda_ids:
+            rec.memory = measure.memory_rows(cuda_ids, nvml)
+            for row in rec.memory:
+                row["data_mib"] = data_mib.get(row["device"] if cfg.variant in DP_VARIANTS else 0, 0.0)
 
 
-def _close_epoch(cfg, ctx, rec, epoch, clock, sums, reported, sizes, lrs) -> None:
+class EpochLog:
+    """One epoch's per-step values, kept on the device until the epoch ends."""
+
+    def __init__(self, clock: measure.StepClock):
+        self.clock, self.started = clock, time.perf_counter()
+        self.sums, self.reported, self.sizes, self.lrs = [], [], [], []
+        clock.mark()
+
+    def add(self, losses, n_global: int, lr: float) -> None:
+        self.clock.mark()
+        self.sums.append(losses.global_sum)
+        self.reported.append(losses.reported)
+        self.sizes.append(n_global)
+        self.lrs.append(lr)
+
+
+def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
     """Reduce the epoch's per-step values once (no host sync inside the loop) and record them."""
+    sums, reported, sizes, lrs = ep.sums, ep.reported, ep.sizes, ep.lrs
     if not sums:
         return
-    step_ms = torch.tensor(clock.step_ms(), dtype=torch.float64)
+    step_ms = torch.tensor(ep.clock.step_ms(), dtype=torch.float64)
     sums = ctx.all_reduce(torch.stack(sums).double())
     # The slowest rank sets the pace of a synchronous step.
     step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
@@ -365,13 +385,18 @@ def launch_ddp(cfg: RunConfig, out: Path) -> int:
     log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
     started = time.perf_counter()
     code = subprocess.run(cmd, env=env).returncode
-    if results.read_metrics(out) is None:
-        errors = sorted(out.glob("rank*.error.txt"))
-        reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
-            or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
-        rec = Record(cfg, out)
-        rec.started = started
-        rec.write(results.STATUS_FAILED, reason)
+    # Ranks that failed left a note; the first to fail is the root cause, the others its echo.
+    errors = sorted(out.glob("rank*.error.txt"), key=lambda p: p.stat().st_mtime)
+    reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
+        or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
+    rec = results.read_metrics(out)
+    if rec is None:
+        fallback = Record(cfg, out)
+        fallback.started = started
+        fallback.write(results.STATUS_FAILED, reason)
+    elif rec["status"] == results.STATUS_FAILED and errors:
+        rec["reason"] = reason
+        results.write_json(out / results.METRICS, rec)
     return 0
 
 

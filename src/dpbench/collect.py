@@ -1,0 +1,145 @@
+"""Turn the finished runs' records into the tidy tables (one row per observation).
+
+    python -m dpbench.collect --results-dir results --tag TAG     # writes results/TAG/*.csv
+    python -m dpbench.collect --runs-dir some/folder --print      # a quick table of any runs
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+from statistics import fmean
+
+from . import results
+
+
+def _ident(rec: dict) -> dict:
+    return {"run_id": rec["run_id"], "variant": rec["variant"], "gpus": rec["gpus"],
+            "options": results.options_label(rec.get("options")), "repeat": rec["repeat"]}
+
+
+def model_mib(row: dict) -> float:
+    """Allocated memory without the dataset held on the device: what the model and optimizer cost."""
+    return row["allocated_mib"] - (row.get("data_mib") or 0.0)
+
+
+def device0_excess_ratio(memory: list[dict]) -> float | None:
+    """Device 0's model memory over the mean of the other devices' (None with one device)."""
+    if len(memory) < 2:
+        return None
+    by_device = sorted(memory, key=lambda r: r["device"])
+    others = fmean(model_mib(r) for r in by_device[1:])
+    return model_mib(by_device[0]) / others if others > 0 else None
+
+
+def summary_row(rec: dict) -> dict:
+    cfg, tp, mem = rec["config"], rec["throughput"], rec["memory"]
+    acc = rec["accuracy"][-1]["test_acc"] if rec["accuracy"] else None
+    return {**_ident(rec), "status": rec["status"], "reason": rec["reason"],
+            "images_per_s": tp["images_per_s"], "step_ms_p50": tp["step_ms_p50"],
+            "step_ms_p95": tp["step_ms_p95"],
+            "peak_mem_mib": max((r["allocated_mib"] for r in mem), default=None),
+            "mem_dev0_over_mean_others": device0_excess_ratio(mem),
+            "n_warnings": sum(w["count"] for w in rec["warnings"]),
+            "final_loss": rec["final_loss"], "test_acc": acc, "wall_s": rec["wall_s"],
+            "timed_steps": tp["timed_steps"], "global_batch": cfg["global_batch"],
+            "precision": cfg["precision"], "feed": cfg["feed"], "dataset": cfg["dataset"],
+            "device_type": rec["device_type"]}
+
+
+def step_rows(rec: dict, rdir: Path) -> list[dict]:
+    path = rdir / results.STEPS
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return [{**_ident(rec), **row} for row in csv.DictReader(f)]
+
+
+def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
+    out = {name: [] for name in results.TABLES}
+    for rec, rdir in runs:
+        ident = _ident(rec)
+        out["summary"].append(summary_row(rec))
+        out["memory"] += [{**ident, **{k: m.get(k) for k in results.MEMORY_COLUMNS if k in m}}
+                          for m in rec["memory"]]
+        out["warnings"] += [{**ident, **w} for w in rec["warnings"]]
+        out["accuracy"] += [{**ident, **a} for a in rec["accuracy"]]
+        out["steps"] += step_rows(rec, rdir)
+    return out
+
+
+def provenance_summary(records: list[dict], tag: str) -> dict:
+    """Each provenance key with the value shared by the ok runs, or the sorted distinct values."""
+    ok = [r["provenance"] for r in records if r["status"] == results.STATUS_OK] or \
+         [r["provenance"] for r in records]
+    merged: dict = {"tag": tag, "n_runs": len(records)}
+    for key in sorted({k for p in ok for k in p}):
+        values = {repr(p.get(key)): p.get(key) for p in ok}
+        merged[key] = next(iter(values.values())) if len(values) == 1 else \
+            [values[k] for k in sorted(values)]
+    return merged
+
+
+def load_runs(runs_dir: Path) -> list[tuple[dict, Path]]:
+    found = []
+    for rdir in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
+        rec = results.read_metrics(rdir)
+        if rec is not None:
+            found.append((rec, rdir))
+    return found
+
+
+def collect(results_dir: Path, tag: str) -> dict[str, Path]:
+    runs = load_runs(results.runs_dir(results_dir, tag))
+    written = {}
+    for name, rows in tables(runs).items():
+        path = results.table_path(results_dir, tag, name)
+        results.write_csv(path, results.TABLES[name], rows)
+        written[name] = path
+    results.write_json(results.provenance_path(results_dir, tag),
+                       provenance_summary([rec for rec, _ in runs], tag))
+    return written
+
+
+def print_summary(runs: list[tuple[dict, Path]], file=sys.stdout) -> None:
+    """A compact fixed-width table for logs and terminals."""
+    cols = ["run_id", "status", "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib",
+            "n_warnings", "final_loss", "test_acc"]
+    rows = [summary_row(rec) for rec, _ in runs]
+    fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+    cells = [[fmt(r[c]) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=file)
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=file)
+    for rec, _ in runs:
+        mem = ", ".join(f"dev{m['device']} {m['allocated_mib']:.0f}/{m['reserved_mib']:.0f}/"
+                        f"{m['nvml_used_mib'] or 0:.0f}" for m in rec["memory"])
+        if mem:
+            print(f"  {rec['run_id']}: memory MiB allocated/reserved/nvml: {mem}", file=file)
+    for rec, _ in runs:
+        if rec["status"] != results.STATUS_OK:
+            print(f"  {rec['run_id']}: {rec['status']}: {rec['reason']}", file=file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results-dir", type=Path, default=Path("results"))
+    p.add_argument("--tag")
+    p.add_argument("--runs-dir", type=Path, help="print a table of the runs in this folder")
+    p.add_argument("--print", action="store_true", help="print the summary table")
+    args = p.parse_args(argv)
+    if args.runs_dir:
+        print_summary(load_runs(args.runs_dir))
+        return 0
+    if not args.tag:
+        p.error("--tag is required with --results-dir")
+    collect(args.results_dir, args.tag)
+    if args.print:
+        print_summary(load_runs(results.runs_dir(args.results_dir, args.tag)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+import math
+import threading
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+from dpbench import measure, results, train
+from dpbench.variants import ReplicaLoss, reduce_replica_losses
+
+from conftest import run_engine
+
+
+def _weights(path):
+    return torch.load(path, map_location="cpu")
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
+    # Global batch 7 splits unevenly (4/3, 3/3/1); BatchNorm frozen so only the reduction can differ.
+    common = dict(max_steps=1, global_batch=7, batchnorm="eval", save_checkpoint=True,
+                  eval_each_epoch=False, warmup_steps=0)
+    single = run_engine(tmp_path / "single", variant="single", **common)
+    ddp = run_engine(tmp_path / "ddp", variant="ddp", gpus=ranks, **common)
+    assert single["status"] == ddp["status"] == "ok", ddp["reason"]
+    a, b = _weights(tmp_path / "single" / "model.pt"), _weights(tmp_path / "ddp" / "model.pt")
+    moved = max((a[k] - _weights_init()[k]).abs().max().item() for k in a if a[k].is_floating_point())
+    assert moved > 1e-3                                     # the step did change the weights
+    worst = max((a[k] - b[k]).abs().max().item() for k in a if a[k].is_floating_point())
+    assert worst < 1e-5
+    s_loss, d_loss = (results.read_json(tmp_path / n / results.METRICS)["final_loss"] for n in ("single", "ddp"))
+    assert math.isclose(s_loss, d_loss, rel_tol=1e-5)
+
+
+def _weights_init():
+    torch.manual_seed(0)
+    from dpbench.model import resnet18
+    return resnet18().state_dict()
+
+
+def test_syncbatchnorm_without_cuda_is_a_skipped_record(tmp_path):
+    rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, batchnorm="sync")
+    assert rec["status"] == "skipped" and "SyncBatchNorm" in rec["reason"]
+
+
+class _FixedLoss(nn.Module):
+    """Logits chosen so that sample i's cross-entropy (label 0) is exactly losses[i]."""
+
+    def __init__(self, losses):
+        super().__init__()
+        self.register_buffer("margin", torch.log(torch.expm1(torch.tensor(losses, dtype=torch.float64))))
+
+    def forward(self, idx):
+        return torch.stack([torch.zeros_like(self.margin[idx]), self.margin[idx]], 1)
+
+
+def test_replica_reductions_on_an_uneven_split():
+    # The article's example: losses 0.3, 0.2, 0.8; DataParallel chunks 3 samples on 2 devices as 2 + 1.
+    replica = ReplicaLoss(_FixedLoss([0.3, 0.2, 0.8]), "mean")
+    chunks = [c for c in torch.arange(3).chunk(2)]
+    y = torch.zeros(3, dtype=torch.long)
+    means = torch.stack([replica(c, y[c])[0] for c in chunks])
+    replica.reduction = "sum"
+    sums = torch.stack([replica(c, y[c])[0] for c in chunks])
+    assert reduce_replica_losses("dp_mean", means, 3).item() == pytest.approx(0.525)
+    assert reduce_replica_losses("dp_sum", sums, 3).item() == pytest.approx(0.43333333)
+    one_device = torch.stack([replica(torch.arange(3), y)[0]])
+    assert reduce_replica_losses("dp_sum", one_device, 3).item() == pytest.approx(0.43333333)
+
+
+def test_warnings_are_captured_always_and_counted_with_their_first_step():
+    with measure.WarningRecorder() as rec:
+        for step in range(5):
+            rec.step = step
+            if step >= 2:
+                warnings.warn("gathered scalars", UserWarning)   # one call site, three times
+            rec.drain()
+        t = threading.Thread(target=lambda: warnings.warn("from a replica thread", RuntimeWarning))
+        t.start()
+        t.join()
+    rows = {r["message"]: r for r in rec.rows(rank=1)}
+    assert rows["gathered scalars"]["count"] == 3 and rows["gathered scalars"]["first_step"] == 2
+    assert rows["gathered scalars"]["category"] == "UserWarning" and rows["gathered scalars"]["rank"] == 1
+    assert "test_engine.py:" in rows["gathered scalars"]["location"]
+    assert rows["from a replica thread"]["count"] == 1
+
+
+def test_dataparallel_without_cuda_is_a_skipped_record(tmp_path):
+    rec = run_engine(tmp_path / "dp", variant="dp", gpus=2)
+    assert rec["status"] == "skipped" and "needs CUDA" in rec["reason"]
+    assert rec["run_id"] == "dp-g2-r0" and rec["throughput"]["images_per_s"] is None
+
+
+def test_more_gpus_than_visible_names_both_numbers(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cfg = train.RunConfig(variant="ddp", gpus=4)
+    assert "needs 4 GPUs, 2 visible" in train.skip_reason(cfg)
+    assert train.skip_reason(train.RunConfig(variant="dp", gpus=2)) is None
+
+
+def test_a_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv(train.FAULT_ENV, "0:3")
+    rec = run_engine(tmp_path / "single", variant="single", max_steps=6, global_batch=6)
+    assert rec["status"] == "failed" and "fault injected" in rec["reason"]
+    assert rec["steps"] == 3                                   # steps 0, 1, 2 completed
+    assert len((tmp_path / "single" / results.STEPS).read_text().splitlines()) == 4
+
+
+def test_a_crashed_ddp_rank_leaves_a_failed_record_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(train.FAULT_ENV, "1:1")
+    rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=3, global_batch=6)
+    assert rec["status"] == "failed"
+    assert "rank1" in rec["reason"] and "fault injected" in rec["reason"]
+
+
+def test_a_successful_run_records_everything(tmp_path):
+    rec = run_engine(tmp_path / "single", variant="single", max_steps=4, global_batch=8)
+    assert rec["status"] == "ok" and rec["steps"] == 4
+    assert rec["throughput"]["timed_steps"] == 3 and rec["throughput"]["images_per_s"] > 0
+    assert rec["accuracy"][0]["epoch"] == 1 and 0 <= rec["accuracy"][0]["test_acc"] <= 1
+    assert rec["provenance"]["torch"] == torch.__version__
+    assert rec["provenance"]["dataset"]["name"] == "synthetic"
+    rows = (tmp_path / "single" / results.STEPS).read_text().splitlines()
+    assert rows[0].split(",") == results.STEP_COLUMNS and len(rows) == 5
+
+
+def test_writes_are_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "metrics.json"
+    results.write_json(target, {"status": "ok"})
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(results.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        results.write_json(target, {"status": "failed"})
+    assert results.read_json(target) == {"status": "ok"}            # the old file is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temporary left behind
+
+
+def test_metrics_is_written_after_the_step_table(tmp_path, monkeypatch):
+    order = []
+    real = results.write_atomic
+    monkeypatch.setattr(results, "write_atomic", lambda p, t: (order.append(p.name), real(p, t)))
+    run_engine(tmp_path / "single", variant="single", max_steps=2, global_batch=6, eval_each_epoch=False)
+    assert order[-1] == results.METRICS and results.STEPS in order
+
+
+def test_bad_run_config_names_the_key(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--config", '{"variant": "dpp"}', "--out", str(tmp_path)])
+    assert "variant='dpp'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.main(["--config", '{"global_bach": 64}', "--out", str(tmp_path)])
+    assert "global_bach" in capsys.readouterr().err
