@@ -47,6 +47,7 @@ class RunConfig:
     warmup_steps: int = 5               # excluded from timing (autotuning, allocator growth)
     eval_each_epoch: bool = True
     device: str = "auto"                # auto | cuda | cpu
+    max_cpu_ranks: int = 2              # without CUDA, ddp on more gloo processes is skipped
     log_every: int = 50
     save_checkpoint: bool = False       # write the final weights (bare model) to model.pt
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import DP_VARIANTS, measure, provenance, results
+from . import DP_VARIANTS, gpu_lease, measure, provenance, results
 from .config import RunConfig
 from .data import load_dataset, make_feed
 from .model import resnet18
@@ -62,6 +62,9 @@ def skip_reason(cfg: RunConfig) -> str | None:
                     "(torch.cuda.is_available() is False): DP variants run only on GPUs")
         if cfg.device == "cuda":
             return "device=cuda was asked for but no CUDA device is visible"
+        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
+            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
+                    f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None
     needed = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.gpus))
     if needed > visible:
@@ -424,12 +427,39 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="RunConfig as a JSON file or inline JSON")
     p.add_argument("--out", required=True, type=Path, help="the run's folder")
+    p.add_argument("--lease-dir", type=Path,
+                   help="take the run's GPUs from this lock folder (set by the pipeline)")
+    p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
+    p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
     args = p.parse_args(argv)
     try:
         cfg = parse_config(args.config)
     except (ValueError, TypeError, OSError) as exc:
         p.error(str(exc))
-    return run(cfg, args.out)
+    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
+    if args.log:
+        _redirect_output(args.log)
+    if not args.lease_dir or cfg.device == "cpu" or not gpu_lease.pool():
+        return run(cfg, args.out)
+    # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
+    with gpu_lease.lease(cfg.gpus, args.lease_dir, args.exclusive, announce=log) as ids:
+        if len(ids) == cfg.gpus:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+            print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
+            log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
+        return run(cfg, args.out)
+
+
+def _redirect_output(path: Path) -> None:
+    """Point this process's stdout/stderr (and so torchrun's ranks') at the run's log file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.__stderr__.flush()
+    keep = os.dup(2)
+    sys.__stderr__ = os.fdopen(keep, "w")   # placement lines still reach the pipeline's output
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,130 @@
+# dpbench: single-device, DataParallel and DDP training of ResNet18 on CIFAR-10, measured.
+#   snakemake --cores all                              the experiment in config.yaml
+#   snakemake --cores all --config experiment=smoke    another one (experiments/*.yaml)
+#   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
+#   snakemake --report results/<tag>/report.html
+#   snakemake compare --config baseline=<tag> candidate=<tag>
+# The logic lives in the dpbench package (src/dpbench); rules only call it.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))   # works without `pip install -e .` too
+from snakemake.utils import min_version
+from dpbench import pipeline
+
+min_version("8.0")
+
+configfile: "config.yaml"
+
+config.update(pipeline.load_experiment(config, workflow.basedir))
+PLAN = pipeline.make_plan(config)
+BASE = PLAN.base
+TABLES = pipeline.table_files(PLAN)
+FIGURES = pipeline.figure_files(PLAN)
+ENV = pipeline.environment_fingerprint()
+PY = sys.executable
+if "gpu" not in workflow.global_resources:   # no --resources gpu=N: the GPUs this machine shows
+    workflow.register_resource("gpu", PLAN.gpus_visible)
+
+onstart:
+    print(PLAN.banner(), file=sys.stderr)
+
+wildcard_constraints:
+    run_id="[A-Za-z0-9_.-]+",
+    claim="C[0-9]+",
+
+
+rule all:
+    input:
+        pipeline.final_targets(PLAN),
+    default_target: True
+
+
+rule train:
+    output:
+        f"{BASE}/runs/{{run_id}}/metrics.json",
+    log:
+        f"{BASE}/logs/{{run_id}}.log",
+    params:
+        run=lambda w: PLAN.run_json(w.run_id),
+        env=ENV,   # a new torch, CUDA or GPU reruns the runs instead of keeping stale ones
+        exclusive="--exclusive" if config["exclusive_timing"] else "",
+        locks=f"{config['results_dir']}/.gpu-locks",
+    resources:
+        gpu=lambda w: PLAN.gpus_for(w.run_id),
+    threads: lambda w: PLAN.threads_for(w.run_id)
+    shell:
+        "{PY} -m dpbench.train --config {params.run:q} --out $(dirname {output}) "
+        "--lease-dir {params.locks} {params.exclusive} --log {log}"
+
+
+rule collect:
+    input:
+        expand(f"{BASE}/runs/{{run_id}}/metrics.json", run_id=sorted(PLAN.runs)),
+    output:
+        *TABLES.values(),
+        provenance=f"{BASE}/provenance.json",
+    log:
+        f"{BASE}/logs/collect.log",
+    shell:
+        "{PY} -m dpbench.collect --results-dir {config[results_dir]} --tag {PLAN.tag} --print > {log} 2>&1"
+
+
+rule plots:
+    input:
+        *TABLES.values(),
+    output:
+        **{name: report(path, caption=f"report/{name}.rst", category="Figures")
+           for name, path in FIGURES.items()},
+    log:
+        f"{BASE}/logs/plots.log",
+    shell:
+        "{PY} -m dpbench.plots --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+
+
+rule summary:
+    input:
+        *TABLES.values(),
+        f"{BASE}/provenance.json",
+    output:
+        report(f"{BASE}/summary.md", caption="report/summary_table.rst", category="Summary"),
+    log:
+        f"{BASE}/logs/summary.log",
+    shell:
+        "{PY} -m dpbench.summarize --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+
+
+rule probe:
+    output:
+        f"{BASE}/claims/{{claim}}.json",
+    log:
+        f"{BASE}/logs/probe-{{claim}}.log",
+    resources:
+        gpu=PLAN.gpus_visible,   # probes start CUDA their own way: alone on the machine
+    shell:
+        "{PY} -m dpbench.claims.probe {wildcards.claim} --out {output} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        pipeline.probe_files(PLAN),
+        *TABLES.values(),
+        f"{BASE}/provenance.json",
+    output:
+        md=report(f"{BASE}/claims.md", caption="report/claims.rst", category="Claims"),
+        json=f"{BASE}/claims.json",
+    log:
+        f"{BASE}/logs/claims.log",
+    shell:
+        "{PY} -m dpbench.claims.ledger --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+
+
+rule compare:
+    # No outputs: always runs when asked for, and its exit status is the verdict (with
+    # compare.fail_on_regression) while the report it writes stays in place.
+    log:
+        f"{config['results_dir']}/compare/compare.log",
+    params:
+        args=lambda w: pipeline.compare_args(config, PLAN.tag),
+    shell:
+        "set -o pipefail; {PY} -m dpbench.compare {params.args} 2>&1 | tee {log}"

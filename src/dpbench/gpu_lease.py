@@ -1,0 +1,67 @@
+"""Give each job its own GPUs: file locks over the machine's device ids.
+
+Snakemake's `gpu` resource bounds how many GPUs the running jobs ask for in total; it does not
+say *which* ones a job gets. A job takes k free ids here (one lock file per id, held for the
+job's life, released by the kernel even if the job dies) and runs with CUDA_VISIBLE_DEVICES set
+to them, so two timed runs never share a GPU. Exclusive mode takes every id and exposes k: the
+run is then alone on the machine.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def pool() -> list[str]:
+    """The device ids this process may use: CUDA_VISIBLE_DEVICES (a scheduler's grant), else all."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception:
+        return []
+
+
+@contextmanager
+def lease(count: int, lock_dir: Path, exclusive: bool = False, poll_s: float = 2.0,
+          announce=print):
+    """Hold `count` free GPU ids (all of them when exclusive); yields the ids exposed to the job."""
+    ids = pool()
+    if count > len(ids) or count == 0:
+        yield ids[:count]      # the engine records the run as skipped, naming both numbers
+        return
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    want = len(ids) if exclusive else count
+    held: list[tuple[str, int]] = []
+    waited = False
+    try:
+        while True:
+            for gpu in ids:
+                if len(held) == want:
+                    break
+                fd = os.open(lock_dir / f"gpu{gpu}.lock", os.O_CREAT | os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    held.append((gpu, fd))
+                except BlockingIOError:
+                    os.close(fd)
+            if len(held) == want:
+                break
+            if exclusive:   # all or nothing, or two exclusive jobs could each hold half
+                for _, fd in held:
+                    os.close(fd)
+                held = []
+            if not waited:
+                announce(f"waiting for {want} free GPU(s) of {ids}")
+                waited = True
+            time.sleep(poll_s)
+        yield [gpu for gpu, _ in held[:count]]
+    finally:
+        for _, fd in held:
+            os.close(fd)
