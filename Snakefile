@@ -22,7 +22,11 @@ BASE = PLAN.base
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
 ENV = pipeline.environment_fingerprint()
-PY = sys.executable
+# Rules run the package with the Python that runs Snakemake, and find it without an install too.
+PY = dict(py=f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} {sys.executable}")
+# Where the tables are tells a rule which result set it works on.
+TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
+ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
 if "gpu" not in workflow.global_resources:   # no --resources gpu=N: the GPUs this machine shows
     workflow.register_resource("gpu", PLAN.gpus_visible)
 
@@ -49,13 +53,15 @@ rule train:
         run=lambda w: PLAN.run_json(w.run_id),
         env=ENV,   # a new torch, CUDA or GPU reruns the runs instead of keeping stale ones
         exclusive="--exclusive" if config["exclusive_timing"] else "",
-        locks=f"{config['results_dir']}/.gpu-locks",
+        **PY,
     resources:
         gpu=lambda w: PLAN.gpus_for(w.run_id),
     threads: lambda w: PLAN.threads_for(w.run_id)
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.train --config {params.run:q} --out $(dirname {output}) "
-        "--lease-dir {params.locks} {params.exclusive} --log {log}"
+        "{params.py} -m dpbench.train --config {params.run:q} --out $(dirname {output}) "
+        "--lease {params.exclusive} --log {log}"
 
 
 rule collect:
@@ -66,8 +72,13 @@ rule collect:
         provenance=f"{BASE}/provenance.json",
     log:
         f"{BASE}/logs/collect.log",
+    params:
+        where=lambda w, output: pipeline.tag_args(output[0]),
+        **PY,
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.collect --results-dir {config[results_dir]} --tag {PLAN.tag} --print > {log} 2>&1"
+        "{params.py} -m dpbench.collect {params.where} --print > {log} 2>&1"
 
 
 rule plots:
@@ -78,8 +89,13 @@ rule plots:
            for name, path in FIGURES.items()},
     log:
         f"{BASE}/logs/plots.log",
+    params:
+        where=TAG_OF_INPUT,
+        **PY,
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.plots --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+        "{params.py} -m dpbench.plots {params.where} > {log} 2>&1"
 
 
 rule summary:
@@ -90,8 +106,13 @@ rule summary:
         report(f"{BASE}/summary.md", caption="report/summary_table.rst", category="Summary"),
     log:
         f"{BASE}/logs/summary.log",
+    params:
+        where=TAG_OF_INPUT,
+        **PY,
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.summarize --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+        "{params.py} -m dpbench.summarize {params.where} > {log} 2>&1"
 
 
 rule probe:
@@ -99,10 +120,14 @@ rule probe:
         f"{BASE}/claims/{{claim}}.json",
     log:
         f"{BASE}/logs/probe-{{claim}}.log",
+    params:
+        **PY,
     resources:
         gpu=PLAN.gpus_visible,   # probes start CUDA their own way: alone on the machine
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.claims.probe {wildcards.claim} --out {output} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} > {log} 2>&1"
 
 
 rule claims:
@@ -115,8 +140,13 @@ rule claims:
         json=f"{BASE}/claims.json",
     log:
         f"{BASE}/logs/claims.log",
+    params:
+        where=TAG_OF_INPUT,
+        **PY,
+    conda:
+        ENVFILE
     shell:
-        "{PY} -m dpbench.claims.ledger --results-dir {config[results_dir]} --tag {PLAN.tag} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.ledger {params.where} > {log} 2>&1"
 
 
 rule compare:
@@ -126,5 +156,8 @@ rule compare:
         f"{config['results_dir']}/compare/compare.log",
     params:
         args=lambda w: pipeline.compare_args(config, PLAN.tag),
+        **PY,
+    conda:
+        ENVFILE
     shell:
-        "set -o pipefail; {PY} -m dpbench.compare {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.compare {params.args} 2>&1 | tee {log}"

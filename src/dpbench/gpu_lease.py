@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+# One place per machine and user, so that two pipelines on one machine don't share GPUs either.
+LOCK_DIR = Path(tempfile.gettempdir()) / f"dpbench-gpu-locks-{os.getuid()}"
 
 
 def pool() -> list[str]:

@@ -76,6 +76,13 @@ def final_targets(plan: Plan) -> list[str]:
     return targets
 
 
+def tag_args(table_file: str) -> str:
+    """`--results-dir R --tag T` for a file directly under R/T/ (a table, provenance.json)."""
+    import shlex
+    tag_dir = Path(table_file).parent
+    return f"--results-dir {shlex.quote(str(tag_dir.parent))} --tag {shlex.quote(tag_dir.name)}"
+
+
 def compare_args(config: dict, tag: str) -> str:
     """The compare CLI's arguments from `--config baseline=... candidate=...` and `compare:`."""
     import shlex
@@ -94,4 +101,4 @@ def compare_args(config: dict, tag: str) -> str:
 
 
 __all__ = ["ConfigError", "load_experiment", "make_plan", "table_files", "figure_files",
-           "probe_files", "final_targets", "compare_args", "environment_fingerprint"]
+           "probe_files", "final_targets", "tag_args", "compare_args", "environment_fingerprint"]

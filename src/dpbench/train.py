@@ -427,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="RunConfig as a JSON file or inline JSON")
     p.add_argument("--out", required=True, type=Path, help="the run's folder")
-    p.add_argument("--lease-dir", type=Path,
-                   help="take the run's GPUs from this lock folder (set by the pipeline)")
+    p.add_argument("--lease", action="store_true",
+                   help="take free GPUs from this machine's lease (the pipeline sets it)")
     p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
     p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
     args = p.parse_args(argv)
@@ -439,10 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
     if args.log:
         _redirect_output(args.log)
-    if not args.lease_dir or cfg.device == "cpu" or not gpu_lease.pool():
+    if not args.lease or cfg.device == "cpu" or not gpu_lease.pool():
         return run(cfg, args.out)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
-    with gpu_lease.lease(cfg.gpus, args.lease_dir, args.exclusive, announce=log) as ids:
+    with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
         if len(ids) == cfg.gpus:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
             print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)

@@ -23,8 +23,10 @@ class StepLosses:
 class ReplicaLoss(nn.Module):
     """Computes the loss inside each DataParallel replica, as the article does.
 
-    Returns (this replica's reduced loss, this replica's summed loss): DataParallel gathers the
-    scalars into vectors with one entry per chunk (and warns that it had to unsqueeze them).
+    Returns (this replica's reduced loss, this replica's summed loss). DataParallel gathers the
+    scalar losses into a vector with one entry per chunk, and warns that it had to unsqueeze
+    them (claim C5). The sum, kept only for the global loss, is returned as a 1-element vector so
+    that it adds no second warning per step.
     """
 
     def __init__(self, model: nn.Module, reduction: str):
@@ -34,7 +36,7 @@ class ReplicaLoss(nn.Module):
     def forward(self, x, y):
         per_sample = F.cross_entropy(self.model(x).float(), y, reduction="none")
         total = per_sample.sum()
-        return (per_sample.mean() if self.reduction == "mean" else total), total.detach()
+        return (per_sample.mean() if self.reduction == "mean" else total), total.detach().unsqueeze(0)
 
 
 def reduce_replica_losses(name: str, per_replica: torch.Tensor, global_batch: int) -> torch.Tensor:
