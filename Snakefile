@@ -78,7 +78,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.collect {params.where} --print > {log} 2>&1"
+        "{params.py} -m dpbench.collect {params.where} --print {input} > {log} 2>&1"
 
 
 rule plots:
@@ -132,9 +132,9 @@ rule probe:
 
 rule claims:
     input:
-        pipeline.probe_files(PLAN),
-        *TABLES.values(),
+        *TABLES.values(),   # first: TAG_OF_INPUT reads the result set from input[0]
         f"{BASE}/provenance.json",
+        pipeline.probe_files(PLAN),
     output:
         md=report(f"{BASE}/claims.md", caption="report/claims.rst", category="Claims"),
         json=f"{BASE}/claims.json",

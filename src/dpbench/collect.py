@@ -90,8 +90,12 @@ def load_runs(runs_dir: Path) -> list[tuple[dict, Path]]:
     return found
 
 
-def collect(results_dir: Path, tag: str) -> dict[str, Path]:
-    runs = load_runs(results.runs_dir(results_dir, tag))
+def collect(results_dir: Path, tag: str, metrics_files: list[Path] | None = None) -> dict[str, Path]:
+    """Tables of the given runs (the experiment's plan), or of every finished run of the tag."""
+    if metrics_files is None:
+        runs = load_runs(results.runs_dir(results_dir, tag))
+    else:   # runs left over from an earlier matrix stay out of this one's tables
+        runs = [(results.read_json(f), Path(f).parent) for f in sorted(map(str, metrics_files))]
     written = {}
     for name, rows in tables(runs).items():
         path = results.table_path(results_dir, tag, name)
@@ -129,15 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag")
     p.add_argument("--runs-dir", type=Path, help="print a table of the runs in this folder")
     p.add_argument("--print", action="store_true", help="print the summary table")
+    p.add_argument("runs", nargs="*", type=Path, help="the runs' metrics.json (default: all of the tag's)")
     args = p.parse_args(argv)
     if args.runs_dir:
         print_summary(load_runs(args.runs_dir))
         return 0
     if not args.tag:
         p.error("--tag is required with --results-dir")
-    collect(args.results_dir, args.tag)
+    collect(args.results_dir, args.tag, args.runs or None)
     if args.print:
-        print_summary(load_runs(results.runs_dir(args.results_dir, args.tag)))
+        print_summary([(results.read_json(f), f.parent) for f in args.runs] if args.runs
+                      else load_runs(results.runs_dir(args.results_dir, args.tag)))
     return 0
 
 

@@ -27,9 +27,12 @@ def visible_gpus() -> int:
     return len(pool())
 
 
-def default_tag() -> str:
+def default_tag(experiment: str) -> str:
+    """torch-<version> for the default experiment; others get their name in front, so that two
+    experiments never mix their runs in one folder."""
     import torch
-    return f"torch-{torch.__version__}"
+    tag = f"torch-{torch.__version__}"
+    return tag if experiment == "scaling" else f"{experiment}-{tag}"
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Plan:
 
     @cached_property
     def tag(self) -> str:
-        return self.config.get("tag") or default_tag()
+        return self.config.get("tag") or default_tag(self.config["experiment"])
 
     @property
     def base(self) -> str:

@@ -158,9 +158,8 @@ def read_table(root: Path | str, tag: str, name: str):
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file is empty)."""
     import pandas as pd
 
-    df = pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""])
     # Text columns stay text: an empty options label or reason is "", not NaN.
-    for col in ("options", "reason", "message", "location", "category", "status", "variant"):
-        if col in df.columns:
-            df[col] = df[col].fillna("").astype(str)
-    return df
+    text = {c: str for c in ("run_id", "options", "reason", "message", "location", "category",
+                             "status", "variant") if c in TABLES[name]}
+    return pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""],
+                       dtype=text).fillna({c: "" for c in text})

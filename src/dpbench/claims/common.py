@@ -1,0 +1,69 @@
+"""Helpers shared by the probes: the record layout, device facts, exact error text."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from typing import Any
+
+import torch
+
+from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
+
+
+def gpus_visible() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def ran_on() -> dict[str, Any]:
+    n = gpus_visible()
+    return {
+        "device_type": "cuda" if n else "cpu",
+        "gpus_visible": n,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if n else None,
+        "gpu_names": [torch.cuda.get_device_name(i) for i in range(n)],
+        "python": platform.python_version(),
+    }
+
+
+def needs(n: int, found: int | None = None) -> str:
+    return needs_text(n, gpus_visible() if found is None else found)
+
+
+def error_text(exc: BaseException) -> str:
+    """`Type: first line of the message`, the way a user sees it at the top of a traceback."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip()
+
+
+def record(claim: str, observations: list[dict], verdict: str,
+           not_run: str | None = None, parts_not_run: list[str] | None = None) -> dict[str, Any]:
+    """The probe output contract (see the ledger): one dict per claim, JSON-serialisable."""
+    return {
+        "claim": claim,
+        "title": CLAIMS[claim][0],
+        "ran_on": ran_on(),
+        "observations": observations,
+        "verdict": NOT_RUN if not_run else verdict,
+        "advice": ADVICE[claim],
+        "not_run": not_run,
+        "parts_not_run": parts_not_run or [],
+    }
+
+
+def run_python(code: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run code in a fresh interpreter (CUDA state is per process); it prints one JSON line last."""
+    import os
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+    out: dict[str, Any] = {"rc": proc.returncode}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        out.update(json.loads(lines[-1]))
+    else:
+        out["stderr_tail"] = proc.stderr.strip().splitlines()[-3:]
+    return out

@@ -1,0 +1,185 @@
+"""The claims ledger: probe records + the claims experiment's tables -> claims.md / claims.json.
+
+    python -m dpbench.claims.ledger --results-dir results --tag TAG [--experiment experiments/claims.yaml]
+
+Each verdict is computed from the evidence (dpbench.claims.from_runs / from_probes), never
+copied from a table of expectations. Runs are found by (variant, gpus, options label) of the
+experiment's groups; a claim whose runs are absent says why, quoting the skip reasons.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from dpbench import results
+from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
+
+DEFAULT_EXPERIMENT = "experiments/claims.yaml"
+# Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence.
+FIGURES = {"C1": ("memory",), "C5": ("warnings",), "C6": ("loss_vs_single",),
+           "C7": ("throughput",), "C8": ("throughput", "scaling_efficiency")}
+
+
+def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
+    """Group name -> {variants, gpus, options, label} as declared in the experiment file."""
+    spec = yaml.safe_load(Path(experiment_path).read_text())
+    return {g["name"]: {"variants": list(g.get("variants") or spec["variants"]),
+                        "gpus": list(g.get("gpus") or spec["gpus"]),
+                        "options": dict(g.get("options") or {}),
+                        "label": results.options_label(g.get("options"))}
+            for g in spec["matrix"]}
+
+
+def group_labels(experiment_path: Path | str) -> dict[str, str]:
+    """Group name -> the `options` label its runs carry in the tidy tables."""
+    return {name: g["label"] for name, g in experiment_groups(experiment_path).items()}
+
+
+def _table(root: Path | str, tag: str, name: str) -> pd.DataFrame:
+    if not results.table_path(root, tag, name).exists():
+        return pd.DataFrame(columns=results.TABLES[name])
+    return results.read_table(root, tag, name)
+
+
+class Evidence:
+    """Everything a verdict may look at, for one tag."""
+
+    def __init__(self, results_dir: Path | str, tag: str, experiment_path: Path | str):
+        self.results_dir, self.tag = Path(results_dir), tag
+        self.groups = experiment_groups(experiment_path)
+        self.tables = {name: _table(results_dir, tag, name)
+                       for name in ("summary", "memory", "steps", "warnings")}
+        base = results.tag_dir(results_dir, tag)
+        prov = base / "provenance.json"
+        self.provenance = results.read_json(prov) if prov.exists() else {}
+        self.probes = {p.stem: results.read_json(p) for p in sorted((base / "claims").glob("C*.json"))}
+
+    def claim_groups(self, cid: str) -> list[str]:
+        """The experiment's groups for a claim: those named `<cid>_...` (c1_memory_b512 -> C1)."""
+        return [g for g in self.groups if g.split("_")[0] == cid.lower()]
+
+    def rows(self, group: str, variant: str | None = None, gpus: int | None = None) -> pd.DataFrame:
+        """The group's ok runs in summary.csv, optionally of one variant and GPU count."""
+        df = self.tables["summary"]
+        df = df[(df["options"] == self.groups[group]["label"]) & (df["status"] == results.STATUS_OK)]
+        if variant is not None:
+            df = df[df["variant"] == variant]
+        if gpus is not None:
+            df = df[df["gpus"] == gpus]
+        return df
+
+    def gpus_found(self) -> int:
+        """GPUs seen here: the probes' count, else the largest GPU count an ok CUDA run used."""
+        seen = [p["ran_on"]["gpus_visible"] for p in self.probes.values()]
+        s = self.tables["summary"]
+        seen += s[(s["status"] == results.STATUS_OK) & (s["device_type"] == "cuda")]["gpus"].tolist()
+        return int(max(seen, default=0))
+
+    def not_run(self, needed: int, groups: list[str]) -> str:
+        """`not run here: needs N GPUs (found M)`, plus the engine's own reasons for its runs."""
+        found = self.gpus_found()
+        s = self.tables["summary"]
+        mine = s[s["options"].isin({self.groups[g]["label"] for g in groups})]
+        not_ok = mine[mine["status"] != results.STATUS_OK]
+        parts = [needs_text(needed, found)] if found < needed else []
+        if mine.empty:
+            parts.append(f"summary.csv has no runs of {', '.join(groups) or 'any group for this claim'}")
+        elif len(not_ok):
+            reasons = sorted({f"{r.status}: {r.reason}" for r in not_ok.itertuples()})
+            parts.append(f"{len(not_ok)} runs {'/'.join(sorted(set(not_ok['status'])))}, e.g. "
+                         + "; ".join(f'"{r}"' for r in reasons[:3]))
+        return "not run here: " + ("; ".join(parts) or "the runs lack the numbers this claim needs")
+
+    def measured_on_runs(self) -> str:
+        p = self.provenance
+        if not p:
+            return "runs: no provenance.json"
+        names = p.get("gpu_names") or []
+        if names and all(isinstance(n, str) for n in names):  # one shared value: a list of names
+            names = ", ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
+        return "runs: " + _versions(p.get("torch"), p.get("cuda"), p.get("cudnn"),
+                                    names or "no GPU", p.get("driver") and f"driver {p['driver']}")
+
+    def measured_on_probe(self, cid: str) -> str:
+        r = self.probes[cid]["ran_on"]
+        where = f"{r['gpus_visible']}x {r['gpu_names'][0]}" if r["gpus_visible"] else "CPU only"
+        return "probe: " + _versions(r["torch"], r["cuda"] if r["gpus_visible"] else None, r.get("cudnn"),
+                                     where, f"Python {r.get('python')}")
+
+    def figures(self, cid: str) -> list[str]:
+        """The tag's figures (dpbench.plots.FIGURES) that bear on this claim, where drawn."""
+        fdir = results.figures_dir(self.results_dir, self.tag)
+        return [str(fdir / f"{name}.png") for name in FIGURES.get(cid, ()) if (fdir / f"{name}.png").exists()]
+
+
+def _versions(torch, cuda, cudnn, *rest) -> str:
+    parts = [f"torch {torch}", cuda and f"CUDA {cuda}", cudnn and f"cuDNN {cudnn}", *rest]
+    return ", ".join(str(p) for p in parts if p)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_md(tag: str, sections: list[dict[str, Any]]) -> str:
+    out = [f"# Claims ledger: {tag}", "",
+           "Each verdict is computed from the evidence below: probes in `claims/C*.json`, "
+           "runs of `experiments/claims.yaml` in the tidy tables.", "",
+           "| id | claim | verdict | evidence |", "|---|---|---|---|"]
+    out += [f"| {s['id']} | {_cell(s['title'])} | {s['verdict']} | {_cell(s['summary'])} |" for s in sections]
+    for s in sections:
+        out += ["", f"## {s['id']}: {s['title']}", "", f"**Claim.** {s['claim']}", "",
+                f"**Verdict: {s['verdict']}.**", ""]
+        if s["not_run"]:
+            out += [f"**Not run here:** {s['not_run'].removeprefix('not run here: ')}", ""]
+        if s["evidence"]:
+            out += ["**Evidence.**", ""] + [f"- {line}" for line in s["evidence"]] + [""]
+        if s["figures"]:
+            out += ["**Figures.** " + ", ".join(f"`{f}`" for f in s["figures"]), ""]
+        out += [f"**Measured on.** {'; '.join(s['measured_on']) or 'nothing measured here'}", ""]
+        out += [f"**What to do.** {s['advice']}", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def build_sections(ev: Evidence) -> list[dict[str, Any]]:
+    builders = {"C1": from_runs.c1, "C2": from_probes.c2, "C3": from_probes.c3, "C4": from_probes.c4,
+                "C5": from_probes.c5, "C6": from_runs.c6, "C7": from_runs.c7, "C8": from_runs.c8}
+    built = []
+    for cid in CLAIM_IDS:
+        s = builders[cid](ev)
+        built.append({"id": cid, "title": CLAIMS[cid][0], "claim": CLAIMS[cid][1],
+                      "verdict": s.get("verdict", NOT_RUN), "summary": s.get("summary") or s["not_run"],
+                      "evidence": s.get("evidence", []), "data": s.get("data", {}),
+                      "measured_on": s.get("measured_on", []), "advice": ADVICE[cid],
+                      "not_run": s.get("not_run"), "figures": ev.figures(cid) if s.get("runs_used") else []})
+    return built
+
+
+def write_ledger(results_dir: Path | str, tag: str,
+                 experiment_path: Path | str = DEFAULT_EXPERIMENT) -> tuple[Path, Path]:
+    ev = Evidence(results_dir, tag, experiment_path)
+    built = build_sections(ev)
+    base = results.tag_dir(results_dir, tag)
+    md_path, json_path = base / "claims.md", base / "claims.json"
+    results.write_atomic(md_path, render_md(tag, built))
+    results.write_json(json_path, {"tag": tag, "experiment": str(experiment_path),
+                                   "probes": sorted(ev.probes), "claims": built})
+    return md_path, json_path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results-dir", default="results")
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    args = ap.parse_args(argv)
+    md_path, json_path = write_ledger(args.results_dir, args.tag, args.experiment)
+    print(f"wrote {md_path} and {json_path}")
+
+
+if __name__ == "__main__":
+    main()
