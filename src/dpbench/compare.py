@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from dpbench.markdown import md_table
+
 from dpbench.results import (STATUS_OK, compare_paths, iter_run_records, read_json, read_table,
                              table_path, tag_dir, write_atomic, write_json)
 
@@ -344,25 +346,6 @@ def compare(results_dir: Path | str, baseline: str, candidate: str, *, threshold
 
 
 # -- markdown ----------------------------------------------------------------------------
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
-    if isinstance(v, list):
-        return ", ".join(_cell(x) for x in v) or "[]"
-    return str(v).replace("|", "\\|").replace("\n", " ")
-
-
-def md_table(headers: list[str], rows: list[list[Any]]) -> str:
-    """A GitHub markdown table (own formatter: pandas.to_markdown needs the optional tabulate)."""
-    if not rows:
-        return "_none_"
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
 
 def _signed(v: float | None, unit: str = "", scale: float = 1.0) -> str:
     return "–" if v is None else f"{scale * v:+.1f}{unit}"

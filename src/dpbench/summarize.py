@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from dpbench import results
+from dpbench.markdown import md_table
 
 VARIANTS = ("single", "dp", "dp_mean", "dp_sum", "ddp")
 DP_VARIANTS = ("dp", "dp_mean", "dp_sum")  # nn.DataParallel: device 0 holds the master copy
@@ -135,26 +136,6 @@ def medians(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- markdown -------------------------------------------------------------------------------
-
-def md_table(headers: list[str], rows: list[list[str]], right: Iterable[int] = ()) -> str:
-    """A padded GitHub markdown table; columns whose index is in `right` align right."""
-    right = set(right)
-    cells = [[_md_cell(c) for c in row] for row in [headers, *rows]]
-    widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        padded = [c.rjust(w) if i in right else c.ljust(w)
-                  for i, (c, w) in enumerate(zip(row, widths))]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = ["-" * (w - 1) + ":" if i in right else "-" * w for i, w in enumerate(widths)]
-    return "\n".join([line(cells[0]), line(rule)] + [line(r) for r in cells[1:]])
-
-
-def _md_cell(value: str) -> str:
-    # A pipe would split the cell; a newline would end the table.
-    return one_line(value).replace("|", "\\|")
-
 
 def one_line(text: Any) -> str:
     return " ".join(str(text).split())

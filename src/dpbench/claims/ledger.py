@@ -16,6 +16,7 @@ import pandas as pd
 import yaml
 
 from dpbench import results
+from dpbench.markdown import md_table
 from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
@@ -121,16 +122,12 @@ def _versions(torch, cuda, cudnn, *rest) -> str:
     return ", ".join(str(p) for p in parts if p)
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def render_md(tag: str, sections: list[dict[str, Any]]) -> str:
     out = [f"# Claims ledger: {tag}", "",
            "Each verdict is computed from the evidence below: probes in `claims/C*.json`, "
            "runs of `experiments/claims.yaml` in the tidy tables.", "",
-           "| id | claim | verdict | evidence |", "|---|---|---|---|"]
-    out += [f"| {s['id']} | {_cell(s['title'])} | {s['verdict']} | {_cell(s['summary'])} |" for s in sections]
+           md_table(["id", "claim", "verdict", "evidence"],
+                    [[s["id"], s["title"], s["verdict"], s["summary"]] for s in sections])]
     for s in sections:
         out += ["", f"## {s['id']}: {s['title']}", "", f"**Claim.** {s['claim']}", "",
                 f"**Verdict: {s['verdict']}.**", ""]
