@@ -285,3 +285,9 @@ def test_markdown_is_a_readable_report(pair):
     assert md.startswith("# dpbench compare")
     assert md.index("## Provenance") < md.index("**Verdict: 1 regressions, 0 findings**") < md.index("## Run status")
     assert re.search(r"\| ddp g2 +\| 3/3 +\|", md)
+
+
+def test_report_names_keep_dotted_version_tags(tmp_path):
+    md, js = R.compare_paths(tmp_path, "torch-2.13.0+cpu", "torch-2.14.1+cu130")
+    assert md.name == "torch-2.13.0+cpu_vs_torch-2.14.1+cu130.md"
+    assert js.name == "torch-2.13.0+cpu_vs_torch-2.14.1+cu130.json"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -18,10 +19,18 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _plain(text: str | None) -> str | None:
+    """nvidia-smi underlines its header with terminal escapes even into a pipe."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text) if text else text
+
+
 def git_sha() -> str | None:
-    """The project's revision, with '+dirty' when the working tree has changes."""
+    """The project's revision, with '+dirty' when the working tree has changes; DPBENCH_GIT_SHA
+    names it where the code travelled without its .git (a copy on a GPU machine)."""
     here = str(Path(__file__).resolve().parent)
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
+    if sha is None:
+        return os.environ.get("DPBENCH_GIT_SHA")
     if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
         sha += "+dirty"
     return sha
@@ -50,7 +59,7 @@ def collect(dataset: dict | None = None) -> dict:
         "nccl": nccl,
         "driver": nvidia_driver() if cuda else None,
         "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "topology": _run(["nvidia-smi", "topo", "-m"]) if cuda else None,
+        "topology": _plain(_run(["nvidia-smi", "topo", "-m"])) if cuda else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,

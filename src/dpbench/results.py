@@ -93,8 +93,8 @@ def figures_dir(root: Path | str, tag: str) -> Path:
 
 
 def compare_paths(root: Path | str, baseline: str, candidate: str) -> tuple[Path, Path]:
-    stem = Path(root) / "compare" / f"{baseline}_vs_{candidate}"
-    return stem.with_suffix(".md"), stem.with_suffix(".json")
+    folder, stem = Path(root) / "compare", f"{baseline}_vs_{candidate}"   # tags hold dots: no with_suffix
+    return folder / f"{stem}.md", folder / f"{stem}.json"
 
 
 # -- atomic writes: a reader never sees a half-written file -------------------------------
