@@ -22,7 +22,7 @@ def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
     common = dict(max_steps=1, global_batch=7, batchnorm="eval", save_checkpoint=True,
                   eval_each_epoch=False, warmup_steps=0)
     single = run_engine(tmp_path / "single", variant="single", **common)
-    ddp = run_engine(tmp_path / "ddp", variant="ddp", gpus=ranks, **common)
+    ddp = run_engine(tmp_path / "ddp", variant="ddp", gpus=ranks, max_cpu_ranks=ranks, **common)
     assert single["status"] == ddp["status"] == "ok", ddp["reason"]
     a, b = _weights(tmp_path / "single" / "model.pt"), _weights(tmp_path / "ddp" / "model.pt")
     moved = max((a[k] - _weights_init()[k]).abs().max().item() for k in a if a[k].is_floating_point())
