@@ -128,3 +128,10 @@ def test_md_table_escapes_pipes_and_aligns():
     table = md_table(["a", "n"], [["x|y", "1"], ["z", "10"]], right=[1])
     assert table.splitlines() == ["| a    |   n |", "| ---- | --: |",
                                   "| x\\|y |   1 |", "| z    |  10 |"]
+
+
+def test_gpu_provenance_shows_models_and_the_most_gpus_a_run_saw():
+    from dpbench.summarize import _fmt_gpus
+    assert _fmt_gpus([["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]]) == "2 × NVIDIA H200"
+    assert _fmt_gpus(["NVIDIA H200"]) == "1 × NVIDIA H200"
+    assert _fmt_gpus([]) == "none"

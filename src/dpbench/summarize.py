@@ -147,8 +147,17 @@ def fmt(value: Any, spec: str = "{}") -> str:
     return spec.format(value)
 
 
+def _fmt_gpus(value: Any) -> str:
+    """gpu_names is a list per run (the GPUs it could see); runs on 1 and on 2 GPUs disagree.
+    Show the models and the most GPUs any run saw: '2 × NVIDIA H200'."""
+    lists = value if value and isinstance(value[0], list) else [value or []]
+    widest = max(lists, key=len)
+    models = sorted(set(widest))
+    return ", ".join(f"{widest.count(m)} × {m}" for m in models) or "none"
+
+
 def _fmt_provenance(value: Any) -> str:
-    # A list means the runs disagreed (or, for gpu_names, several GPUs).
+    # A list means the runs disagreed.
     if isinstance(value, list):
         return "; ".join(_fmt_provenance(v) for v in value) or "n/a"
     return "n/a" if value in (None, "") else str(value)
@@ -165,7 +174,8 @@ def provenance_section(results_dir: Path | str, tag: str) -> str:
     if not path.exists():
         return "## Provenance\n\nNo provenance.json was written (no finished runs?).\n"
     prov = results.read_json(path)
-    rows = [[label, _fmt_provenance(prov.get(key))] for key, label in PROVENANCE_KEYS]
+    rows = [[label, _fmt_gpus(prov.get(key)) if key == "gpu_names" else _fmt_provenance(prov.get(key))]
+            for key, label in PROVENANCE_KEYS]
     return "## Provenance\n\n" + md_table(["", "value"], rows) + "\n"
 
 
