@@ -110,21 +110,22 @@ def print_summary(runs: list[tuple[dict, Path]], file=sys.stdout) -> None:
     """A compact fixed-width table for logs and terminals."""
     cols = ["run_id", "status", "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib",
             "n_warnings", "final_loss", "test_acc"]
-    rows = [summary_row(rec) for rec, _ in runs]
+    # The folder names the run: outside the pipeline two folders may hold the same run id.
+    rows = [dict(summary_row(rec), run_id=rdir.name) for rec, rdir in runs]
     fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
     cells = [[fmt(r[c]) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=file)
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=file)
-    for rec, _ in runs:
+    for rec, rdir in runs:
         mem = ", ".join(f"dev{m['device']} {m['allocated_mib']:.0f}/{m['reserved_mib']:.0f}/"
                         f"{m['nvml_used_mib'] or 0:.0f}" for m in rec["memory"])
         if mem:
-            print(f"  {rec['run_id']}: memory MiB allocated/reserved/nvml: {mem}", file=file)
-    for rec, _ in runs:
+            print(f"  {rdir.name}: memory MiB allocated/reserved/nvml: {mem}", file=file)
+    for rec, rdir in runs:
         if rec["status"] != results.STATUS_OK:
-            print(f"  {rec['run_id']}: {rec['status']}: {rec['reason']}", file=file)
+            print(f"  {rdir.name}: {rec['status']}: {rec['reason']}", file=file)
 
 
 def main(argv: list[str] | None = None) -> int:
