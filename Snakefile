@@ -22,8 +22,11 @@ BASE = PLAN.base
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
 ENV = pipeline.environment_fingerprint()
-# Rules run the package with the Python that runs Snakemake, and find it without an install too.
-PY = dict(py=f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} {sys.executable}")
+# Rules run the package with the Python that runs Snakemake (the environment's own `python`
+# under --software-deployment-method conda), and find it without an install too.
+CONDA = "conda" in str(workflow.deployment_settings.deployment_method).lower()
+PY = dict(py=f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} "
+             f"{'python' if CONDA else sys.executable}")
 # Where the tables are tells a rule which result set it works on.
 TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
 ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
@@ -142,11 +145,12 @@ rule claims:
         f"{BASE}/logs/claims.log",
     params:
         where=TAG_OF_INPUT,
+        groups=PLAN.matrix_json(),   # the groups as planned here, --config overrides included
         **PY,
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.ledger {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.ledger {params.where} --experiment {params.groups:q} > {log} 2>&1"
 
 
 rule compare:

@@ -155,3 +155,23 @@ def test_bad_run_config_names_the_key(tmp_path, capsys):
     with pytest.raises(SystemExit):
         train.main(["--config", '{"global_bach": 64}', "--out", str(tmp_path)])
     assert "global_bach" in capsys.readouterr().err
+
+
+def test_engine_warnings_carry_the_step_they_first_fired_at(tmp_path):
+    from conftest import write_official_cifar
+    write_official_cifar(tmp_path / "data", per_batch=4)
+    rec = run_engine(tmp_path / "run", variant="single", dataset="cifar10",
+                     data_root=str(tmp_path / "data"), download=False, max_steps=3, global_batch=6)
+    mismatch = [w for w in rec["warnings"] if "md5 differs" in w["message"]]
+    assert len(mismatch) == 1 and mismatch[0]["first_step"] == -1      # raised during set-up
+    assert rec["provenance"]["dataset"]["checksum"] == "mismatch"
+
+
+def test_a_rerun_that_fails_early_leaves_no_old_curve(tmp_path, monkeypatch):
+    out = tmp_path / "single"
+    assert run_engine(out, variant="single", max_steps=3, global_batch=6)["status"] == "ok"
+    assert (out / results.STEPS).exists()
+    monkeypatch.setenv(train.FAULT_ENV, "0:0")
+    rec = run_engine(out, variant="single", max_steps=3, global_batch=6)
+    assert rec["status"] == "failed" and rec["steps"] == 0
+    assert not (out / results.STEPS).exists()

@@ -139,16 +139,24 @@ def test_plan_expands_the_matrix_and_sizes_gpu_jobs():
     assert cpu.runs["ddp-g4-r0"].max_cpu_ranks == 2
 
 
-def test_leases_give_jobs_disjoint_gpus_and_exclusive_waits(tmp_path, monkeypatch):
+def test_leases_give_jobs_disjoint_gpus_and_wait_all_or_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     with gpu_lease.lease(1, tmp_path) as a, gpu_lease.lease(1, tmp_path) as b:
         assert {a[0], b[0]} == {"3", "5"}
-    got = []
-    with gpu_lease.lease(1, tmp_path) as held:
-        t = threading.Thread(target=lambda: got.extend(
-            gpu_lease.lease(2, tmp_path, exclusive=True, poll_s=0.05, announce=lambda m: None).__enter__()))
-        t.start()
-        time.sleep(0.3)
-        assert got == []                    # the exclusive job waits while one GPU is held
-    t.join(timeout=5)
-    assert sorted(got) == ["3", "5"]
+    for exclusive in (False, True):
+        got = []
+
+        def take():
+            with gpu_lease.lease(2 if not exclusive else 1, tmp_path, exclusive=exclusive,
+                                 poll_s=0.05, announce=lambda m: None) as ids:
+                got.append(ids)
+
+        with gpu_lease.lease(1, tmp_path) as held:
+            t = threading.Thread(target=take)
+            t.start()
+            time.sleep(0.3)
+            assert got == []                    # waits while one GPU is held, holding none
+            with gpu_lease.lease(1, tmp_path, poll_s=0.05) as other:
+                assert other and other != held  # ...so the other GPU is still free
+        t.join(timeout=5)
+        assert len(got) == 1 and len(got[0]) == (1 if exclusive else 2)

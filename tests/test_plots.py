@@ -8,7 +8,8 @@ import pytest
 
 from dpbench import results
 from dpbench.plots import FIGURES, draw_all
-from dpbench.summarize import md_table, write_summary_md
+from dpbench.markdown import md_table
+from dpbench.summarize import write_summary_md
 
 TAG = "fake"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

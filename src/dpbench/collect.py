@@ -81,19 +81,10 @@ def provenance_summary(records: list[dict], tag: str) -> dict:
     return merged
 
 
-def load_runs(runs_dir: Path) -> list[tuple[dict, Path]]:
-    found = []
-    for rdir in sorted(p for p in Path(runs_dir).iterdir() if p.is_dir()):
-        rec = results.read_metrics(rdir)
-        if rec is not None:
-            found.append((rec, rdir))
-    return found
-
-
 def collect(results_dir: Path, tag: str, metrics_files: list[Path] | None = None) -> dict[str, Path]:
     """Tables of the given runs (the experiment's plan), or of every finished run of the tag."""
     if metrics_files is None:
-        runs = load_runs(results.runs_dir(results_dir, tag))
+        runs = list(results.iter_runs(results.runs_dir(results_dir, tag)))
     else:   # runs left over from an earlier matrix stay out of this one's tables
         runs = [(results.read_json(f), Path(f).parent) for f in sorted(map(str, metrics_files))]
     written = {}
@@ -137,14 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="*", type=Path, help="the runs' metrics.json (default: all of the tag's)")
     args = p.parse_args(argv)
     if args.runs_dir:
-        print_summary(load_runs(args.runs_dir))
+        print_summary(list(results.iter_runs(args.runs_dir)))
         return 0
     if not args.tag:
         p.error("--tag is required with --results-dir")
     collect(args.results_dir, args.tag, args.runs or None)
     if args.print:
         print_summary([(results.read_json(f), f.parent) for f in args.runs] if args.runs
-                      else load_runs(results.runs_dir(args.results_dir, args.tag)))
+                      else list(results.iter_runs(results.runs_dir(args.results_dir, args.tag))))
     return 0
 
 

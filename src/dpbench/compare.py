@@ -27,7 +27,7 @@ import numpy as np
 
 from dpbench.markdown import md_table
 
-from dpbench.results import (STATUS_OK, compare_paths, iter_run_records, read_json, read_table,
+from dpbench.results import (STATUS_OK, compare_paths, iter_runs, read_json, read_table,
                              table_path, tag_dir, write_atomic, write_json)
 
 GROUP = ["variant", "gpus", "options"]
@@ -107,10 +107,14 @@ def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
     if missing:
         raise MissingInput(f"{role} result set {tag!r} is incomplete, missing: {', '.join(missing)}")
     tables = {n: read_table(root, tag, n) for n in REQUIRED_TABLES}
-    for df in tables.values():
-        df["options"] = df["options"].fillna("").astype(str)  # '' reads back as NaN; groupby drops NaN
+    # Memory, warnings and curves of runs that did not finish are partial: status reports those.
+    summary = tables["summary"]
+    ok_ids = set(summary.loc[summary["status"] == STATUS_OK, "run_id"])
+    for name in ("memory", "warnings", "steps"):
+        tables[name] = tables[name][tables[name]["run_id"].isin(ok_ids)]
+    tables["ok_summary"] = summary[summary["run_id"].isin(ok_ids)]
     return {"tables": tables, "provenance": read_json(folder / PROVENANCE_FILE),
-            "configs": {r["run_id"]: r.get("config") or {} for r in iter_run_records(root, tag)}}
+            "configs": {r["run_id"]: r.get("config") or {} for r, _ in iter_runs(folder / "runs")}}
 
 
 def _group(key: tuple) -> dict[str, Any]:
@@ -174,8 +178,8 @@ def compare_memory(base: dict, cand: dict, mib: float, pct: float) -> list[dict]
 
 
 def compare_warnings(base: dict, cand: dict) -> dict[str, list[dict]]:
-    runs_a = base["tables"]["summary"].groupby(GROUP).size().to_dict()
-    runs_b = cand["tables"]["summary"].groupby(GROUP).size().to_dict()
+    runs_a = base["tables"]["ok_summary"].groupby(GROUP).size().to_dict()
+    runs_b = cand["tables"]["ok_summary"].groupby(GROUP).size().to_dict()
     shared = runs_a.keys() & runs_b.keys()  # a missing group is reported under status, not here
 
     def per_run(rs: dict, runs: dict) -> dict[tuple, float]:

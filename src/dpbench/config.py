@@ -6,9 +6,7 @@ what one run actually uses, and it is stored whole in the run's metrics.json.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import VARIANTS
@@ -87,7 +85,3 @@ class RunConfig:
         cfg = cls(**data)
         cfg.validate()
         return cfg
-
-    @classmethod
-    def load(cls, path: str | Path) -> "RunConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))

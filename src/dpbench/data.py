@@ -3,9 +3,10 @@
 Every variant sees the same sequence of global batches: the order of an epoch is a seeded
 permutation, and a DDP rank takes its shard of each global batch exactly as DataParallel's
 scatter would (`torch.chunk`). The `gpu` feed also draws each sample's crop and flip from the
-seed, so its augmentations are identical across variants; the `torch` feed uses torchvision's
-transforms in DataLoader workers, as the kuangliu/pytorch-cifar recipe does, so its
-augmentations are random per run (same distribution, different draws).
+seed, so its augmentations are identical across variants and GPU counts; the `torch` feed uses
+torchvision's transforms in DataLoader workers, as the kuangliu/pytorch-cifar recipe does: its
+draws are seeded too, but depend on the workers and on how a batch is sharded, so they differ
+between GPU counts (same distribution, different draws).
 """
 from __future__ import annotations
 

@@ -24,12 +24,9 @@ def pool() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    except Exception:
-        return []
+    from .measure import nvml
+    lib = nvml()
+    return [str(i) for i in range(lib.nvmlDeviceGetCount())] if lib else []
 
 
 @contextmanager
@@ -57,10 +54,10 @@ def lease(count: int, lock_dir: Path, exclusive: bool = False, poll_s: float = 2
                     os.close(fd)
             if len(held) == want:
                 break
-            if exclusive:   # all or nothing, or two exclusive jobs could each hold half
-                for _, fd in held:
-                    os.close(fd)
-                held = []
+            # All or nothing: two jobs each holding part of what they need would wait forever.
+            for _, fd in held:
+                os.close(fd)
+            held = []
             if not waited:
                 announce(f"waiting for {want} free GPU(s) of {ids}")
                 waited = True

@@ -64,27 +64,36 @@ def throughput(step_ms: list[float], batch_sizes: list[int]) -> dict:
 
 # -- memory -----------------------------------------------------------------------------------
 
+def nvml():
+    """The initialised NVML bindings, or None where there is no driver or no bindings."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
 class NvmlSampler:
     """Samples NVML's used memory of the given CUDA devices in a background thread.
 
     NVML counts everything on the device (CUDA context, other processes), which the allocator's
-    own peak does not; the two together tell what a run really occupies.
+    own peak does not; the two together tell what a run really occupies. A failure of NVML is
+    kept in `error` and never ends the run.
     """
 
     def __init__(self, devices: list[int], period_s: float = 0.05):
         self.peak_mib: dict[int, float | None] = {d: None for d in devices}
         self.error = ""
         self._stop = threading.Event()
+        self._nvml = nvml()
         self._handles = {}
         try:
-            import pynvml
-            pynvml.nvmlInit()
-            for d in devices:
-                self._handles[d] = _nvml_handle(pynvml, d)
-            self._pynvml = pynvml
-        except Exception as exc:  # no driver, no bindings: record why, keep the run going
+            if self._nvml is None:
+                raise RuntimeError("no NVML (driver or nvidia-ml-py missing)")
+            self._handles = {d: _nvml_handle(self._nvml, d) for d in devices}
+        except Exception as exc:
             self.error = f"NVML unavailable: {type(exc).__name__}: {exc}"
-            self._handles = {}
         self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
 
     def __enter__(self):
@@ -99,12 +108,16 @@ class NvmlSampler:
         self._sample()
 
     def _sample(self) -> None:
-        for d, h in self._handles.items():
-            used = self._pynvml.nvmlDeviceGetMemoryInfo(h).used / MIB
-            self.peak_mib[d] = max(used, self.peak_mib[d] or 0.0)
+        try:
+            for d, h in self._handles.items():
+                used = self._nvml.nvmlDeviceGetMemoryInfo(h).used / MIB
+                self.peak_mib[d] = max(used, self.peak_mib[d] or 0.0)
+        except Exception as exc:   # keep the peaks so far; say why the rest is missing
+            self.error = f"NVML sampling stopped: {type(exc).__name__}: {exc}"
+            self._handles = {}
 
     def _run(self, period_s: float) -> None:
-        while not self._stop.wait(period_s):
+        while not self._stop.wait(period_s) and self._handles:
             self._sample()
 
 
@@ -119,14 +132,18 @@ def reset_peaks(devices: list[int]) -> None:
         torch.cuda.reset_peak_memory_stats(d)
 
 
-def memory_rows(devices: list[int], nvml: NvmlSampler | None, labels: list[int] | None = None) -> list[dict]:
-    """Per device: the allocator's peak allocated and reserved memory, and NVML's peak used."""
+def memory_rows(devices: list[int], sampler: NvmlSampler | None) -> list[dict]:
+    """Per device: the allocator's peak allocated and reserved memory, and NVML's peak used
+    (with NVML's error, where it had one)."""
     rows = []
-    for d, label in zip(devices, labels or devices):
-        rows.append({"device": label,
-                     "allocated_mib": torch.cuda.max_memory_allocated(d) / MIB,
-                     "reserved_mib": torch.cuda.max_memory_reserved(d) / MIB,
-                     "nvml_used_mib": nvml.peak_mib.get(d) if nvml else None})
+    for d in devices:
+        row = {"device": d,
+               "allocated_mib": torch.cuda.max_memory_allocated(d) / MIB,
+               "reserved_mib": torch.cuda.max_memory_reserved(d) / MIB,
+               "nvml_used_mib": sampler.peak_mib.get(d) if sampler else None}
+        if sampler and sampler.error:
+            row["nvml_error"] = sampler.error
+        rows.append(row)
     return rows
 
 

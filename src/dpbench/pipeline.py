@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from . import results
-from .plan import Plan, environment_fingerprint, visible_gpus
+from .plan import Plan, environment_fingerprint, plan_gpus
 
 SCHEMA = "experiments/schema.yaml"
 TABLE_NAMES = list(results.TABLES)
@@ -35,7 +35,14 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
 
     name = config.get("experiment", "scaling")
     path = Path(basedir) / "experiments" / f"{name}.yaml"
-    base = yaml.safe_load(path.read_text()) if path.exists() else {}
+    if path.exists():
+        base = yaml.safe_load(path.read_text())
+    elif "matrix" in config:   # a complete experiment given as a --configfile of its own
+        base = {}
+    else:
+        known = sorted(p.stem for p in (Path(basedir) / "experiments").glob("*.yaml") if p.stem != "schema")
+        raise ConfigError(f"experiment {name!r}: no file {path}; known experiments: {', '.join(known)} "
+                          f"(or give a complete experiment with --configfile)")
     merged = deep_merge(base or {}, config)
     try:
         validate(merged, str(Path(basedir) / SCHEMA))
@@ -45,7 +52,7 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
 
 
 def make_plan(config: dict) -> Plan:
-    plan = Plan(config, visible_gpus())
+    plan = Plan(config, plan_gpus(config))
     try:
         plan.runs
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)

@@ -35,6 +35,13 @@ def default_tag(experiment: str) -> str:
     return tag if experiment == "scaling" else f"{experiment}-{tag}"
 
 
+def plan_gpus(config: dict) -> int:
+    """The GPUs the plan is made for: `gpus_available` when set (planning on a cluster's login
+    node, which has none), else what this machine shows."""
+    given = config.get("gpus_available")
+    return visible_gpus() if given is None else given
+
+
 @dataclass
 class Plan:
     config: dict
@@ -57,19 +64,42 @@ class Plan:
         cfg = self.config
         cpu_plan = cfg["cpu_plan"]
         runs: dict[str, RunConfig] = {}
+        origin: dict[str, str] = {}
         for group in cfg["matrix"]:
             repeats = cpu_plan["repeats"] if self.cpu else group.get("repeats", cfg["repeats"])
-            options = group.get("options", {})
+            options = self.group_options(group)
             for variant in group.get("variants", cfg["variants"]):
                 for gpus in ([1] if variant == "single" else group.get("gpus", cfg["gpus"])):
                     for repeat in range(repeats):
-                        train = {**cfg["train"], **options}
+                        train = {**cfg.get("train", {}), **options}
                         if self.cpu:
                             train.update(cpu_plan["train"], max_cpu_ranks=cpu_plan["max_ranks"])
                         rc = RunConfig.from_dict({**train, "variant": variant, "gpus": gpus,
                                                   "repeat": repeat, "options": dict(options)})
-                        runs[results.run_id(variant, gpus, repeat, options)] = rc
+                        rid = results.run_id(variant, gpus, repeat, options)
+                        if rid in runs and runs[rid] != rc:
+                            raise ValueError(
+                                f"groups {origin[rid]!r} and {group['name']!r} both make run {rid} "
+                                f"with different settings; give one of them distinguishing options")
+                        runs.setdefault(rid, rc)
+                        origin.setdefault(rid, group["name"])
         return runs
+
+    def group_options(self, group: dict) -> dict:
+        """A group's options as its runs use them: the CPU plan's settings win over the group's,
+        and a label names only what really applies."""
+        options = group.get("options", {})
+        if self.cpu:
+            options = {k: v for k, v in options.items() if k not in self.config["cpu_plan"]["train"]}
+        return options
+
+    def matrix_json(self) -> str:
+        """The experiment's groups as planned here (for the claims ledger, which finds runs by group)."""
+        import json
+        cfg = self.config
+        matrix = [dict(g, options=self.group_options(g)) for g in cfg["matrix"]]
+        return json.dumps({"variants": cfg["variants"], "gpus": cfg["gpus"], "matrix": matrix},
+                          sort_keys=True)
 
     def run_json(self, run_id: str) -> str:
         import json
@@ -96,20 +126,16 @@ class Plan:
                     f"recorded as skipped with the reason. Results: {self.base}")
         skipped = sorted({rc.gpus for rc in self.runs.values() if rc.gpus > self.gpus_visible})
         extra = f"; runs on {skipped} GPUs are recorded as skipped" if skipped else ""
-        return f"dpbench: {self.gpus_visible} GPU(s) visible, {n} runs{extra}. Results: {self.base}"
+        source = "planned (gpus_available)" if self.config.get("gpus_available") is not None else "visible"
+        return f"dpbench: {self.gpus_visible} GPU(s) {source}, {n} runs{extra}. Results: {self.base}"
 
 
 def environment_fingerprint() -> str:
     """What decides results besides the config: a change reruns the runs (Snakemake params)."""
     import torch
-    gpus = []
-    if torch.cuda.is_available():
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            gpus = sorted({pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                           for i in range(pynvml.nvmlDeviceGetCount())})
-        except Exception:
-            gpus = ["unknown"]
+    from .measure import nvml
+    lib = nvml() if torch.cuda.is_available() else None
+    gpus = sorted({lib.nvmlDeviceGetName(lib.nvmlDeviceGetHandleByIndex(i))
+                   for i in range(lib.nvmlDeviceGetCount())}) if lib else []
     return (f"torch={torch.__version__} git={torch.version.git_version} cuda={torch.version.cuda} "
             f"gpus={','.join(map(str, gpus)) or 'none'} python={os.sys.version.split()[0]}")

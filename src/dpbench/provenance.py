@@ -37,13 +37,12 @@ def git_sha() -> str | None:
 
 
 def nvidia_driver() -> str | None:
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else v
-    except Exception:
+    from .measure import nvml
+    lib = nvml()
+    if lib is None:
         return None
+    v = lib.nvmlSystemGetDriverVersion()
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def collect(dataset: dict | None = None) -> dict:

@@ -143,15 +143,15 @@ def read_metrics(rdir: Path | str) -> dict[str, Any] | None:
     return read_json(path) if path.exists() else None
 
 
-def iter_run_records(root: Path | str, tag: str) -> Iterable[dict[str, Any]]:
-    """Every finished run's metrics.json under results/<tag>/runs, sorted by run id."""
-    base = runs_dir(root, tag)
-    if not base.exists():
+def iter_runs(folder: Path | str) -> Iterable[tuple[dict[str, Any], Path]]:
+    """(record, run folder) of every finished run in a folder of run folders, sorted by name."""
+    folder = Path(folder)
+    if not folder.exists():
         return
-    for rdir in sorted(p for p in base.iterdir() if p.is_dir()):
+    for rdir in sorted(p for p in folder.iterdir() if p.is_dir()):
         rec = read_metrics(rdir)
         if rec is not None:
-            yield rec
+            yield rec, rdir
 
 
 def read_table(root: Path | str, tag: str, name: str):

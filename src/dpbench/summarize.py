@@ -16,11 +16,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from dpbench import results
+from dpbench import DP_VARIANTS, VARIANTS, results
 from dpbench.markdown import md_table
 
-VARIANTS = ("single", "dp", "dp_mean", "dp_sum", "ddp")
-DP_VARIANTS = ("dp", "dp_mean", "dp_sum")  # nn.DataParallel: device 0 holds the master copy
 SUMMARY_MD = "summary.md"
 
 # Everything else in the tidy tables is numeric (null when not measured).
@@ -81,8 +79,8 @@ def _sort_key(col: pd.Series) -> pd.Series:
 def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
     """A tidy table with text columns as str ('' for empty) and the rest numeric, sorted.
 
-    read_table turns empty cells into NaN, also the '' options label, and leaves every
-    column as object when the table has no rows; both would break grouping and plotting.
+    A table with no rows reads back with untyped columns, and some text columns (precision,
+    feed, ...) are not text for read_table; both would break grouping and plotting.
     """
     df = results.read_table(results_dir, tag, name)
     for col in df.columns:

@@ -152,8 +152,6 @@ class Context:
         if cuda:
             torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
         if self.distributed:
-            if not cuda:   # k gloo processes share the cores instead of each taking all
-                torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))))
             dist.init_process_group("nccl" if cuda else "gloo",
                                     device_id=self.device if cuda else None)
 
@@ -223,6 +221,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
     torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
     dataset = load_dataset(cfg)
     rec.dataset = dataset.provenance()
+    warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
     model = build_model(cfg, ctx)
     variant = Variant(cfg.variant, model, ctx.devices, ctx.world)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
@@ -255,6 +254,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                     for x, y, n_global in feed.epoch(epoch):
                         if step >= total:
                             break
+                        warn.drain()   # what came before this step keeps its own step
                         warn.step = step
                         if step == fault:
                             raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
@@ -271,8 +271,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                         ep.add(losses, n_global, lr)
                         step += 1
                         if step % cfg.log_every == 0:
+                            # No loss here: reading it would synchronise the host; the epoch's
+                            # end logs the global loss.
                             log(f"epoch {epoch + 1}/{epochs} step {step}/{total} "
-                                f"loss {losses.reported.item():.4f} "
                                 f"{sum(ep.sizes) / (time.perf_counter() - ep.started):.0f} images/s (host clock)")
                 except Exception:
                     if not ctx.distributed:   # keep the steps that completed (peers can't be reduced with)
@@ -343,6 +344,8 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     """Train in this process (single, dp*, or one DDP rank) and write the record."""
     rec = Record(cfg, out)
     ctx = None
+    # From the environment, not the Context: a rank whose set-up fails must still know its place.
+    distributed, rank = "LOCAL_RANK" in os.environ, int(os.environ.get("RANK", 0))
     with measure.WarningRecorder() as warn:
         try:
             ctx = Context(cfg)
@@ -352,20 +355,21 @@ def run_process(cfg: RunConfig, out: Path) -> int:
             status, reason = results.STATUS_FAILED, f"{type(exc).__name__}: {_first_line(exc)}"
             log(f"run failed: {reason}")
             traceback.print_exc()
-            if ctx is not None and ctx.distributed:
-                (out / f"rank{ctx.rank}.error.txt").write_text(reason + "\n")
-                if ctx.is_main:   # what this rank measured, without collectives that would hang
-                    rec.warnings = warn.rows(ctx.rank)
+            if distributed:
+                (out / f"rank{rank}.error.txt").write_text(reason + "\n")
+                if rank == 0:   # what this rank measured, without collectives that would hang
+                    rec.warnings = warn.rows(rank)
                     rec.write(status, reason)
                 # Peers are blocked in a collective that will never complete: torchrun ends
-                # them once this rank exits, and the launcher writes the record.
+                # them once this rank exits, and the launcher completes the record.
                 return 1
-    rec.warnings = [w for rank_rows in ctx.gather(warn.rows(ctx.rank)) for w in rank_rows] \
-        if ctx is not None else warn.rows()
-    if ctx is not None and ctx.distributed:
+    if distributed:
+        rec.warnings = [w for rows in ctx.gather(warn.rows(rank)) for w in rows]
         mem = ctx.gather(rec.memory)
-        rec.memory = [dict(row, device=rank) for rank, rows in enumerate(mem) for row in rows]
-    if ctx is None or ctx.is_main:
+        rec.memory = [dict(row, device=r) for r, rows in enumerate(mem) for row in rows]
+    else:
+        rec.warnings = warn.rows()
+    if rank == 0:
         rec.write(status, reason)
     if ctx is not None:
         ctx.close()
@@ -383,8 +387,9 @@ def launch_ddp(cfg: RunConfig, out: Path) -> int:
            f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.train",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
     env = dict(os.environ)
-    if not uses_cuda(cfg):
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // cfg.gpus)))
+    if not uses_cuda(cfg):   # the ranks share the job's threads (Snakemake sets OMP_NUM_THREADS)
+        threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+        env["OMP_NUM_THREADS"] = str(max(1, threads // cfg.gpus))
     log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
     started = time.perf_counter()
     code = subprocess.run(cmd, env=env).returncode
@@ -405,9 +410,11 @@ def launch_ddp(cfg: RunConfig, out: Path) -> int:
 
 def run(cfg: RunConfig, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [out / results.METRICS, *out.glob("rank*.error.txt")]:
-        stale.unlink(missing_ok=True)
     if "LOCAL_RANK" not in os.environ:
+        # A rerun starts clean: an old curve or checkpoint must not pass for this run's.
+        for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
+                      *out.glob("rank*.error.txt")]:
+            stale.unlink(missing_ok=True)
         reason = skip_reason(cfg)
         if reason:
             log(f"skipped: {reason}")
@@ -444,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
     with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
         if len(ids) == cfg.gpus:
+            os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
             print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
             log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")

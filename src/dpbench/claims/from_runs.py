@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from dpbench import DP_VARIANTS
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import find, probe_section
 
@@ -20,7 +21,6 @@ SEPARATION = 2.0           # dp_mean must stray this many times further from sin
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
 GOOD_EFFICIENCY = 0.8      # speed-up per GPU that makes "faster on more GPUs" hold
-DP_VARIANTS = ("dp", "dp_mean", "dp_sum")
 
 
 def _multi_gpu(ev, groups: list[str]) -> int:

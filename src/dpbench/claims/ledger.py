@@ -26,8 +26,10 @@ FIGURES = {"C1": ("memory",), "C5": ("warnings",), "C6": ("loss_vs_single",),
 
 
 def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
-    """Group name -> {variants, gpus, options, label} as declared in the experiment file."""
-    spec = yaml.safe_load(Path(experiment_path).read_text())
+    """Group name -> {variants, gpus, options, label} as declared in the experiment file (or in
+    inline JSON, as the pipeline passes the groups it planned)."""
+    text = str(experiment_path)
+    spec = yaml.safe_load(text if text.lstrip().startswith("{") else Path(text).read_text())
     return {g["name"]: {"variants": list(g.get("variants") or spec["variants"]),
                         "gpus": list(g.get("gpus") or spec["gpus"]),
                         "options": dict(g.get("options") or {}),
