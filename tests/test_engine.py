@@ -175,3 +175,11 @@ def test_a_rerun_that_fails_early_leaves_no_old_curve(tmp_path, monkeypatch):
     rec = run_engine(out, variant="single", max_steps=3, global_batch=6)
     assert rec["status"] == "failed" and rec["steps"] == 0
     assert not (out / results.STEPS).exists()
+
+
+def test_gloo_ranks_share_the_jobs_threads(tmp_path, monkeypatch):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):   # what Snakemake sets for a 2-thread job
+        monkeypatch.setenv(var, "2")
+    rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=1, global_batch=6,
+                     eval_each_epoch=False)
+    assert rec["status"] == "ok" and rec["provenance"]["cpu_threads"] == 1

@@ -387,9 +387,10 @@ def launch_ddp(cfg: RunConfig, out: Path) -> int:
            f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.train",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
     env = dict(os.environ)
-    if not uses_cuda(cfg):   # the ranks share the job's threads (Snakemake sets OMP_NUM_THREADS)
+    if not uses_cuda(cfg):   # the ranks share the job's threads (Snakemake sets these to them)
         threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-        env["OMP_NUM_THREADS"] = str(max(1, threads // cfg.gpus))
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(max(1, threads // cfg.gpus))
     log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
     started = time.perf_counter()
     code = subprocess.run(cmd, env=env).returncode

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record
 from dpbench.model import resnet18
+from dpbench.variants import Variant
 
 ARTICLE_LOSSES = [0.3, 0.2, 0.8]
 # (global batch, replicas): CIFAR-10's full and final (50000 % 128 = 80) batches, plus even splits
@@ -77,27 +78,17 @@ def _batch(n: int, device: str = "cpu"):
             torch.randint(0, 10, (n,), generator=g).to(device))
 
 
-class _ReplicaLoss(nn.Module):
-    """What dp_mean / dp_sum replicas return: the chunk's mean or sum of cross-entropy."""
-
-    def __init__(self, model: nn.Module, reduction: str):
-        super().__init__()
-        self.model, self.reduction = model, reduction
-
-    def forward(self, x, y):
-        return F.cross_entropy(self.model(x), y, reduction=self.reduction)
-
-
 def dataparallel_first_step(model: nn.Module, batch: int, gpus: int) -> dict:
-    """First-step gradients of dp_mean and dp_sum against one device, BatchNorm in eval mode."""
+    """First-step gradients of dp_mean and dp_sum against one device, BatchNorm in eval mode,
+    through the engine's own variants (dpbench.variants), so the probe checks what training runs."""
     x, y = _batch(batch, "cuda:0")
     single = _flat_grad(model, F.cross_entropy(model(x), y))
     out = {"batch": batch, "gpus": gpus, "chunks": chunk_sizes(batch, gpus)}
+    devices = [torch.device("cuda", i) for i in range(gpus)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the gather warning is C5's subject, not this one's
-        for name, reduction in [("dp_mean", "mean"), ("dp_sum", "sum")]:
-            per_replica = nn.DataParallel(_ReplicaLoss(model, reduction), device_ids=list(range(gpus)))(x, y)
-            loss = per_replica.mean() if reduction == "mean" else per_replica.sum() / batch
+        for name in ("dp_mean", "dp_sum"):
+            loss = Variant(name, model, devices).losses(x, y, batch).optimised
             out[f"grad_rel_diff_{name}_vs_single"] = _rel(_flat_grad(model, loss), single)
     return out
 
