@@ -137,6 +137,8 @@ def test_plan_expands_the_matrix_and_sizes_gpu_jobs():
     cpu = _plan(visible=0)
     assert len(cpu.runs) == 1 + 3 * 2 and cpu.runs["ddp-g2-r0"].dataset == "synthetic"
     assert cpu.runs["ddp-g4-r0"].max_cpu_ranks == 2
+    with pytest.raises(ValueError, match="not in experiment 't'"):
+        plan.run_json("ddp-g8-r0")
 
 
 def test_leases_give_jobs_disjoint_gpus_and_wait_all_or_nothing(tmp_path, monkeypatch):

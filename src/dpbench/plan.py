@@ -101,19 +101,28 @@ class Plan:
         return json.dumps({"variants": cfg["variants"], "gpus": cfg["gpus"], "matrix": matrix},
                           sort_keys=True)
 
+    def run(self, run_id: str) -> RunConfig:
+        try:
+            return self.runs[run_id]
+        except KeyError:
+            some = ", ".join(sorted(self.runs)[:6])
+            raise ValueError(f"run {run_id!r} is not in experiment {self.config['experiment']!r} as "
+                             f"planned here ({len(self.runs)} runs, e.g. {some}); choose the "
+                             f"experiment with --config experiment=NAME") from None
+
     def run_json(self, run_id: str) -> str:
         import json
-        return json.dumps(self.runs[run_id].to_dict(), sort_keys=True)
+        return json.dumps(self.run(run_id).to_dict(), sort_keys=True)
 
     def gpus_for(self, run_id: str) -> int:
         """The `gpu` resource of a run: what it occupies (all of them when timing exclusively)."""
-        rc = self.runs[run_id]
+        rc = self.run(run_id)
         if self.cpu or rc.gpus > self.gpus_visible:
             return 0
         return self.gpus_visible if self.config["exclusive_timing"] else rc.gpus
 
     def threads_for(self, run_id: str) -> int:
-        rc = self.runs[run_id]
+        rc = self.run(run_id)
         ranks = rc.gpus if rc.variant == "ddp" else 1
         return max(1, ranks) + (rc.workers if rc.feed == "torch" else 0)
 
