@@ -136,3 +136,19 @@ def test_gpu_provenance_shows_models_and_the_most_gpus_a_run_saw():
     assert _fmt_gpus([["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]]) == "2 × NVIDIA H200"
     assert _fmt_gpus(["NVIDIA H200"]) == "1 × NVIDIA H200"
     assert _fmt_gpus([]) == "none"
+
+
+def test_summary_of_cpu_runs_says_gpu_counts_are_processes(tmp_path):
+    from dpbench import results as R
+    from dpbench.summarize import render_summary
+    cols = R.SUMMARY_COLUMNS
+    row = dict.fromkeys(cols, "")
+    row.update(run_id="single-g1-r0", variant="single", gpus=1, repeat=0, status="ok",
+               images_per_s=50.0, device_type="cpu")
+    R.write_csv(R.table_path(tmp_path, "t", "summary"), cols, [row])
+    R.write_csv(R.table_path(tmp_path, "t", "warnings"), R.WARNING_COLUMNS, [])
+    R.write_json(R.provenance_path(tmp_path, "t"), {"torch": "x"})
+    assert "ran on the CPU" in render_summary(tmp_path, "t")
+    row["device_type"] = "cuda"
+    R.write_csv(R.table_path(tmp_path, "t", "summary"), cols, [row])
+    assert "ran on the CPU" not in render_summary(tmp_path, "t")

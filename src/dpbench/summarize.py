@@ -261,10 +261,15 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
     summary = load_table(results_dir, tag, "summary")
     warnings = load_table(results_dir, tag, "warnings")
     med = medians(summary)
-    sections = [f"# dpbench results: {tag}\n", provenance_section(results_dir, tag),
+    ran = ok_runs(summary)
+    # Without CUDA the engine runs single and ddp on the CPU: a "GPU" count is a process count.
+    cpu_note = ("_These runs ran on the CPU (no CUDA device): \"GPUs\" below count ddp's gloo "
+                "processes, and the timings say nothing about GPUs._\n"
+                if len(ran) and (ran["device_type"] == "cpu").all() else "")
+    sections = [f"# dpbench results: {tag}\n", cpu_note, provenance_section(results_dir, tag),
                 headline_section(med), medians_section(med), not_ok_section(summary),
                 warnings_section(warnings)]
-    return "\n".join(sections).rstrip() + "\n"
+    return "\n".join(s for s in sections if s).rstrip() + "\n"
 
 
 def write_summary_md(results_dir: Path | str, tag: str) -> Path:
