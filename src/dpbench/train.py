@@ -352,7 +352,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
             train(cfg, ctx, rec, warn)
             status, reason = results.STATUS_OK, ""
         except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
-            status, reason = results.STATUS_FAILED, f"{type(exc).__name__}: {_first_line(exc)}"
+            status, reason = results.STATUS_FAILED, error_text(exc)
             log(f"run failed: {reason}")
             traceback.print_exc()
             if distributed:
@@ -376,9 +376,10 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     return 0
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else repr(exc)
+def error_text(exc: BaseException) -> str:
+    """`Type: first line of the message`, the way a user sees it at the top of a traceback."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip()
 
 
 def launch_ddp(cfg: RunConfig, out: Path) -> int:

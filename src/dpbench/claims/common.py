@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
+from dpbench.train import error_text  # noqa: F401  (the probes report errors as the engine does)
 
 
 def gpus_visible() -> int:
@@ -31,12 +32,6 @@ def ran_on() -> dict[str, Any]:
 
 def needs(n: int, found: int | None = None) -> str:
     return needs_text(n, gpus_visible() if found is None else found)
-
-
-def error_text(exc: BaseException) -> str:
-    """`Type: first line of the message`, the way a user sees it at the top of a traceback."""
-    lines = str(exc).splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip()
 
 
 def record(claim: str, observations: list[dict], verdict: str,
