@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -21,7 +22,8 @@ def _ident(rec: dict) -> dict:
 
 def model_mib(row: dict) -> float:
     """Allocated memory without the dataset held on the device: what the model and optimizer cost."""
-    return row["allocated_mib"] - (row.get("data_mib") or 0.0)
+    data = row.get("data_mib")
+    return row["allocated_mib"] - (0.0 if data is None or math.isnan(data) else data)
 
 
 def device0_excess_ratio(memory: list[dict]) -> float | None:

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from dpbench import DP_VARIANTS
+from dpbench.collect import model_mib
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import find, probe_section
 
@@ -30,10 +31,11 @@ def _multi_gpu(ev, groups: list[str]) -> int:
 # -- C1: memory on device 0 ---------------------------------------------------------------
 
 def _model_mib(ev, run_id: str) -> pd.Series:
-    """Per device: peak allocated less the dataset resident there (gpu feed), as collect does."""
+    """Per device: peak allocated less the dataset resident there (gpu feed), by collect's rule."""
     mem = ev.tables["memory"]
-    mem = mem[mem["run_id"] == run_id].set_index("device")
-    return (mem["allocated_mib"].astype(float) - mem["data_mib"].astype(float).fillna(0.0)).dropna()
+    rows = mem[mem["run_id"] == run_id]
+    return pd.Series([model_mib(r) for r in rows.to_dict("records")],
+                     index=rows["device"].to_numpy(), dtype=float).dropna()
 
 
 def _ddp_spread(ev, group: str, gpus: int) -> float | None:
