@@ -183,3 +183,39 @@ def test_gloo_ranks_share_the_jobs_threads(tmp_path, monkeypatch):
     rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=1, global_batch=6,
                      eval_each_epoch=False)
     assert rec["status"] == "ok" and rec["provenance"]["cpu_threads"] == 1
+
+
+class FakeAllocator:
+    """torch.cuda's peak counters for one device, driven by hand."""
+
+    def __init__(self, monkeypatch):
+        self.current = self.peak = 0.0
+        monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d: setattr(self, "peak", self.current))
+        monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: self.peak * measure.MIB)
+        monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 2 * self.peak * measure.MIB)
+
+    def spike(self, mib):
+        self.peak = max(self.peak, self.current + mib)
+
+
+def test_training_peaks_leave_the_evaluation_out(monkeypatch):
+    alloc = FakeAllocator(monkeypatch)
+    peaks = measure.TrainingPeaks([0])
+    alloc.spike(100.0)              # a training step
+    with peaks.left_out():
+        alloc.spike(500.0)          # the test pass, on device 0 alone at its own batch
+    alloc.spike(120.0)              # training goes on (eval_each_epoch)
+    row, = measure.memory_rows(peaks, None)
+    assert row["allocated_mib"] == 120.0 and row["reserved_mib"] == 240.0
+    alloc.spike(700.0)
+    assert measure.memory_rows(peaks, None)[0]["allocated_mib"] == 700.0  # training's own peaks still count
+
+
+def test_training_peaks_of_a_run_that_failed_in_evaluation_keep_the_training(monkeypatch):
+    alloc = FakeAllocator(monkeypatch)
+    peaks = measure.TrainingPeaks([0])
+    alloc.spike(100.0)
+    with pytest.raises(RuntimeError), peaks.left_out():
+        alloc.spike(900.0)
+        raise RuntimeError("out of memory in the test pass")
+    assert measure.memory_rows(peaks, None)[0]["allocated_mib"] == 100.0

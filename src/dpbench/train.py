@@ -239,7 +239,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
     fault = _fault_step(ctx)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
-    measure.reset_peaks(cuda_ids)
+    peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
     log(f"{rec.cfg.variant} on {len(ctx.devices) if cfg.variant in DP_VARIANTS else ctx.world} "
         f"{ctx.device.type} device(s) {[str(d) for d in ctx.devices]}: {total} steps, "
         f"{epochs} epoch(s) of {len(feed)}, global batch {cfg.global_batch}")
@@ -283,14 +283,15 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if cfg.eval_each_epoch or epoch == epochs - 1:
-                    acc, loss = evaluate(model, test_feed, ctx, autocast)
+                    with peaks.left_out() if peaks else nullcontext():
+                        acc, loss = evaluate(model, test_feed, ctx, autocast)
                     rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
                     log(f"epoch {epoch + 1}/{epochs}: test accuracy {acc:.4f}, test loss {loss:.4f}")
         if cfg.save_checkpoint and ctx.is_main:
             torch.save(model.state_dict(), rec.out / CHECKPOINT)
     finally:   # peak memory matters most when the run ran out of it
-        if cuda_ids:
-            rec.memory = measure.memory_rows(cuda_ids, nvml)
+        if peaks:
+            rec.memory = measure.memory_rows(peaks, nvml)
             for row in rec.memory:
                 row["data_mib"] = data_mib.get(row["device"] if cfg.variant in DP_VARIANTS else 0, 0.0)
 

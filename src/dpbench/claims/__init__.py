@@ -39,9 +39,10 @@ CLAIM_IDS = list(CLAIMS)
 
 # What a user should do instead (or in addition, where the article is right).
 ADVICE = {
-    "C1": ('Size the batch for device 0: besides its share of activations it keeps the master '
-            'weights, the summed gradients, the optimizer state and the gathered outputs. DDP keeps '
-            'these evenly on every rank.'),
+    "C1": ('Size the batch for device 0: besides its share of activations it keeps the summed '
+            'gradients, the optimizer state (one model-sized buffer for SGD with momentum, two for '
+            'Adam) and the whole input batch; the gathered outputs are negligible. DDP keeps these '
+            'evenly on every rank.'),
     "C2": ("Put the model on device_ids[0] before wrapping (model.to(f'cuda:{device_ids[0]}')). "
             'CUDA_VISIBLE_DEVICES works only if set before CUDA initialises (in the shell, or before '
             'the first torch.cuda call); ids are then renumbered from 0.'),
