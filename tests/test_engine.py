@@ -219,3 +219,11 @@ def test_training_peaks_of_a_run_that_failed_in_evaluation_keep_the_training(mon
         alloc.spike(900.0)
         raise RuntimeError("out of memory in the test pass")
     assert measure.memory_rows(peaks, None)[0]["allocated_mib"] == 100.0
+
+
+def test_an_explicit_git_sha_wins_over_the_trees_own(monkeypatch):
+    from dpbench import provenance
+    monkeypatch.delenv("DPBENCH_GIT_SHA", raising=False)
+    own = provenance.git_sha()
+    monkeypatch.setenv("DPBENCH_GIT_SHA", "c0ffee")   # what tools/device/*.sh export for a copied tree
+    assert provenance.git_sha() == "c0ffee" != own

@@ -25,12 +25,13 @@ def _plain(text: str | None) -> str | None:
 
 
 def git_sha() -> str | None:
-    """The project's revision, with '+dirty' when the working tree has changes; DPBENCH_GIT_SHA
-    names it where the code travelled without its .git (a copy on a GPU machine)."""
+    """The project's revision, with '+dirty' when the working tree has changes. DPBENCH_GIT_SHA,
+    where set, wins: a tree copied to a GPU machine may carry no .git, or a stale one (seen on the
+    device: its .git still at the session's first commit, the newer code showing as '+dirty')."""
+    if explicit := os.environ.get("DPBENCH_GIT_SHA"):
+        return explicit
     here = str(Path(__file__).resolve().parent)
     sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
-    if sha is None:
-        return os.environ.get("DPBENCH_GIT_SHA")
     if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
         sha += "+dirty"
     return sha

@@ -3,6 +3,7 @@
 # figures, summary, claims, report, per-run metrics and logs; no checkpoints) into OUT_DIR.
 # Snakemake gets LIMIT seconds (default 480) so that the packing still happens inside the
 # device's per-command limit; a rerun on the same machine continues where it stopped.
+# A copied tree may carry no .git or a stale one: export DPBENCH_GIT_SHA=<commit> for provenance.
 # Usage (repo root; CIFAR-10 rebuilt under data/ first):
 #   LIMIT=480 tools/device/pipeline_run.sh EXPERIMENT OUT_DIR [snakemake args...]
 set -uo pipefail
