@@ -138,9 +138,12 @@ rule claims:
         *TABLES.values(),   # first: TAG_OF_INPUT reads the result set from input[0]
         f"{BASE}/provenance.json",
         pipeline.probe_files(PLAN),
+        *FIGURES.values(),   # claims.md links some of them
     output:
         md=report(f"{BASE}/claims.md", caption="report/claims.rst", category="Claims"),
         json=f"{BASE}/claims.json",
+        figures=[report(path, caption="report/claim_figures.rst", category="Claims")
+                 for path in pipeline.claim_figure_files(PLAN).values()],
     log:
         f"{BASE}/logs/claims.log",
     params:

@@ -268,11 +268,14 @@ def ledger(tmp_path, tag, probes):
 
 
 def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
-    fig = results.figures_dir(tmp_path, "t") / "memory.png"
+    fig = results.figures_dir(tmp_path, "t") / "warnings.png"   # drawn by the plots rule, before
     fig.parent.mkdir(parents=True)
     fig.write_bytes(b"png")
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
-    assert claims["C1"]["figures"] == [str(fig)] and f"`{fig}`" in md
+    assert claims["C5"]["figures"] == ["figures/warnings.png"] and "](figures/warnings.png)" in md
+    for cid in ("C1", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
+        assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
+        assert (results.tag_dir(tmp_path, "t") / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS
     verdicts = {cid: c["verdict"] for cid, c in claims.items()}
     assert verdicts == {"C1": NUANCE, "C2": NUANCE, "C3": REFUTED, "C4": NUANCE, "C5": CONFIRMED,
@@ -342,3 +345,22 @@ def test_ledger_on_cpu_says_what_was_not_run_and_why(tmp_path):
                for e in claims["C6"]["evidence"])
     assert any("not run here: needs 2 GPUs (found 0)" in e for e in claims["C7"]["evidence"])
     assert "**Not run here:** needs 2 GPUs (found 0)" in md
+
+
+def test_claim_figures_are_written_even_where_a_claim_did_not_run(tmp_path):
+    tag = FakeTag()   # no runs at all: every claim figure says why instead
+    md, claims = ledger(tmp_path, tag, {})
+    for cid in ("C1", "C7", "C8"):
+        assert (results.tag_dir(tmp_path, "t") / f"figures/claim_{cid.lower()}.png").exists()
+    assert claims["C1"]["verdict"] == NOT_RUN
+
+
+def test_c1_estimate_itemises_device0_from_sizes():
+    e = from_runs.device0_excess_estimate(2048, 2)
+    weights = from_runs.PARAMS * 4 / 2 ** 20
+    assert e["summed_grads"] == e["momentum"] == pytest.approx(weights)
+    assert e["input_batch"] == pytest.approx(1024 * (3 * 32 * 32 * 4 + 8) / 2 ** 20)   # the other half
+    assert e["gathered_logits"] == pytest.approx(2048 * 10 * 4 / 2 ** 20)
+    uneven = from_runs.device0_excess_estimate(128, 3)   # chunks 43/43/42: the others hold 42.5 on average
+    assert uneven["input_batch"] == pytest.approx((128 - 42.5) * (3 * 32 * 32 * 4 + 8) / 2 ** 20)
+    assert from_runs.device0_excess_estimate(512, 2, momentum=False)["momentum"] == 0.0

@@ -71,6 +71,13 @@ def figure_files(plan: Plan) -> dict[str, str]:
     return {name: str(fig_dir / f"{name}.png") for name in FIGURES}
 
 
+def claim_figure_files(plan: Plan) -> dict[str, str]:
+    """The claims ledger's own figures (dpbench.claims.figures), drawn with claims.md."""
+    from .claims.figures import DRAW, figure_name
+    fig_dir = results.figures_dir(plan.config["results_dir"], plan.tag)
+    return {cid: str(fig_dir / figure_name(cid)) for cid in DRAW}
+
+
 def probe_files(plan: Plan) -> list[str]:
     return [f"{plan.base}/claims/{claim}.json" for claim in plan.config["probes"]]
 
@@ -108,4 +115,5 @@ def compare_args(config: dict, tag: str) -> str:
 
 
 __all__ = ["ConfigError", "load_experiment", "make_plan", "table_files", "figure_files",
-           "probe_files", "final_targets", "tag_args", "compare_args", "environment_fingerprint"]
+           "claim_figure_files", "probe_files", "final_targets", "tag_args", "compare_args",
+           "environment_fingerprint"]

@@ -23,6 +23,7 @@ SEPARATION = 2.0           # dp_mean must stray this many times further from sin
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
 GOOD_EFFICIENCY = 0.8      # speed-up per GPU that makes "faster on more GPUs" hold
+EPOCH_IMAGES = 50_000      # CIFAR-10's training set: epoch time at a run's measured rate
 
 
 def _multi_gpu(ev, groups: list[str]) -> int:
@@ -286,7 +287,8 @@ def c8(ev) -> dict[str, Any]:
                 if r.empty:
                     continue
                 ips = r["images_per_s"].median()
-                rows.append({"group": g, "variant": variant, "gpus": gpus, "images_per_s": ips,
+                rows.append({"group": g, "options": ev.groups[g]["label"], "variant": variant, "gpus": gpus,
+                             "images_per_s": ips,
                              "single_images_per_s": base, "speedup": ips / base,
                              "efficiency": ips / base / gpus, "wall_s": r["wall_s"].median(),
                              "single_wall_s": single["wall_s"].median()})
@@ -301,7 +303,8 @@ def c8(ev) -> dict[str, Any]:
         verdict = NUANCE
     lines = [f"{r['group']}: {r['variant']} on {r['gpus']} GPU(s) {r['images_per_s']:.0f} images/s vs one GPU "
              f"{r['single_images_per_s']:.0f}: {r['speedup']:.2f}x, efficiency {r['efficiency']:.0%}; "
-             f"run wall {r['wall_s']:.1f} s vs {r['single_wall_s']:.1f} s" for r in rows]
+             f"an epoch of {EPOCH_IMAGES:,} images at this rate {EPOCH_IMAGES / r['images_per_s']:.1f} s vs "
+             f"{EPOCH_IMAGES / r['single_images_per_s']:.1f} s" for r in rows]
     best_ddp = max((r["speedup"] for r in rows if r["variant"] == "ddp" and r["gpus"] > 1), default=None)
     summary = "DP on >1 GPU: " + ", ".join(f"{r['speedup']:.2f}x ({r['group']}, {r['gpus']} GPUs)" for r in dp)
     if best_ddp is not None:

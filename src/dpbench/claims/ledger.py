@@ -18,11 +18,12 @@ import yaml
 from dpbench import results
 from dpbench.markdown import md_table
 from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
+from dpbench.claims import figures as claim_figures
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
-# Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence.
-FIGURES = {"C1": ("memory",), "C5": ("warnings",), "C6": ("loss_vs_single",),
-           "C7": ("throughput",), "C8": ("throughput", "scaling_efficiency")}
+# Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence
+# (C1, C7 and C8 have figures of their own: dpbench.claims.figures).
+FIGURES = {"C5": ("warnings",), "C6": ("loss_vs_single",)}
 
 
 def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
@@ -102,7 +103,9 @@ class Evidence:
         if not p:
             return "runs: no provenance.json"
         names = p.get("gpu_names") or []
-        if names and all(isinstance(n, str) for n in names):  # one shared value: a list of names
+        if names and not all(isinstance(n, str) for n in names):  # runs saw different sets: the largest
+            names = max(names, key=len)
+        if names:
             names = ", ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
         return "runs: " + _versions(p.get("torch"), p.get("cuda"), p.get("cudnn"),
                                     names or "no GPU", p.get("driver") and f"driver {p['driver']}")
@@ -114,9 +117,10 @@ class Evidence:
                                      where, f"Python {r.get('python')}")
 
     def figures(self, cid: str) -> list[str]:
-        """The tag's figures (dpbench.plots.FIGURES) that bear on this claim, where drawn."""
+        """The tag's figures (dpbench.plots.FIGURES) that bear on this claim, where drawn, relative
+        to the tag's folder (where claims.md is)."""
         fdir = results.figures_dir(self.results_dir, self.tag)
-        return [str(fdir / f"{name}.png") for name in FIGURES.get(cid, ()) if (fdir / f"{name}.png").exists()]
+        return [f"{fdir.name}/{name}.png" for name in FIGURES.get(cid, ()) if (fdir / f"{name}.png").exists()]
 
 
 def _versions(torch, cuda, cudnn, *rest) -> str:
@@ -137,8 +141,7 @@ def render_md(tag: str, sections: list[dict[str, Any]]) -> str:
             out += [f"**Not run here:** {s['not_run'].removeprefix('not run here: ')}", ""]
         if s["evidence"]:
             out += ["**Evidence.**", ""] + [f"- {line}" for line in s["evidence"]] + [""]
-        if s["figures"]:
-            out += ["**Figures.** " + ", ".join(f"`{f}`" for f in s["figures"]), ""]
+        out += [f"![{s['id']}: {Path(f).stem}]({f})" for f in s["figures"]] + ([""] if s["figures"] else [])
         out += [f"**Measured on.** {'; '.join(s['measured_on']) or 'nothing measured here'}", ""]
         out += [f"**What to do.** {s['advice']}", ""]
     return "\n".join(out).rstrip() + "\n"
@@ -162,6 +165,9 @@ def write_ledger(results_dir: Path | str, tag: str,
                  experiment_path: Path | str = DEFAULT_EXPERIMENT) -> tuple[Path, Path]:
     ev = Evidence(results_dir, tag, experiment_path)
     built = build_sections(ev)
+    drawn = claim_figures.draw(results_dir, tag, built)
+    for s in built:
+        s["figures"][:0] = [drawn[s["id"]]] if s["id"] in drawn else []
     base = results.tag_dir(results_dir, tag)
     md_path, json_path = base / "claims.md", base / "claims.json"
     results.write_atomic(md_path, render_md(tag, built))
