@@ -12,7 +12,7 @@ from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims import c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
 from dpbench.claims import c6_reduction, c7_cudnn_threads, from_runs, probe
-from dpbench.claims.ledger import FIGURES, group_labels, write_ledger
+from dpbench.claims.ledger import FIGURES, experiment_groups, group_labels, write_ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "claims.yaml"
@@ -326,10 +326,11 @@ def test_c6_bias_lost_in_training_noise_needs_nuance(tmp_path):
 
 def test_ledger_on_cpu_says_what_was_not_run_and_why(tmp_path):
     t = FakeTag()
+    groups = experiment_groups(EXPERIMENT)
     for group in t.labels:
         variants = {"c1": ["dp", "dp_mean"], "c6": ["dp_mean", "dp_sum"], "c7": ["dp"], "c8": ["dp"]}
         for v in variants[group.split("_")[0]]:
-            t.run(group, v, 3 if group.startswith("c6") else 2, status="skipped")
+            t.run(group, v, max(groups[group]["gpus"]), status="skipped")
         t.run(group, "single", 1, images_per_s=50.0, wall_s=9.0, device_type="cpu")
     md, claims = ledger(tmp_path, t, fake_cpu_probes())
     for cid in CLAIM_IDS:
@@ -341,7 +342,7 @@ def test_ledger_on_cpu_says_what_was_not_run_and_why(tmp_path):
     for cid in ("C2", "C5", "C7"):
         assert claims[cid]["verdict"] == NOT_RUN and "needs 2 GPUs (found 0)" in claims[cid]["not_run"]
     assert claims["C6"]["verdict"] == CONFIRMED  # the arithmetic and the CPU emulation stand alone
-    assert any(e.startswith("training runs on an uneven split: not run here: needs 3 GPUs (found 0)")
+    assert any(e.startswith("training runs on an uneven split: not run here: needs 2 GPUs (found 0)")
                for e in claims["C6"]["evidence"])
     assert any("not run here: needs 2 GPUs (found 0)" in e for e in claims["C7"]["evidence"])
     assert "**Not run here:** needs 2 GPUs (found 0)" in md
