@@ -273,7 +273,7 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     fig.write_bytes(b"png")
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
     assert claims["C5"]["figures"] == ["figures/warnings.png"] and "](figures/warnings.png)" in md
-    for cid in ("C1", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
+    for cid in ("C1", "C6", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
         assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
         assert (results.tag_dir(tmp_path, "t") / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS
@@ -351,7 +351,7 @@ def test_ledger_on_cpu_says_what_was_not_run_and_why(tmp_path):
 def test_claim_figures_are_written_even_where_a_claim_did_not_run(tmp_path):
     tag = FakeTag()   # no runs at all: every claim figure says why instead
     md, claims = ledger(tmp_path, tag, {})
-    for cid in ("C1", "C7", "C8"):
+    for cid in ("C1", "C6", "C7", "C8"):
         assert (results.tag_dir(tmp_path, "t") / f"figures/claim_{cid.lower()}.png").exists()
     assert claims["C1"]["verdict"] == NOT_RUN
 

@@ -1,4 +1,4 @@
-"""One figure per claim whose evidence is a comparison of numbers (C1, C7, C8), drawn from the
+"""One figure per claim whose evidence is a comparison of numbers (C1, C6, C7, C8), drawn from the
 ledger's own section data, so a figure shows exactly what decided the verdict.
 
 Every figure is always written (the pipeline declares them as outputs); a claim that did not run
@@ -54,6 +54,28 @@ def c1_figure(s: Section) -> Figure:
     return fig
 
 
+def c6_figure(s: Section) -> Figure:
+    title = "C6: |loss - single's loss| per step, mean of means vs sum/N"
+    training = (s.get("data") or {}).get("training")
+    if not training:
+        return _missing(s, title)
+    fig, axes = new_figure(1, len(training))
+    for ax, t in zip(axes[0], training):
+        curves = pd.concat([pd.DataFrame({"step": range(len(t[f"{v}_vs_single"]["by_step"])),
+                                          "gap": t[f"{v}_vs_single"]["by_step"], "variant": v})
+                            for v in ("dp_mean", "dp_sum")])
+        curves = curves[curves["gap"] > 0]   # log scale: an exact match has no place on it
+        sns.lineplot(curves, x="step", y="gap", hue="variant", palette=palette(["dp_mean", "dp_sum"]),
+                     lw=1, ax=ax, legend=ax is axes[0][-1])
+        split = "uneven" if t["uneven"] else "even"
+        bn = ", BatchNorm eval" if t["bn_eval"] else ""
+        ax.set(yscale="log", xlabel="optimizer step", ylabel="|loss_global - single|",
+               title=f"{t['group']}: {t['gpus']} GPUs, {split} split{bn}")
+    sns.move_legend(axes[0][-1], "center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle(title)
+    return fig
+
+
 def c7_figure(s: Section) -> Figure:
     title = "C7: step time, cudnn.benchmark on vs off\n(median step, log scale)"
     training = (s.get("data") or {}).get("training")
@@ -100,7 +122,8 @@ def c8_figure(s: Section) -> Figure:
     return fig
 
 
-DRAW: dict[str, Callable[[Section], Figure]] = {"C1": c1_figure, "C7": c7_figure, "C8": c8_figure}
+DRAW: dict[str, Callable[[Section], Figure]] = {"C1": c1_figure, "C6": c6_figure, "C7": c7_figure,
+                                                "C8": c8_figure}
 
 
 def figure_name(cid: str) -> str:

@@ -22,8 +22,8 @@ from dpbench.claims import figures as claim_figures
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
 # Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence
-# (C1, C7 and C8 have figures of their own: dpbench.claims.figures).
-FIGURES = {"C5": ("warnings",), "C6": ("loss_vs_single",)}
+# (C1, C6, C7 and C8 have figures of their own: dpbench.claims.figures).
+FIGURES = {"C5": ("warnings",)}
 
 
 def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
