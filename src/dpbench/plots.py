@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -109,6 +110,13 @@ def add_legend(fig: Figure, variants: list[str], bars: bool = False,
         return Line2D([], [], color=PALETTE.get(v, OTHER_COLOR), marker="o", label=v)
     fig.legend(handles=[handle(v) for v in variants] + list(extra), loc="outside right center",
                frameon=False, title="variant")
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """dpbench's look, as context managers: the caller's matplotlib settings stay untouched."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
+        yield
 
 
 def save(fig: Figure, path: Path) -> None:
@@ -341,8 +349,7 @@ def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
     tables = {name: load_table(results_dir, tag, name) for name in results.TABLES}
     out = results.figures_dir(results_dir, tag)
     paths = []
-    # Styles as context managers: the caller's matplotlib settings stay untouched.
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
+    with style():
         for name in FIGURES:
             path = out / f"{name}.png"
             save(DRAW[name](tables), path)

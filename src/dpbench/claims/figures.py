@@ -14,11 +14,16 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from dpbench import results
-from dpbench.plots import new_figure, palette, placeholder, save
+from dpbench.plots import new_figure, palette, placeholder, save, style
 
 Section = dict[str, Any]
 ESTIMATE_PARTS = {"summed_grads": "summed gradients", "momentum": "momentum buffer",
                   "input_batch": "input batch kept\nfor the others", "gathered_logits": "gathered logits"}
+
+
+def _data(s: Section, key: str) -> list | None:
+    """One entry of a section's data; None where the claim did not run."""
+    return (s.get("data") or {}).get(key)
 
 
 def _missing(s: Section, title: str) -> Figure:
@@ -27,7 +32,7 @@ def _missing(s: Section, title: str) -> Figure:
 
 def c1_figure(s: Section) -> Figure:
     title = "C1: what device 0 holds beyond the other devices (peak allocated, training steps)"
-    runs = s["data"].get("runs") if s.get("data") else None
+    runs = _data(s, "runs")
     if not runs:
         return _missing(s, title)
     df = pd.DataFrame(runs)
@@ -56,7 +61,7 @@ def c1_figure(s: Section) -> Figure:
 
 def c6_figure(s: Section) -> Figure:
     title = "C6: |loss - single's loss| per step, mean of means vs sum/N"
-    training = (s.get("data") or {}).get("training")
+    training = _data(s, "training")
     if not training:
         return _missing(s, title)
     fig, axes = new_figure(1, len(training))
@@ -78,7 +83,7 @@ def c6_figure(s: Section) -> Figure:
 
 def c7_figure(s: Section) -> Figure:
     title = "C7: step time, cudnn.benchmark on vs off\n(median step, log scale)"
-    training = (s.get("data") or {}).get("training")
+    training = _data(s, "training")
     if not training:
         return _missing(s, title)
     df = pd.DataFrame(training)
@@ -101,7 +106,7 @@ def c7_figure(s: Section) -> Figure:
 
 def c8_figure(s: Section) -> Figure:
     title = "C8: images/s against one GPU (single), per recipe"
-    rows = (s.get("data") or {}).get("rows")
+    rows = _data(s, "rows")
     if not rows:
         return _missing(s, title)
     df = pd.DataFrame(rows)
@@ -136,7 +141,7 @@ def draw(results_dir: Path | str, tag: str, sections: list[Section]) -> dict[str
     out = results.figures_dir(results_dir, tag)
     by_id = {s["id"]: s for s in sections}
     written = {}
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
+    with style():
         for cid, draw_one in DRAW.items():
             save(draw_one(by_id.get(cid, {"id": cid})), out / figure_name(cid))
             written[cid] = f"{out.name}/{figure_name(cid)}"
