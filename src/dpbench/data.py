@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -37,6 +38,24 @@ TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 
 class DatasetUnavailable(RuntimeError):
     """The dataset is neither on disk nor downloadable; the message says what to do."""
+
+
+class DatasetDamaged(DatasetUnavailable):
+    """A file of the dataset is there but unreadable; the message names it and the way out."""
+
+
+class TorchvisionMismatch(RuntimeError):
+    """torchvision was built for another torch than the one installed."""
+
+
+# The first line of an error becomes a failed run's reason, so each message below says what
+# happened, which file, and what to do, before its first line break.
+REBUILD = "python -m dpbench.cifar_pack PACK.npz {root}"
+
+
+def _ways_out(folder: Path) -> str:
+    return (f"re-extract cifar-10-python.tar.gz into {folder.parent}, or rebuild the folder "
+            f"from a CIFAR-10 JPEG pack with `{REBUILD.format(root=folder.parent)}`")
 
 
 @dataclass
@@ -93,28 +112,49 @@ def _md5(path: Path) -> str:
 
 
 def _read_batch(path: Path) -> Split:
-    with open(path, "rb") as f:
-        entry = pickle.load(f, encoding="latin1")
-    data = np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    labels = entry.get("labels", entry.get("fine_labels"))
-    return Split(np.ascontiguousarray(data), np.asarray(labels, dtype=np.int64))
+    """One official batch file; anything unreadable or misshapen names the file and the way out."""
+    try:
+        with open(path, "rb") as f:
+            entry = pickle.load(f, encoding="latin1")
+        if not isinstance(entry, dict):
+            raise ValueError(f"holds a {type(entry).__name__}, not the official dict")
+        if "data" not in entry or not ("labels" in entry or "fine_labels" in entry):
+            raise ValueError(f"has no 'data' or 'labels' entry (keys: {sorted(map(str, entry))})")
+        raw = np.asarray(entry["data"], dtype=np.uint8)
+        labels = np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64)
+        if raw.size % 3072 or raw.size // 3072 != len(labels) or len(labels) == 0:
+            raise ValueError(f"has {raw.size} pixel values for {len(labels)} labels "
+                             f"(expected 3072 per image)")
+        if labels.min() < 0 or labels.max() > 9:
+            raise ValueError(f"has labels outside 0..9 ({labels.min()}..{labels.max()})")
+    except Exception as exc:   # truncated, random bytes, another pickle: all end the same way
+        cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        raise DatasetDamaged(f"CIFAR-10 file {path} is damaged ({cause}); "
+                             f"{_ways_out(path.parent)}") from exc
+    data = raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return Split(np.ascontiguousarray(data), labels)
 
 
-def missing_message(folder: Path, cause: str) -> str:
-    return (f"CIFAR-10 is not at {folder} and could not be downloaded ({cause}).\n"
-            f"  Place a copy there in the official layout (data_batch_1..5, test_batch from "
-            f"cifar-10-python.tar.gz, extracted), or on an offline machine rebuild one with\n"
-            f"  python shared/tools/cifar10_from_jpeg.py {folder.parent}\n"
-            f"  or set `dataset: synthetic` in the experiment's train options.")
+def missing_message(folder: Path, cause: str, missing: list[str] | None = None) -> str:
+    where = (f"CIFAR-10 is not at {folder}" if not missing or not folder.is_dir()
+             else f"CIFAR-10 at {folder} lacks {', '.join(missing)}")
+    return (f"{where} and could not be downloaded ({cause}); {_ways_out(folder)}, "
+            f"or set `dataset: synthetic` in the experiment's train options.\n"
+            f"  The official layout is {folder}/data_batch_1..5 and test_batch, as extracted "
+            f"from cifar-10-python.tar.gz.")
 
 
 def load_cifar10(root: Path, download: bool = True) -> Dataset:
     folder = root / CIFAR_FOLDER
     files = TRAIN_FILES + ["test_batch"]
-    if not all((folder / f).exists() for f in files):
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing:
         if not download:
-            raise DatasetUnavailable(missing_message(folder, "download disabled"))
-        _download(root, folder)
+            raise DatasetUnavailable(missing_message(folder, "download disabled", missing))
+        _download(root, folder, missing)
+    # Read before the checksum: a damaged file fails with its own name, not a mismatch warning.
+    parts = [_read_batch(folder / f) for f in TRAIN_FILES]
+    test = _read_batch(folder / "test_batch")
     bad = [f for f in files if _md5(folder / f) != OFFICIAL_MD5[f]]
     if bad:
         checksum = "mismatch"
@@ -124,17 +164,82 @@ def load_cifar10(root: Path, download: bool = True) -> Dataset:
         warnings.warn(f"CIFAR-10 at {folder}: {detail}", UserWarning, stacklevel=2)
     else:
         checksum, detail = "ok", "md5 matches the official release"
-    parts = [_read_batch(folder / f) for f in TRAIN_FILES]
     train = Split(np.concatenate([p.images for p in parts]), np.concatenate([p.labels for p in parts]))
-    return Dataset("cifar10", train, _read_batch(folder / "test_batch"), checksum, detail)
+    return Dataset("cifar10", train, test, checksum, detail)
 
 
-def _download(root: Path, folder: Path) -> None:
+def _download(root: Path, folder: Path, missing: list[str]) -> None:
+    CIFAR10 = import_torchvision("torchvision.datasets").CIFAR10
     try:
-        from torchvision.datasets import CIFAR10
         CIFAR10(str(root), train=True, download=True)
     except Exception as exc:  # offline, DNS, proxy, partial file: all end the same way
-        raise DatasetUnavailable(missing_message(folder, f"{type(exc).__name__}: {exc}")) from exc
+        cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        raise DatasetUnavailable(missing_message(folder, cause, missing)) from exc
+    still = [f for f in missing if not (folder / f).is_file()]
+    if still:
+        raise DatasetUnavailable(missing_message(folder, "the download did not bring them", still))
+
+
+def import_torchvision(module: str = "torchvision"):
+    """Import a torchvision module; a build for another torch fails with one clear line.
+
+    A torchvision wheel works only with the torch it was built against (same release and
+    same build: CPU or CUDA). Otherwise its C++ operators do not register and the import
+    fails deep inside with "operator torchvision::nms does not exist".
+    """
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+        raise TorchvisionMismatch(mismatch_message(str(exc))) from exc
+
+
+def mismatch_message(cause: str) -> str:
+    tv, wants = _torchvision_build()
+    built = f" (it asks for {wants})" if wants else ""
+    pair = _matching_torchvision(torch.__version__)
+    fix = (f"pip install --force-reinstall torch=={torch.__version__.split('+')[0]} "
+           f"torchvision=={pair}" if pair else "pip install torchvision of the same release")
+    first = cause.strip().splitlines()[0] if cause.strip() else "its operators are missing"
+    return (f"torchvision {tv} does not match torch {torch.__version__}{built}: {first}; "
+            f"install the matching pair from the same index, e.g. `{fix}` "
+            f"(from the index torch came from; for CPU builds "
+            f"--index-url https://download.pytorch.org/whl/cpu)")
+
+
+def _torchvision_build() -> tuple[str, str]:
+    """torchvision's full version (with its +cpu/+cuXXX build) and the torch it asks for,
+    read without importing it (the import is what fails)."""
+    import importlib.util
+    from importlib import metadata
+    try:
+        version, wants = metadata.version("torchvision"), ""
+        for req in metadata.requires("torchvision") or []:
+            name, _, rest = req.partition(" ")
+            if re.split(r"[;(<>=!~\[]", name, maxsplit=1)[0] == "torch":
+                wants = "torch" + re.sub(r"[\s()]", "", (name[5:] + rest).split(";")[0])
+    except metadata.PackageNotFoundError:
+        return "?", ""
+    spec = importlib.util.find_spec("torchvision")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (Path(folder) / "version.py").read_text())
+        except OSError:
+            continue
+        if m:
+            version = m.group(1)
+    return version, wants
+
+
+def _matching_torchvision(torch_version: str) -> str | None:
+    """torchvision 0.(minor+15).patch pairs with torch 2.minor.patch (since torch 2.0)."""
+    try:
+        major, minor, patch = (int(v) for v in torch_version.split("+")[0].split(".")[:3])
+    except ValueError:
+        return None
+    return f"0.{minor + 15}.{patch}" if major == 2 else None
 
 
 # -- batch order and sharding ---------------------------------------------------------------
@@ -248,7 +353,7 @@ class TorchFeed:
 
     def __init__(self, split: Split, batch: int, seed: int, device: torch.device,
                  world: int = 1, rank: int = 0, augment: bool = True, workers: int = 2):
-        import torchvision.transforms as T
+        T = import_torchvision("torchvision.transforms")
         steps = [T.RandomCrop(32, padding=PAD), T.RandomHorizontalFlip()] if augment else []
         transform = T.Compose(steps + [T.ToTensor(), T.Normalize(MEAN, STD)])
         self.sampler = _ShardedBatches(len(split.labels), batch, seed, world, rank, shuffle=augment)
