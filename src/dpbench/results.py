@@ -30,6 +30,9 @@ SUMMARY_COLUMNS = [
     "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib", "mem_dev0_over_mean_others",
     "n_warnings", "final_loss", "test_acc", "wall_s", "timed_steps", "global_batch",
     "precision", "feed", "dataset", "device_type",
+    # how the run was planned and seeded; setup: a hash of the run's config without its
+    # identity and batch fields, so runs that differ only in batch size share it
+    "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
 ]
 # data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
 # to compare what the model and optimizer cost per device.
@@ -39,6 +42,10 @@ WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category",
                    "count", "first_step", "location", "rank"]
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
 RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COLUMNS
+# One row per cell (options, variant, gpus) and quantity: a median over the ok repeats or a
+# ratio of medians (speed-up, efficiency against `reference`), with its bootstrap interval.
+CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
+                "quantity", "n", "reference", "value", "ci_low", "ci_high"]
 
 TABLES = {
     "summary": SUMMARY_COLUMNS,
@@ -46,6 +53,7 @@ TABLES = {
     "warnings": WARNING_COLUMNS,
     "accuracy": ACCURACY_COLUMNS,
     "steps": RUN_STEP_COLUMNS,
+    "medians": CELL_COLUMNS,
 }
 
 
@@ -106,6 +114,9 @@ def write_atomic(path: Path | str, text: str | bytes) -> None:
     mode = "wb" if isinstance(text, bytes) else "w"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file 0600; results are for the group too (a shared filesystem),
+        # as far as the user's umask allows.
+        os.fchmod(fd, 0o644 & ~_umask())
         with os.fdopen(fd, mode) as f:
             f.write(text)
             f.flush()
@@ -114,6 +125,18 @@ def write_atomic(path: Path | str, text: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    try:   # Linux shows it without changing it (other threads may be creating files)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)   # elsewhere reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path | str, obj: Any) -> None:
@@ -160,6 +183,7 @@ def read_table(root: Path | str, tag: str, name: str):
 
     # Text columns stay text: an empty options label or reason is "", not NaN.
     text = {c: str for c in ("run_id", "options", "reason", "message", "location", "category",
-                             "status", "variant") if c in TABLES[name]}
+                             "status", "variant", "scaling", "setup", "quantity", "reference")
+            if c in TABLES[name]}
     return pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""],
                        dtype=text).fillna({c: "" for c in text})
