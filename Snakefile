@@ -63,7 +63,7 @@ rule train:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.train --config {params.run:q} --out $(dirname {output}) "
+        "{params.py} -m dpbench.launch --config {params.run:q} --out $(dirname {output}) "
         "--lease {params.exclusive} --log {log}"
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dpbench import measure, results, train
+from dpbench import launch, measure, results, train
 from dpbench.variants import ReplicaLoss, reduce_replica_losses
 
 from conftest import run_engine
@@ -96,8 +96,8 @@ def test_more_gpus_than_visible_names_both_numbers(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     cfg = train.RunConfig(variant="ddp", gpus=4)
-    assert "needs 4 GPUs, 2 visible" in train.skip_reason(cfg)
-    assert train.skip_reason(train.RunConfig(variant="dp", gpus=2)) is None
+    assert "needs 4 GPUs, 2 visible" in launch.skip_reason(cfg)
+    assert launch.skip_reason(train.RunConfig(variant="dp", gpus=2)) is None
 
 
 def test_a_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):

@@ -24,9 +24,8 @@ def pool() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
-    from .measure import nvml
-    lib = nvml()
-    return [str(i) for i in range(lib.nvmlDeviceGetCount())] if lib else []
+    from .nvml import gpu_count
+    return [str(i) for i in range(gpu_count())]
 
 
 @contextmanager

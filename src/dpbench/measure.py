@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .nvml import nvml
+
 MIB = 1024 * 1024
 
 
@@ -64,16 +66,6 @@ def throughput(step_ms: list[float], batch_sizes: list[int]) -> dict:
 
 
 # -- memory -----------------------------------------------------------------------------------
-
-def nvml():
-    """The initialised NVML bindings, or None where there is no driver or no bindings."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:
-        return None
-
 
 class NvmlSampler:
     """Samples NVML's used memory of the given CUDA devices in a background thread.

@@ -35,6 +35,17 @@ def default_tag(experiment: str) -> str:
     return tag if experiment == "scaling" else f"{experiment}-{tag}"
 
 
+def resolve_run(train: dict, variant: str, gpus: int, repeat: int, options: dict,
+                seeds: str) -> dict:
+    """One run's RunConfig keys: the seed it trains with and, under weak scaling, its global batch."""
+    run = {**train, "variant": variant, "gpus": gpus, "repeat": repeat, "options": dict(options)}
+    if seeds == "distinct":
+        run["seed"] = train.get("seed", 0) + repeat
+    if train.get("per_gpu_batch") is not None:
+        run["global_batch"] = train["per_gpu_batch"] * gpus
+    return run
+
+
 def plan_gpus(config: dict) -> int:
     """The GPUs the plan is made for: `gpus_available` when set (planning on a cluster's login
     node, which has none), else what this machine shows."""
@@ -74,8 +85,8 @@ class Plan:
                         train = {**cfg.get("train", {}), **options}
                         if self.cpu:
                             train.update(cpu_plan["train"], max_cpu_ranks=cpu_plan["max_ranks"])
-                        rc = RunConfig.from_dict({**train, "variant": variant, "gpus": gpus,
-                                                  "repeat": repeat, "options": dict(options)})
+                        rc = RunConfig.from_dict(resolve_run(train, variant, gpus, repeat, options,
+                                                             cfg.get("seeds", "distinct")))
                         rid = results.run_id(variant, gpus, repeat, options)
                         if rid in runs and runs[rid] != rc:
                             raise ValueError(

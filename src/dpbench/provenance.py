@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .nvml import driver_version
+
 
 def _run(cmd: list[str], cwd: str | None = None) -> str | None:
     try:
@@ -37,16 +39,8 @@ def git_sha() -> str | None:
     return sha
 
 
-def nvidia_driver() -> str | None:
-    from .measure import nvml
-    lib = nvml()
-    if lib is None:
-        return None
-    v = lib.nvmlSystemGetDriverVersion()
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def collect(dataset: dict | None = None) -> dict:
+def collect(dataset: dict | None = None, cfg=None) -> dict:
+    """Versions, devices and the numerics switches in force (`cfg`: the run's RunConfig)."""
     cuda = torch.cuda.is_available()
     nccl = None
     if cuda and torch.distributed.is_nccl_available():
@@ -57,7 +51,7 @@ def collect(dataset: dict | None = None) -> dict:
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
         "nccl": nccl,
-        "driver": nvidia_driver() if cuda else None,
+        "driver": driver_version() if cuda else None,
         "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "topology": _plain(_run(["nvidia-smi", "topo", "-m"])) if cuda else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -65,6 +59,9 @@ def collect(dataset: dict | None = None) -> dict:
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "compile": getattr(cfg, "compile", None),
         "cpu_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -1,25 +1,14 @@
-"""One training run of one variant, measured, written to its own folder.
+"""The engine of one run: set-up, the training loop, evaluation and the record.
 
-    python -m dpbench.train --config run.json --out results/<tag>/runs/<run_id>
-    python -m dpbench.train --config '{"variant": "ddp", "gpus": 2}' --out /tmp/run
-
-`--config` is a JSON file or inline JSON with `dpbench.config.RunConfig` keys. The `ddp`
-variant re-launches this module under torchrun (standalone rendezvous: a free port, so two
-runs never collide). On several nodes, start it under torchrun yourself, on every node:
-
-    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m dpbench.train --config run.json --out /shared/results/run
-
-Whatever happens, the folder ends with metrics.json (status ok / failed / skipped, and why),
-written last so a half-written run is never mistaken for a finished one.
+The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
+in `dpbench.launch`; `python -m dpbench.train ...` is the same command (it forwards there).
+One process here is a `single` or `dp*` run, or one DDP rank.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
-import subprocess
+import socket
 import sys
 import time
 import traceback
@@ -29,47 +18,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import DP_VARIANTS, gpu_lease, measure, provenance, results
+from . import DP_VARIANTS, measure, provenance, results
 from .config import RunConfig
 from .data import load_dataset, make_feed
+from .errors import error_text
+from .launch import CHECKPOINT, log
 from .model import resnet18
 from .variants import Variant
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
 EVAL_BATCH = 1000
-CHECKPOINT = "model.pt"
-
-
-def log(msg: str) -> None:
-    rank = f" rank {os.environ['RANK']}" if "RANK" in os.environ else ""
-    print(f"[dpbench {time.strftime('%H:%M:%S')}{rank}] {msg}", flush=True)
-
-
-# -- what can run here --------------------------------------------------------------------------
-
-def skip_reason(cfg: RunConfig) -> str | None:
-    """Why this run cannot run on this machine (None when it can)."""
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
-        return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
-    if cfg.device == "cpu":
-        if cfg.variant in DP_VARIANTS:
-            return "nn.DataParallel needs CUDA devices; device=cpu was asked for"
-        return None
-    if visible == 0:
-        if cfg.variant in DP_VARIANTS:
-            return ("nn.DataParallel needs CUDA devices and none is visible "
-                    "(torch.cuda.is_available() is False): DP variants run only on GPUs")
-        if cfg.device == "cuda":
-            return "device=cuda was asked for but no CUDA device is visible"
-        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
-            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
-                    f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
-        return None
-    needed = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.gpus))
-    if needed > visible:
-        return f"needs {needed} GPUs, {visible} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
-    return None
 
 
 def uses_cuda(cfg: RunConfig) -> bool:
@@ -92,6 +50,8 @@ class Record:
         self.warnings: list[dict] = []
         self.dataset: dict | None = None
         self.device_type = "cuda" if uses_cuda(cfg) else "cpu"
+        self.hosts: list[str] = [socket.gethostname()]
+        self.compile_s: float | None = None
 
     def write(self, status: str, reason: str = "") -> dict:
         cfg = self.cfg
@@ -100,18 +60,31 @@ class Record:
             "run_id": results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
             "status": status, "reason": reason,
             "variant": cfg.variant, "gpus": cfg.gpus, "repeat": cfg.repeat, "options": cfg.options,
+            "seed": cfg.seed, "deterministic": cfg.deterministic, "scaling": cfg.scaling,
+            "per_gpu_batch": cfg.global_batch / cfg.gpus,
             "config": cfg.to_dict(), "device_type": self.device_type,
-            "throughput": measure.throughput(self.timed_ms, self.timed_batches),
+            "launch": launch_facts(self.hosts),
+            "throughput": dict(measure.throughput(self.timed_ms, self.timed_batches),
+                               compile_s=self.compile_s),
             "memory": self.memory, "warnings": self.warnings, "accuracy": self.accuracy,
             "final_loss": sum(losses) / len(losses) if losses else None,
             "steps": len(self.steps),
             "wall_s": time.perf_counter() - self.started,
-            "provenance": provenance.collect(self.dataset),
+            "provenance": provenance.collect(self.dataset, cfg),
         }
         if self.steps:
             results.write_csv(self.out / results.STEPS, results.STEP_COLUMNS, self.steps)
         results.write_json(self.out / results.METRICS, rec)  # last: marks the run finished
         return rec
+
+
+def launch_facts(hosts: list[str]) -> dict:
+    """How the run's processes were started: world size, nodes and hosts (multi-node DDP)."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+            else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
+            "hosts": sorted(set(hosts))}
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -134,13 +107,19 @@ def freeze_batchnorm(model: torch.nn.Module) -> None:
 
 
 class Context:
-    """Process layout: the devices this process drives, and its place in a DDP group."""
+    """Process layout: the devices this process drives, and its place in a DDP group. A context
+    manager: the process group is opened on entry and closed on exit, whatever happened."""
 
     def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
         self.distributed = "LOCAL_RANK" in os.environ
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
         local = int(os.environ.get("LOCAL_RANK", 0))
+        if self.distributed and self.world != cfg.gpus:
+            raise ValueError(f"the run config says gpus={cfg.gpus} but torchrun started "
+                             f"{self.world} processes; set gpus to the world size "
+                             f"(nnodes x nproc-per-node) so that the run is labelled as what it is")
         cuda = uses_cuda(cfg)
         if cfg.variant in DP_VARIANTS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
@@ -149,11 +128,18 @@ class Context:
         else:
             self.devices = [torch.device("cpu")]
         self.device = self.devices[0]
-        if cuda:
+
+    def __enter__(self) -> "Context":
+        if self.device.type == "cuda":
             torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
         if self.distributed:
-            dist.init_process_group("nccl" if cuda else "gloo",
-                                    device_id=self.device if cuda else None)
+            cuda = self.device.type == "cuda"
+            dist.init_process_group("nccl" if cuda else "gloo", device_id=self.device if cuda else None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.distributed and dist.is_initialized():
+            dist.destroy_process_group()
 
     @property
     def is_main(self) -> bool:
@@ -172,14 +158,30 @@ class Context:
         dist.all_gather_object(out, obj)
         return out
 
-    def close(self) -> None:
-        if self.distributed and dist.is_initialized():
-            dist.destroy_process_group()
+
+def set_numerics(cfg: RunConfig) -> None:
+    """The switches that decide which kernels run: TF32, cuDNN autotuning, determinism. The
+    environment part of deterministic mode (the cuBLAS workspace) is set by the launcher,
+    before CUDA starts."""
+    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark and not cfg.deterministic
+    torch.backends.cudnn.deterministic = cfg.deterministic
+    torch.use_deterministic_algorithms(cfg.deterministic)
+
+
+def ddp_options(cfg: RunConfig) -> dict:
+    """DistributedDataParallel's knobs as the run sets them (PyTorch's defaults otherwise)."""
+    opts = {"gradient_as_bucket_view": cfg.gradient_as_bucket_view, "static_graph": cfg.static_graph,
+            "broadcast_buffers": cfg.broadcast_buffers}
+    if cfg.bucket_cap_mb is not None:
+        opts["bucket_cap_mb"] = cfg.bucket_cap_mb
+    return opts
 
 
 def build_model(cfg: RunConfig, ctx: Context) -> torch.nn.Module:
     torch.manual_seed(cfg.seed)   # same initial weights in every variant and rank
-    model = resnet18()
+    model = resnet18(num_classes=cfg.num_classes)
     if cfg.batchnorm == "sync":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
@@ -218,18 +220,23 @@ def _fault_step(ctx: Context) -> int | None:
 
 
 def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecorder) -> None:
-    torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
+    set_numerics(cfg)
     dataset = load_dataset(cfg)
     rec.dataset = dataset.provenance()
     warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
     model = build_model(cfg, ctx)
-    variant = Variant(cfg.variant, model, ctx.devices, ctx.world)
+    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg))
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
     feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
                      ctx.world, ctx.rank, augment=True, workers=cfg.workers)
-    test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, dataset.test, EVAL_BATCH, cfg.seed, ctx.device,
+    test_split = dataset.test
+    if cfg.eval_samples is not None:   # a CPU run would spend most of its time on the test pass
+        test_split = type(test_split)(test_split.images[:cfg.eval_samples], test_split.labels[:cfg.eval_samples])
+    test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, test_split, EVAL_BATCH, cfg.seed, ctx.device,
                           ctx.world, ctx.rank, augment=False, workers=cfg.workers)
+    if cfg.compile != "none":
+        variant.compile(cfg.compile)
     data_mib = {0: 0.0}
     if cfg.feed != "torch" and ctx.device.type == "cuda":
         data_mib = {0: (feed.resident_bytes + test_feed.resident_bytes) / measure.MIB}
@@ -323,20 +330,24 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
     step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
     loss_global = (sums.cpu() / torch.tensor(sizes, dtype=torch.float64)).tolist()
     loss_reported = loss_global if cfg.variant == "ddp" else torch.stack(reported).double().cpu().tolist()
-    first = len(rec.steps)
+    first, timed_before = len(rec.steps), len(rec.timed_ms)
     for i, n in enumerate(sizes):
         step = first + i
         rec.steps.append({"epoch": epoch + 1, "step": step, "loss_global": loss_global[i],
                           "loss_reported": loss_reported[i], "lr": lrs[i], "step_ms": step_ms[i]})
-        if step >= cfg.warmup_steps:
+        # Timed: full global batches after the warm-up. An epoch's short last batch is a new
+        # shape (with cudnn.benchmark, a new round of autotuning) and would skew the rate.
+        if step >= cfg.warmup_steps and n == cfg.global_batch:
             rec.timed_ms.append(step_ms[i])
             rec.timed_batches.append(n)
     bad = [r["step"] for r in rec.steps[first:] if not math.isfinite(r["loss_global"])]
     if bad:
         raise FloatingPointError(f"loss became non-finite at step {bad[0]}")
-    timed = rec.timed_ms[-len(sizes):] if rec.timed_ms else []
-    if timed:
-        ips = sum(rec.timed_batches[-len(timed):]) / (sum(timed) / 1e3)
+    if cfg.compile != "none" and first == 0:   # compilation happens in the first step
+        rec.compile_s = step_ms[0] / 1e3
+    n_timed = len(rec.timed_ms) - timed_before
+    if n_timed:
+        ips = sum(rec.timed_batches[-n_timed:]) / (sum(rec.timed_ms[-n_timed:]) / 1e3)
         log(f"epoch {epoch + 1}: {ips:.0f} images/s over its timed steps (device clock), "
             f"loss {loss_global[-1]:.4f}")
 
@@ -344,133 +355,49 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
 def run_process(cfg: RunConfig, out: Path) -> int:
     """Train in this process (single, dp*, or one DDP rank) and write the record."""
     rec = Record(cfg, out)
-    ctx = None
     # From the environment, not the Context: a rank whose set-up fails must still know its place.
     distributed, rank = "LOCAL_RANK" in os.environ, int(os.environ.get("RANK", 0))
     with measure.WarningRecorder() as warn:
         try:
-            ctx = Context(cfg)
-            train(cfg, ctx, rec, warn)
-            status, reason = results.STATUS_OK, ""
-        except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
-            status, reason = results.STATUS_FAILED, error_text(exc)
-            log(f"run failed: {reason}")
-            traceback.print_exc()
-            if distributed:
-                (out / f"rank{rank}.error.txt").write_text(reason + "\n")
-                if rank == 0:   # what this rank measured, without collectives that would hang
-                    rec.warnings = warn.rows(rank)
-                    rec.write(status, reason)
-                # Peers are blocked in a collective that will never complete: torchrun ends
-                # them once this rank exits, and the launcher completes the record.
-                return 1
-    if distributed:
-        rec.warnings = [w for rows in ctx.gather(warn.rows(rank)) for w in rows]
-        mem = ctx.gather(rec.memory)
-        rec.memory = [dict(row, device=r) for r, rows in enumerate(mem) for row in rows]
-    else:
+            with Context(cfg) as ctx:
+                try:
+                    train(cfg, ctx, rec, warn)
+                except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
+                    return _failed(rec, warn, exc, distributed, rank)
+                if distributed:
+                    rec.warnings = [w for rows in ctx.gather(warn.rows(rank)) for w in rows]
+                    mem = ctx.gather(rec.memory)
+                    rec.memory = [dict(row, device=r) for r, rows in enumerate(mem) for row in rows]
+                    rec.hosts = [h for hosts in ctx.gather(rec.hosts) for h in hosts]
+                else:
+                    rec.warnings = warn.rows()
+                if rank == 0:
+                    rec.write(results.STATUS_OK)
+        except Exception as exc:   # the process group or the device could not be set up
+            return _failed(rec, warn, exc, distributed, rank)
+    return 0
+
+
+def _failed(rec: Record, warn: measure.WarningRecorder, exc: Exception, distributed: bool, rank: int) -> int:
+    reason = error_text(exc)
+    log(f"run failed: {reason}")
+    traceback.print_exc()
+    if not distributed:
         rec.warnings = warn.rows()
-    if rank == 0:
-        rec.write(status, reason)
-    if ctx is not None:
-        ctx.close()
-    return 0
-
-
-def error_text(exc: BaseException) -> str:
-    """`Type: first line of the message`, the way a user sees it at the top of a traceback."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip()
-
-
-def launch_ddp(cfg: RunConfig, out: Path) -> int:
-    """Start `gpus` ranks under torchrun; write a failed record if none was written."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.train",
-           "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
-    env = dict(os.environ)
-    if not uses_cuda(cfg):   # the ranks share the job's threads (Snakemake sets these to them)
-        threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = str(max(1, threads // cfg.gpus))
-    log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
-    started = time.perf_counter()
-    code = subprocess.run(cmd, env=env).returncode
-    # Ranks that failed left a note; the first to fail is the root cause, the others its echo.
-    errors = sorted(out.glob("rank*.error.txt"), key=lambda p: p.stat().st_mtime)
-    reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
-        or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
-    rec = results.read_metrics(out)
-    if rec is None:
-        fallback = Record(cfg, out)
-        fallback.started = started
-        fallback.write(results.STATUS_FAILED, reason)
-    elif rec["status"] == results.STATUS_FAILED and errors:
-        rec["reason"] = reason
-        results.write_json(out / results.METRICS, rec)
-    return 0
-
-
-def run(cfg: RunConfig, out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    if "LOCAL_RANK" not in os.environ:
-        # A rerun starts clean: an old curve or checkpoint must not pass for this run's.
-        for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
-                      *out.glob("rank*.error.txt")]:
-            stale.unlink(missing_ok=True)
-        reason = skip_reason(cfg)
-        if reason:
-            log(f"skipped: {reason}")
-            Record(cfg, out).write(results.STATUS_SKIPPED, reason)
-            return 0
-        if cfg.variant == "ddp":
-            return launch_ddp(cfg, out)
-    return run_process(cfg, out)
-
-
-def parse_config(text: str) -> RunConfig:
-    data = json.loads(text) if text.lstrip().startswith("{") else json.loads(Path(text).read_text())
-    return RunConfig.from_dict(data)
+        rec.write(results.STATUS_FAILED, reason)
+        return 0
+    (rec.out / f"rank{rank}.error.txt").write_text(reason + "\n")
+    if rank == 0:   # what this rank measured, without collectives that would hang
+        rec.warnings = warn.rows(rank)
+        rec.write(results.STATUS_FAILED, reason)
+    # Peers are blocked in a collective that will never complete: torchrun ends them once
+    # this rank exits, and the launcher completes the record.
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", required=True, help="RunConfig as a JSON file or inline JSON")
-    p.add_argument("--out", required=True, type=Path, help="the run's folder")
-    p.add_argument("--lease", action="store_true",
-                   help="take free GPUs from this machine's lease (the pipeline sets it)")
-    p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
-    p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
-    args = p.parse_args(argv)
-    try:
-        cfg = parse_config(args.config)
-    except (ValueError, TypeError, OSError) as exc:
-        p.error(str(exc))
-    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
-    if args.log:
-        _redirect_output(args.log)
-    if not args.lease or cfg.device == "cpu" or not gpu_lease.pool():
-        return run(cfg, args.out)
-    # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
-    with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
-        if len(ids) == cfg.gpus:
-            os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
-            print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
-            log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
-        return run(cfg, args.out)
-
-
-def _redirect_output(path: Path) -> None:
-    """Point this process's stdout/stderr (and so torchrun's ranks') at the run's log file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    sys.__stderr__.flush()
-    keep = os.dup(2)
-    sys.__stderr__ = os.fdopen(keep, "w")   # placement lines still reach the pipeline's output
-    for target in (1, 2):
-        os.dup2(fd, target)
-    os.close(fd)
+    from .launch import main as launch_main
+    return launch_main(argv)
 
 
 if __name__ == "__main__":

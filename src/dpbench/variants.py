@@ -51,7 +51,7 @@ class Variant:
     """Wraps a model (already on its first device) for one variant; `losses` runs a forward."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
-                 world: int = 1):
+                 world: int = 1, ddp_options: dict | None = None):
         self.name, self.bare, self.devices, self.world = name, model, devices, world
         ids = [d.index for d in devices]
         if name == "dp":
@@ -61,9 +61,15 @@ class Variant:
         elif name == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
             on_cuda = devices[0].type == "cuda"
-            self.module = DDP(model, device_ids=[devices[0].index] if on_cuda else None)
+            self.module = DDP(model, device_ids=[devices[0].index] if on_cuda else None,
+                              **(ddp_options or {}))
         else:
             self.module = model
+
+    def compile(self, mode: str) -> None:
+        """torch.compile the module the forward runs through (DDP included: its optimizer
+        splits the graph at bucket boundaries so that communication still overlaps)."""
+        self.module = torch.compile(self.module, **({} if mode == "default" else {"mode": mode}))
 
     def losses(self, x: torch.Tensor, y: torch.Tensor, global_batch: int) -> StepLosses:
         if self.name in ("dp_mean", "dp_sum"):

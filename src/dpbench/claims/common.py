@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
-from dpbench.train import error_text  # noqa: F401  (the probes report errors as the engine does)
+from dpbench.claims.records import Observation, ProbeRecord
+from dpbench.errors import error_text  # noqa: F401  (the probes report errors as the engine does)
 
 
 def gpus_visible() -> int:
@@ -34,26 +35,21 @@ def needs(n: int, found: int | None = None) -> str:
     return needs_text(n, gpus_visible() if found is None else found)
 
 
-def record(claim: str, observations: list[dict], verdict: str,
-           not_run: str | None = None, parts_not_run: list[str] | None = None) -> dict[str, Any]:
-    """The probe output contract (see the ledger): one dict per claim, JSON-serialisable."""
-    return {
-        "claim": claim,
-        "title": CLAIMS[claim][0],
-        "ran_on": ran_on(),
-        "observations": observations,
-        "verdict": NOT_RUN if not_run else verdict,
-        "advice": ADVICE[claim],
-        "not_run": not_run,
-        "parts_not_run": parts_not_run or [],
-    }
+def record(claim: str, observations: list[Observation], verdict: str,
+           not_run: str | None = None, parts_not_run: list[str] | None = None) -> ProbeRecord:
+    """The probe output contract (see the ledger): observations under stable ids."""
+    return ProbeRecord(claim=claim, title=CLAIMS[claim][0], ran_on=ran_on(), observations=observations,
+                       verdict=NOT_RUN if not_run else verdict, advice=ADVICE[claim], not_run=not_run,
+                       parts_not_run=parts_not_run or [])
 
 
-def run_python(code: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run code in a fresh interpreter (CUDA state is per process); it prints one JSON line last."""
+def run_python(code: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> dict[str, Any]:
+    """Run code (or `-m module` with args) in a fresh interpreter (CUDA state is per process);
+    it prints one JSON line last."""
     import os
 
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    argv = [sys.executable, *(args if args is not None else ["-c", code])]
+    proc = subprocess.run(argv, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=600)
     out: dict[str, Any] = {"rc": proc.returncode}
     lines = proc.stdout.strip().splitlines()

@@ -1,0 +1,255 @@
+"""The command line of one run: where it runs, how it starts, what it cannot do here.
+
+    python -m dpbench.launch --config run.json --out results/<tag>/runs/<run_id>
+    python -m dpbench.launch --config '{"variant": "ddp", "gpus": 2}' --out /tmp/run
+
+`--config` is a JSON file or inline JSON with `dpbench.config.RunConfig` keys. This module takes
+the run's GPUs (the pipeline's lease), sends its output to the run's log, records runs that
+cannot run here as skipped, sets the process-wide switches that must precede CUDA
+(deterministic mode), and starts the `ddp` variant's ranks under torchrun (standalone
+rendezvous: a free port, so two runs never collide). The training itself is `dpbench.train`.
+
+On several nodes, start it under torchrun yourself, on every node (`gpus` = the world size):
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
+        -m dpbench.launch --config run.json --out /shared/results/run
+
+Whatever happens, the folder ends with metrics.json (status ok / failed / skipped, and why),
+written last so a half-written run is never mistaken for a finished one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import DP_VARIANTS, gpu_lease, results
+from .config import RunConfig
+
+CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
+CHECKPOINT = "model.pt"
+
+
+def log(msg: str) -> None:
+    rank = f" rank {os.environ['RANK']}" if "RANK" in os.environ else ""
+    print(f"[dpbench {time.strftime('%H:%M:%S')}{rank}] {msg}", flush=True)
+
+
+def cuda_devices() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def skip_reason(cfg: RunConfig) -> str | None:
+    """Why this run cannot run on this machine (None when it can)."""
+    if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
+        return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
+                "step, outside the compiled graph); use compile with single or ddp")
+    visible = cuda_devices()
+    if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
+        return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
+    if cfg.device == "cpu":
+        if cfg.variant in DP_VARIANTS:
+            return "nn.DataParallel needs CUDA devices; device=cpu was asked for"
+        return None
+    if visible == 0:
+        if cfg.variant in DP_VARIANTS:
+            return ("nn.DataParallel needs CUDA devices and none is visible "
+                    "(torch.cuda.is_available() is False): DP variants run only on GPUs")
+        if cfg.device == "cuda":
+            return "device=cuda was asked for but no CUDA device is visible"
+        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
+            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
+                    f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
+        return None
+    needed = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.gpus))
+    if needed > visible:
+        return f"needs {needed} GPUs, {visible} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+    return None
+
+
+def set_process_switches(cfg: RunConfig) -> None:
+    """What must be set before CUDA starts, in every process of the run (torchrun's ranks inherit
+    the environment and set it again here)."""
+    if cfg.deterministic:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+
+
+def clear_stale(out: Path) -> None:
+    """A rerun starts clean: an old curve or checkpoint must not pass for this run's."""
+    for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
+                  *out.glob("rank*.error.txt")]:
+        stale.unlink(missing_ok=True)
+
+
+def launch_ddp(cfg: RunConfig, out: Path) -> int:
+    """Start `gpus` ranks under torchrun; write a failed record if none was written."""
+    from .train import Record
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+           f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.launch",
+           "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
+    env = dict(os.environ)
+    if cuda_devices() == 0 or cfg.device == "cpu":   # the ranks share the job's threads
+        threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(max(1, threads // cfg.gpus))
+    log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
+    started = time.perf_counter()
+    # A session of its own, so that a signal to this launcher reaches every rank too.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent)
+    with forward_signals(proc):
+        code = proc.wait()
+    # Ranks that failed left a note; the first to fail is the root cause, the others its echo.
+    errors = sorted(out.glob("rank*.error.txt"), key=lambda p: p.stat().st_mtime)
+    reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
+        or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
+    rec = results.read_metrics(out)
+    if rec is None:
+        fallback = Record(cfg, out)
+        fallback.started = started
+        fallback.write(results.STATUS_FAILED, reason)
+    elif rec["status"] == results.STATUS_FAILED and errors:
+        rec["reason"] = reason
+        results.write_json(out / results.METRICS, rec)
+    return 0
+
+
+class forward_signals:
+    """While a child runs: SIGTERM, SIGINT and SIGHUP to this process go to the child's whole
+    process group (torchrun then stops its ranks); a SIGKILL of this process reaches torchrun
+    through PR_SET_PDEATHSIG (see `die_with_parent`)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.saved = proc, {}
+
+    def _forward(self, signum, _frame):
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self):
+        for s in self.SIGNALS:
+            self.saved[s] = signal.signal(s, self._forward)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler)
+
+
+def die_with_parent() -> None:
+    """Linux: end this process when its parent dies, even by SIGKILL (a killed Snakemake or
+    launcher must not leave ranks training on a GPU for the rest of the run)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def stop_with_pipeline(poll_s: float = 2.0) -> None:
+    """End this run when the process that started it is gone (Snakemake killed with -9 leaves
+    the job's shell behind, reparented, and the run would otherwise train on to the end)."""
+    import threading
+
+    def alive(pid: int) -> bool:
+        return Path(f"/proc/{pid}").exists()
+
+    def grandparent() -> int | None:
+        try:
+            return int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    starter = grandparent()
+    if starter is None or starter <= 1:
+        return
+
+    def watch():
+        while alive(starter) and grandparent() == starter:
+            time.sleep(poll_s)
+        log("the process that started this run is gone: stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="dpbench-watchdog").start()
+
+
+def run(cfg: RunConfig, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    set_process_switches(cfg)
+    if "LOCAL_RANK" in os.environ:   # one rank under torchrun
+        die_with_parent()
+        from .train import run_process
+        return run_process(cfg, out)
+    clear_stale(out)
+    reason = skip_reason(cfg)
+    if reason:
+        from .train import Record
+        log(f"skipped: {reason}")
+        Record(cfg, out).write(results.STATUS_SKIPPED, reason)
+        return 0
+    if cfg.variant == "ddp":
+        return launch_ddp(cfg, out)
+    from .train import run_process
+    return run_process(cfg, out)
+
+
+def parse_config(text: str) -> RunConfig:
+    data = json.loads(text) if text.lstrip().startswith("{") else json.loads(Path(text).read_text())
+    return RunConfig.from_dict(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dpbench train", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="RunConfig as a JSON file or inline JSON")
+    p.add_argument("--out", required=True, type=Path, help="the run's folder")
+    p.add_argument("--lease", action="store_true",
+                   help="take free GPUs from this machine's lease (the pipeline sets it)")
+    p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
+    p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
+    args = p.parse_args(argv)
+    try:
+        cfg = parse_config(args.config)
+    except (ValueError, TypeError, OSError) as exc:
+        p.error(str(exc))
+    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
+    if args.log:
+        redirect_output(args.log)
+    if args.lease:   # started by the pipeline: stop with it
+        stop_with_pipeline()
+    if not args.lease or cfg.device == "cpu" or not gpu_lease.pool():
+        return run(cfg, args.out)
+    # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
+    with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
+        if len(ids) == cfg.gpus:
+            os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+            print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
+            log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
+        return run(cfg, args.out)
+
+
+def redirect_output(path: Path) -> None:
+    """Point this process's stdout/stderr (and so torchrun's ranks') at the run's log file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.__stderr__.flush()
+    keep = os.dup(2)
+    sys.__stderr__ = os.fdopen(keep, "w")   # placement lines still reach the pipeline's output
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
