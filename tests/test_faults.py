@@ -1,0 +1,480 @@
+"""Faults and bad input, end to end through the real command lines: every failure names its
+cause and the way out, and a crash never reads as a finding.
+
+Each case plants one fault (a damaged file, a wrong install, a mistyped option, a killed
+pipeline) and runs what a user runs: `python -m dpbench.train`, `dpbench.collect`,
+`dpbench.compare`, `dpbench.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpbench import results
+
+from conftest import TINY, write_official_cifar
+from test_data import make_pack
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+ENV = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           OMP_NUM_THREADS="1")
+ENV.pop("DPBENCH_FAULT", None)
+TAIL = 3000
+
+
+def cli(module: str, *args: str, cwd: Path | None = None, env: dict | None = None,
+        timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or REPO, env=env or ENV,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def train(out: Path, env: dict | None = None, **overrides) -> tuple[subprocess.CompletedProcess, dict]:
+    """One run through `python -m dpbench.train`; its process and its metrics.json."""
+    cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
+    cfg.update(overrides)
+    proc = cli("dpbench.train", "--config", json.dumps(cfg), "--out", str(out), env=env)
+    assert proc.returncode == 0, proc.stdout[-TAIL:] + proc.stderr[-TAIL:]
+    return proc, results.read_json(out / results.METRICS)
+
+
+def first_line(reason: str) -> str:
+    return reason.strip().splitlines()[0] if reason.strip() else ""
+
+
+def says_nothing_outside_the_repo(text: str) -> None:
+    """No tool or data file of the project's shared folder (which a clone does not have)."""
+    for name in ("shared/tools", "shared/data", "../shared", "cifar10_from_jpeg", "cifar10-jpeg.npz"):
+        assert name not in text, f"{name!r} named in: {text[:2000]}"
+
+
+# -- the workflow copy (Snakemake runs in a temporary folder) --------------------------------
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory) -> Path:
+    wd = tmp_path_factory.mktemp("wf")
+    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    return wd
+
+
+def snakemake(wd: Path, *args: str, cores: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *args],
+                          cwd=wd, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def output(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout + proc.stderr
+
+
+# A tiny CPU plan: what the pipeline tests may run for real on 2 shared cores.
+TINY_CPU_PLAN = {"repeats": 1, "max_ranks": 1,
+                 "train": {"dataset": "synthetic", "synthetic_size": 48, "synthetic_test_size": 16,
+                           "global_batch": 12, "epochs": 1, "max_steps": 3, "warmup_steps": 1,
+                           "workers": 0, "log_every": 1000}}
+
+
+def write_config(wd: Path, name: str, **keys) -> str:
+    import yaml
+    (wd / name).write_text(yaml.safe_dump(keys))
+    return name
+
+
+# == item: CIFAR-10 files that are damaged or missing ========================================
+
+def cifar_run(tmp_path: Path, env: dict | None = None, **over) -> tuple[subprocess.CompletedProcess, dict]:
+    over = dict(dict(dataset="cifar10", data_root=str(tmp_path / "data"), download=False), **over)
+    return train(tmp_path / "run", env=env, **over)
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("data_batch_1", "truncated"), ("data_batch_3", "garbage"), ("test_batch", "truncated")])
+def test_a_damaged_cifar_file_gives_a_failed_record_naming_it_and_the_way_out(tmp_path, name, damage):
+    folder = write_official_cifar(tmp_path / "data")
+    path = folder / name
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    else:
+        path.write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    proc, rec = cifar_run(tmp_path)
+    assert rec["status"] == "failed"
+    reason = rec["reason"]
+    assert str(path) in reason and "damaged" in reason
+    assert "re-extract cifar-10-python.tar.gz" in reason and "python -m dpbench.cifar_pack" in reason
+    says_nothing_outside_the_repo(reason)
+    assert str(path) in proc.stdout + proc.stderr          # the log names it too
+
+
+def test_a_missing_test_batch_is_named_not_the_folder(tmp_path):
+    folder = write_official_cifar(tmp_path / "data")
+    (folder / "test_batch").unlink()
+    _, rec = cifar_run(tmp_path)
+    assert rec["status"] == "failed"
+    assert f"{folder} lacks test_batch" in rec["reason"] and "is not at" not in rec["reason"]
+    assert "python -m dpbench.cifar_pack" in rec["reason"]
+    says_nothing_outside_the_repo(rec["reason"])
+
+
+def test_no_cifar_at_all_names_the_folder_and_only_in_repo_tools(tmp_path):
+    _, rec = cifar_run(tmp_path)
+    assert rec["status"] == "failed"
+    assert f"CIFAR-10 is not at {tmp_path / 'data' / 'cifar-10-batches-py'}" in rec["reason"]
+    assert "python -m dpbench.cifar_pack" in rec["reason"] and "synthetic" in rec["reason"]
+    says_nothing_outside_the_repo(rec["reason"])
+
+
+# == item: the offline CIFAR-10 path uses only this repository's tools ======================
+
+def test_offline_cifar_rebuilt_by_the_in_repo_converter_trains(tmp_path):
+    make_pack(tmp_path / "pack.npz", per_split=(40, 20))
+    conv = cli("dpbench.cifar_pack", str(tmp_path / "pack.npz"), str(tmp_path / "data"))
+    assert conv.returncode == 0, conv.stderr
+    assert "cifar-10-batches-py" in conv.stdout
+    _, rec = cifar_run(tmp_path, global_batch=8, eval_each_epoch=True)
+    assert rec["status"] == "ok", rec["reason"]
+    dataset = rec["provenance"]["dataset"]
+    assert dataset["name"] == "cifar10" and dataset["checksum"] == "mismatch"
+    assert dataset["train_size"] == 40 and dataset["test_size"] == 20
+
+
+def test_the_readme_names_only_in_repo_tools_for_offline_cifar():
+    readme = (REPO / "README.md").read_text()
+    says_nothing_outside_the_repo(readme)
+    section = readme.split("### CIFAR-10 on an offline machine", 1)[1].split("\n## ", 1)[0]
+    assert "python -m dpbench.cifar_pack" in section
+    assert (SRC / "dpbench" / "cifar_pack.py").exists()
+
+
+def test_no_error_message_in_the_package_names_a_file_outside_it():
+    for path in (SRC / "dpbench").rglob("*.py"):
+        says_nothing_outside_the_repo(path.read_text())
+
+
+# == item: torchvision built for another torch ==============================================
+
+@pytest.fixture
+def broken_torchvision(tmp_path) -> dict:
+    """An environment whose torchvision fails to import as a wheel for another torch does."""
+    pkg = tmp_path / "shadow" / "torchvision"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        'raise RuntimeError("operator torchvision::nms does not exist")\n')
+    return dict(ENV, PYTHONPATH=f"{pkg.parent}{os.pathsep}{ENV['PYTHONPATH']}")
+
+
+def _says_mismatch(reason: str) -> None:
+    import torch
+    from importlib import metadata
+    assert "\n" not in reason
+    assert f"torchvision {metadata.version('torchvision')}" in reason
+    assert f"torch {torch.__version__}" in reason
+    assert "does not match" in reason and "pip install" in reason and "torchvision==" in reason
+
+
+def test_a_mismatched_torchvision_fails_the_torch_feed_with_one_clear_line(tmp_path, broken_torchvision):
+    _, rec = train(tmp_path / "run", env=broken_torchvision, feed="torch", workers=0)
+    assert rec["status"] == "failed"
+    _says_mismatch(rec["reason"])
+
+
+def test_a_mismatched_torchvision_is_named_when_cifar_must_be_downloaded(tmp_path, broken_torchvision):
+    _, rec = cifar_run(tmp_path, env=broken_torchvision, download=True)
+    assert rec["status"] == "failed"
+    _says_mismatch(rec["reason"])
+    assert "could not be downloaded" not in rec["reason"]
+
+
+def test_the_readme_pins_torch_and_torchvision_as_a_pair():
+    readme = (REPO / "README.md").read_text()
+    setup = readme.split("## Set up and run", 1)[1].split("\n### ", 1)[0]
+    assert "torchvision==" in setup and "torch==" in setup
+    # The test command stays the one CI runs.
+    ci = (REPO / ".ci" / "run").read_text()
+    assert 'pip install -e ".[test]" && python -m pytest' in ci
+    assert 'pip install -e ".[test]" && python -m pytest' in setup
+
+
+# == item: result files are readable by the group ===========================================
+
+def _umask(mask):
+    return lambda: os.umask(mask)
+
+
+@pytest.fixture(scope="module")
+def tiny_results(tmp_path_factory) -> Path:
+    """A result set of one tiny synthetic run, written by the real CLIs under umask 022."""
+    root = tmp_path_factory.mktemp("res")
+    out = results.runs_dir(root, "t") / "single-g1-r0"
+    cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
+    proc = subprocess.run([sys.executable, "-m", "dpbench.train", "--config", json.dumps(cfg),
+                           "--out", str(out)], env=ENV, capture_output=True, text=True,
+                          preexec_fn=_umask(0o022), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-TAIL:]
+    assert results.read_json(out / results.METRICS)["status"] == "ok"
+    proc = subprocess.run([sys.executable, "-m", "dpbench.collect", "--results-dir", str(root),
+                           "--tag", "t"], env=ENV, capture_output=True, text=True,
+                          preexec_fn=_umask(0o022), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-TAIL:]
+    return root
+
+
+def test_result_files_are_readable_by_the_group(tiny_results):
+    files = [p for p in tiny_results.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"metrics.json", "steps.csv", "summary.csv"} <= names
+    for p in files:
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode & 0o044 == 0o044, f"{p} is {oct(mode)}"
+
+
+def test_a_strict_umask_is_respected(tmp_path):
+    code = ("import sys; from dpbench import results; "
+            "results.write_json(sys.argv[1], {'a': 1})")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.json")], env=ENV, check=True,
+                   preexec_fn=_umask(0o077))
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o600
+
+
+# == item: a damaged run record (collect) ===================================================
+
+@pytest.mark.xfail(strict=False, reason="awaiting the tables helper: a damaged metrics.json as a failed row")
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_run_record_is_a_failed_row_naming_the_file(tmp_path, tiny_results, damage):
+    root = tmp_path / "results"
+    shutil.copytree(tiny_results, root)
+    runs = results.runs_dir(root, "t")
+    shutil.copytree(runs / "single-g1-r0", runs / "single-g1-r1")
+    bad = runs / "single-g1-r1" / results.METRICS
+    text = bad.read_text()
+    bad.write_text({"truncated": text[: len(text) // 2], "garbage": "\x00\x17 not json", "empty": ""}[damage])
+    proc = cli("dpbench.collect", "--results-dir", str(root), "--tag", "t")
+    assert proc.returncode == 0, proc.stderr[-TAIL:]
+    assert "Traceback" not in proc.stderr
+    import pandas as pd
+    summary = pd.read_csv(results.table_path(root, "t", "summary"), keep_default_na=False)
+    by_run = summary.set_index("run_id")
+    assert by_run.loc["single-g1-r0", "status"] == "ok"          # the rest is collected
+    assert by_run.loc["single-g1-r1", "status"] == "failed"
+    assert str(bad) in by_run.loc["single-g1-r1", "reason"] or \
+        "single-g1-r1/metrics.json" in by_run.loc["single-g1-r1", "reason"]
+
+
+# == item: compare on damaged input exits 2 with one line, never 1 ===========================
+
+BASELINE, CANDIDATE = "cpu_check-torch-2.13.0+cpu", "cpu_check-torch-2.14.1+cu130"
+
+
+@pytest.fixture
+def two_tags(tmp_path) -> Path:
+    """The committed cpu_check reference tables of two torch versions, in a scratch folder."""
+    root = tmp_path / "results"
+    for tag in (BASELINE, CANDIDATE):
+        (root / tag).mkdir(parents=True)
+        for f in (REPO / "results" / "reference" / tag).iterdir():
+            if f.is_file() and f.suffix in (".csv", ".json"):
+                shutil.copy(f, root / tag / f.name)
+    return root
+
+
+def compare(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return cli("dpbench.compare", "--results-dir", str(root), "--baseline", BASELINE,
+               "--candidate", CANDIDATE, "--fail-on-regression", *extra)
+
+
+def test_compare_of_intact_tables_exits_0_or_1(two_tags):
+    proc = compare(two_tags)
+    assert proc.returncode in (0, 1), output(proc)[-TAIL:]
+
+
+def _damage_summary(root: Path, how: str) -> tuple[Path, str]:
+    import pandas as pd
+    path = root / CANDIDATE / "summary.csv"
+    if how == "missing column":
+        pd.read_csv(path).drop(columns=["images_per_s"]).to_csv(path, index=False)
+        return path, "images_per_s"
+    if how == "empty":
+        path.write_text("")
+        return path, ""
+    if how == "non-numeric":
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table.loc[0, "images_per_s"] = "fast"
+        table.to_csv(path, index=False)
+        return path, "images_per_s"
+    path = root / CANDIDATE / "provenance.json"
+    path.write_text("{garbage")
+    return path, ""
+
+
+@pytest.mark.xfail(strict=False, reason="awaiting the compare helper: damaged input exits 2 with one line")
+@pytest.mark.parametrize("how", ["missing column", "empty", "non-numeric", "garbage provenance"])
+def test_compare_on_damaged_input_exits_2_with_one_line(two_tags, how):
+    path, column = _damage_summary(two_tags, how)
+    proc = compare(two_tags)
+    assert proc.returncode == 2, output(proc)[-TAIL:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-TAIL:]
+    assert str(path) in lines[0] and column in lines[0]
+
+
+# == items: command-line config, typos, the CPU plan (Snakemake dry runs) ===================
+
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: command-line lists and numbers")
+@pytest.mark.parametrize("override", [
+    ["repeats=1", "gpus=[1,2]", "tag=quick"],            # the README's own example
+    ["gpus=[8]"],                                        # more than visible: skipped records
+    ["train={max_steps: 3}"],
+    ["train={dataset: synthetic, max_steps: 3}"],
+])
+def test_command_line_lists_and_numbers_are_accepted(workflow, override):
+    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", *override)
+    assert proc.returncode == 0, output(proc)[-TAIL:]
+    assert "rule train" in proc.stdout or "train" in proc.stdout
+
+
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: gpus=[0] named with its limit")
+def test_zero_gpus_is_rejected_naming_the_key(workflow):
+    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", "gpus=[0]")
+    assert proc.returncode != 0
+    text = output(proc)
+    assert "gpus" in text and "is not of type" not in text and "Traceback" not in text
+
+
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: a shell-split --config says the working form")
+def test_an_unquoted_nested_config_says_how_to_quote_it(workflow):
+    # What the shell makes of the unquoted `--config train={dataset: synthetic}`.
+    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", "train={dataset:", "synthetic}")
+    assert proc.returncode != 0
+    text = output(proc)
+    assert "Traceback" not in text and len(proc.stderr.strip().splitlines()) <= 10, text[-TAIL:]
+    assert "'train={" in text or '"train={' in text        # the quoted, working form
+
+
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: a typo's message first and short")
+def test_a_mistyped_top_level_key_is_named_first_and_short(workflow):
+    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", "repets=1")
+    assert proc.returncode != 0
+    lines = [l for l in output(proc).splitlines() if l.strip()]
+    errors = [i for i, l in enumerate(lines) if "repets" in l]
+    assert errors, output(proc)[-TAIL:]
+    # Named near the top of the error, not after a dump of the schema and the config.
+    assert len(lines) <= 25, f"{len(lines)} lines:\n" + "\n".join(lines[:40])
+
+
+def _train_configs(dry_run_output: str) -> list[dict]:
+    out = []
+    for line in dry_run_output.splitlines():
+        if "-m dpbench.train" in line and "--config '" in line:
+            out.append(json.loads(line.split("--config '", 1)[1].split("'", 1)[0]))
+    return out
+
+
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: the CPU plan honours an explicit dataset")
+def test_the_cpu_plan_honours_an_explicit_dataset_with_an_eval_budget(workflow):
+    proc = snakemake(workflow, "-n", "-p", "--config", "experiment=smoke", "train={dataset: cifar10}")
+    assert proc.returncode == 0, output(proc)[-TAIL:]
+    configs = _train_configs(proc.stdout)
+    assert configs and all(c["dataset"] == "cifar10" for c in configs)
+    assert all(c["eval_samples"] is not None and c["eval_samples"] <= 1000 for c in configs)
+
+
+# == items: the CPU plan in a tiny real pipeline: what it replaced, timed runs one at a time ===
+
+@pytest.fixture(scope="module")
+def cpu_pipeline(workflow) -> tuple[Path, subprocess.CompletedProcess]:
+    """smoke's matrix on the CPU plan, tiny: single and ddp on 1 and 2 gloo ranks."""
+    name = write_config(workflow, "serial.yaml", experiment="smoke", tag="serial", repeats=1,
+                        variants=["single", "ddp"], gpus=[1, 2], cpu_plan=dict(TINY_CPU_PLAN, max_ranks=2))
+    proc = snakemake(workflow, "--configfile", name, "results/serial/summary.csv", cores=2)
+    assert proc.returncode == 0, output(proc)[-TAIL:]
+    return workflow / "results" / "serial", proc
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: the CPU plan says what it replaced")
+def test_the_cpu_plan_says_what_it_replaced(cpu_pipeline):
+    # smoke asks for global_batch 128, max_steps 12 on 2048 images; the CPU plan runs its own.
+    _, proc = cpu_pipeline
+    banner = [l for l in output(proc).splitlines() if "CPU plan" in l]
+    assert banner, output(proc)[-TAIL:]
+    text = "\n".join(banner)
+    assert any(key in text for key in ("global_batch", "max_steps", "synthetic_size")), text
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="awaiting the planning helper: timed CPU runs serialised")
+def test_timed_cpu_runs_do_not_overlap(cpu_pipeline):
+    base, _ = cpu_pipeline
+    spans = []
+    for rec, folder in results.iter_runs(base / "runs"):
+        if rec["status"] == "ok":
+            end = (folder / results.METRICS).stat().st_mtime
+            spans.append((end - rec["wall_s"], end, rec["run_id"]))
+    assert len(spans) >= 2
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        assert start >= end - 0.05, f"{a} and {b} ran at the same time"
+
+
+# == item: a killed pipeline takes its training processes with it ===========================
+
+def _train_pids(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(l for l in (proc / "status").read_text().splitlines() if l.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if "dpbench.train" in cmd and marker in cmd and " Z " not in f" {state.split()[1]} ":
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads processes from /proc")
+@pytest.mark.xfail(strict=False, reason="awaiting the lead: children of a killed pipeline stopped")
+def test_killing_snakemake_stops_its_training_processes(workflow):
+    long_plan = dict(TINY_CPU_PLAN, train=dict(TINY_CPU_PLAN["train"], max_steps=100_000))
+    tag = f"killed{os.getpid()}"   # the run's paths in its command line are relative
+    name = write_config(workflow, "long.yaml", experiment="smoke", tag=tag, repeats=1,
+                        variants=["single"], gpus=[1], cpu_plan=long_plan)
+    marker = f"results/{tag}/"
+    snk = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", name,
+                            f"results/{tag}/summary.csv"], cwd=workflow, env=ENV,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    left: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not _train_pids(marker) and time.monotonic() < deadline and snk.poll() is None:
+            time.sleep(0.5)
+        assert _train_pids(marker), "the training run never started"
+        time.sleep(2)
+        snk.send_signal(signal.SIGKILL)
+        snk.wait()
+        deadline = time.monotonic() + 30
+        while _train_pids(marker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _train_pids(marker)
+        assert not left, f"training processes {left} run on after Snakemake was killed"
+    finally:
+        if snk.poll() is None:
+            snk.kill()
+            snk.wait()
+        for pid in _train_pids(marker):   # only the processes this test started
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
