@@ -7,12 +7,22 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
+import json
 import math
+import re
 import sys
 from pathlib import Path
 from statistics import fmean
 
 from . import results
+
+# Config keys that do not make a different setup: the run's identity, its batch (what strong and
+# weak scaling vary) and DistributedDataParallel's knobs, which single runs ignore.
+NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
+             "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers",
+             "max_cpu_ranks"}
+RUN_ID = re.compile(r"^(?P<variant>.+?)-g(?P<gpus>\d+)(?:-.*)?-r(?P<repeat>\d+)$")
 
 
 def _ident(rec: dict) -> dict:
@@ -35,6 +45,27 @@ def device0_excess_ratio(memory: list[dict]) -> float | None:
     return model_mib(by_device[0]) / others if others > 0 else None
 
 
+def setup_key(cfg: dict) -> str:
+    """Runs that differ only in identity and batch share this key (a short hash of the rest)."""
+    rest = {k: v for k, v in cfg.items() if k not in NOT_SETUP}
+    return hashlib.sha1(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def planning(rec: dict) -> dict:
+    """How the run was planned and seeded; records written before these keys existed read as
+    strong scaling, per-GPU batch global/gpus, the config's seed, not deterministic."""
+    cfg = rec.get("config") or {}
+    gb, gpus = cfg.get("global_batch"), rec.get("gpus") or cfg.get("gpus")
+    weak = cfg.get("per_gpu_batch") is not None
+    per_gpu = rec.get("per_gpu_batch")
+    if per_gpu is None and gb is not None and gpus:
+        per_gpu = cfg["per_gpu_batch"] if weak else gb / gpus
+    return {"scaling": rec.get("scaling") or ("weak" if weak else "strong"),
+            "per_gpu_batch": per_gpu, "seed": rec.get("seed", cfg.get("seed", 0)),
+            "deterministic": bool(rec.get("deterministic", cfg.get("deterministic", False))),
+            "setup": setup_key(cfg) if cfg else ""}
+
+
 def summary_row(rec: dict) -> dict:
     cfg, tp, mem = rec["config"], rec["throughput"], rec["memory"]
     acc = rec["accuracy"][-1]["test_acc"] if rec["accuracy"] else None
@@ -47,7 +78,7 @@ def summary_row(rec: dict) -> dict:
             "final_loss": rec["final_loss"], "test_acc": acc, "wall_s": rec["wall_s"],
             "timed_steps": tp["timed_steps"], "global_batch": cfg["global_batch"],
             "precision": cfg["precision"], "feed": cfg["feed"], "dataset": cfg["dataset"],
-            "device_type": rec["device_type"]}
+            "device_type": rec["device_type"], **planning(rec)}
 
 
 def step_rows(rec: dict, rdir: Path) -> list[dict]:
@@ -58,23 +89,71 @@ def step_rows(rec: dict, rdir: Path) -> list[dict]:
         return [{**_ident(rec), **row} for row in csv.DictReader(f)]
 
 
+def damaged(path: Path, error: Exception) -> dict:
+    """The record of a run whose metrics.json cannot be read: a failed run that says which file
+    and how to remake it, so the rest of the matrix is still collected."""
+    rid = path.parent.name
+    m = RUN_ID.match(rid)
+    reason = (f"{path} is damaged ({type(error).__name__}: {' '.join(str(error).split())}); "
+              f"rerun it: snakemake --cores all {path} --forcerun train")
+    return {"run_id": rid, "variant": m["variant"] if m else "", "gpus": int(m["gpus"]) if m else 0,
+            "repeat": int(m["repeat"]) if m else 0, "options": {}, "status": results.STATUS_FAILED,
+            "reason": reason, "damaged": True}
+
+
+def read_record(path: Path) -> dict:
+    try:
+        rec = results.read_json(path)
+        if not isinstance(rec, dict) or "run_id" not in rec:
+            raise ValueError("not a run record")
+        return rec
+    except (OSError, ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
+        return damaged(Path(path), exc)
+
+
+def find_runs(folder: Path) -> list[tuple[dict, Path]]:
+    """(record, run folder) of every finished run in a folder of run folders, sorted by name."""
+    if not folder.exists():
+        return []
+    paths = sorted(p / results.METRICS for p in folder.iterdir() if (p / results.METRICS).is_file())
+    return [(read_record(p), p.parent) for p in paths]
+
+
+def damaged_row(rec: dict) -> dict:
+    return {**_ident(rec), "status": rec["status"], "reason": rec["reason"]}
+
+
 def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
     out = {name: [] for name in results.TABLES}
     for rec, rdir in runs:
         ident = _ident(rec)
+        if rec.get("damaged"):
+            out["summary"].append(damaged_row(rec))
+            continue
         out["summary"].append(summary_row(rec))
         out["memory"] += [{**ident, **{k: m.get(k) for k in results.MEMORY_COLUMNS if k in m}}
                           for m in rec["memory"]]
         out["warnings"] += [{**ident, **w} for w in rec["warnings"]]
         out["accuracy"] += [{**ident, **a} for a in rec["accuracy"]]
         out["steps"] += step_rows(rec, rdir)
+    out["medians"] = cell_rows(out["summary"])
     return out
+
+
+def cell_rows(summary: list[dict]) -> list[dict]:
+    """Medians and ratios with their intervals per cell (dpbench.tables does the statistics)."""
+    import pandas as pd
+
+    from . import tables as T
+    frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
+    return T.cell_rows(T.cells(T.with_run_defaults(T.typed(frame))))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:
     """Each provenance key with the value shared by the ok runs, or the sorted distinct values."""
-    ok = [r["provenance"] for r in records if r["status"] == results.STATUS_OK] or \
-         [r["provenance"] for r in records]
+    readable = [r for r in records if "provenance" in r]
+    ok = [r["provenance"] for r in readable if r["status"] == results.STATUS_OK] or \
+         [r["provenance"] for r in readable]
     merged: dict = {"tag": tag, "n_runs": len(records)}
     for key in sorted({k for p in ok for k in p}):
         values = {repr(p.get(key)): p.get(key) for p in ok}
@@ -86,9 +165,9 @@ def provenance_summary(records: list[dict], tag: str) -> dict:
 def collect(results_dir: Path, tag: str, metrics_files: list[Path] | None = None) -> dict[str, Path]:
     """Tables of the given runs (the experiment's plan), or of every finished run of the tag."""
     if metrics_files is None:
-        runs = list(results.iter_runs(results.runs_dir(results_dir, tag)))
+        runs = find_runs(results.runs_dir(results_dir, tag))
     else:   # runs left over from an earlier matrix stay out of this one's tables
-        runs = [(results.read_json(f), Path(f).parent) for f in sorted(map(str, metrics_files))]
+        runs = [(read_record(Path(f)), Path(f).parent) for f in sorted(map(str, metrics_files))]
     written = {}
     for name, rows in tables(runs).items():
         path = results.table_path(results_dir, tag, name)
@@ -104,16 +183,17 @@ def print_summary(runs: list[tuple[dict, Path]], file=sys.stdout) -> None:
     cols = ["run_id", "status", "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib",
             "n_warnings", "final_loss", "test_acc"]
     # The folder names the run: outside the pipeline two folders may hold the same run id.
-    rows = [dict(summary_row(rec), run_id=rdir.name) for rec, rdir in runs]
+    rows = [dict(damaged_row(rec) if rec.get("damaged") else summary_row(rec), run_id=rdir.name)
+            for rec, rdir in runs]
     fmt = lambda v: "" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
-    cells = [[fmt(r[c]) for c in cols] for r in rows]
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)), file=file)
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)), file=file)
     for rec, rdir in runs:
         mem = ", ".join(f"dev{m['device']} {m['allocated_mib']:.0f}/{m['reserved_mib']:.0f}/"
-                        f"{m['nvml_used_mib'] or 0:.0f}" for m in rec["memory"])
+                        f"{m['nvml_used_mib'] or 0:.0f}" for m in rec.get("memory", []))
         if mem:
             print(f"  {rdir.name}: memory MiB allocated/reserved/nvml: {mem}", file=file)
     for rec, rdir in runs:
@@ -130,14 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="*", type=Path, help="the runs' metrics.json (default: all of the tag's)")
     args = p.parse_args(argv)
     if args.runs_dir:
-        print_summary(list(results.iter_runs(args.runs_dir)))
+        print_summary(find_runs(args.runs_dir))
         return 0
     if not args.tag:
         p.error("--tag is required with --results-dir")
     collect(args.results_dir, args.tag, args.runs or None)
     if args.print:
-        print_summary([(results.read_json(f), f.parent) for f in args.runs] if args.runs
-                      else list(results.iter_runs(results.runs_dir(args.results_dir, args.tag))))
+        print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
+                      else find_runs(results.runs_dir(args.results_dir, args.tag)))
     return 0
 
 

@@ -1,0 +1,393 @@
+"""The tidy-table layer: read the tables, order them, describe option sets in words, and compute
+medians, strong and weak scaling efficiencies and their bootstrap confidence intervals.
+
+summarize.py (summary.md), plots.py (figures) and collect.py (medians.csv) all ask this module,
+so a number means the same thing in every place it appears.
+
+Strong and weak scaling. A run on k GPUs at global batch B with per-GPU batch b = B / k is
+compared with `single` runs of the same setup (every option equal but the batch fields):
+
+    strong efficiency = images/s_k(B) / (k × images/s_single(B))   same global batch
+    weak efficiency   = images/s_k(k·b) / (k × images/s_single(b))  same per-GPU batch
+
+Both are computed wherever the matching single runs exist, whichever way the run was planned
+(`scaling` says how it was planned). A ratio of medians gets a percentile bootstrap interval
+that resamples the run's repeats and the single runs' repeats independently, with a fixed seed
+so that the same data give the same interval.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from dpbench import VARIANTS, results
+
+# Everything else in the tidy tables is numeric (null when not measured).
+TEXT_COLUMNS = {"run_id", "variant", "options", "status", "reason", "category", "message",
+                "location", "precision", "feed", "dataset", "device_type", "scaling", "setup",
+                "quantity", "reference"}
+SORT_KEYS = ["options", "variant", "gpus", "repeat", "device", "epoch", "step", "category",
+             "message", "rank", "quantity"]
+BATCH_KEYS = ("global_batch", "per_gpu_batch")
+STRONG, WEAK = "strong", "weak"
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+NO_INTERVAL = "n=1, no interval"
+
+# Quantities of a cell (options, variant, gpus): a median over its ok repeats, or a ratio of
+# medians against the matching single runs. (name, what it is, interval?)
+MEDIANS = [
+    ("images_per_s", "median images/s", True),
+    ("step_ms_p50", "median step time (ms)", False),
+    ("peak_mem_mib", "median peak allocated MiB", True),
+    ("mem_dev0_over_mean_others", "device 0's memory over the others' mean", True),
+    ("final_loss", "median final loss", False),
+    ("test_acc", "median test accuracy", False),
+    ("n_warnings", "median warnings", False),
+]
+RATIOS = [   # (name, scaling kind, divided by gpus?)
+    ("speedup_strong", STRONG, False),
+    ("efficiency_strong", STRONG, True),
+    ("speedup_weak", WEAK, False),
+    ("efficiency_weak", WEAK, True),
+]
+CELL_KEYS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch"]
+
+
+# -- order and words ------------------------------------------------------------------------
+
+def variant_rank(variant: str) -> int:
+    return VARIANTS.index(variant) if variant in VARIANTS else len(VARIANTS)
+
+
+def variant_order(values: Iterable[str]) -> list[str]:
+    """Known variants in the fixed order, then any others alphabetically."""
+    return sorted(set(values), key=lambda v: (variant_rank(v), v))
+
+
+def natural_key(text: str) -> list:
+    """'global_batch=128' before 'global_batch=1024': digit runs compare as numbers."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+def ordered(values: Iterable) -> list:
+    """Distinct values, sorted numerically or naturally (for options labels)."""
+    distinct = set(values)
+    return sorted(distinct, key=natural_key if all(isinstance(v, str) for v in distinct) else None)
+
+
+def gpus_label(gpus: int) -> str:
+    return f"{int(gpus)} GPU" + ("" if gpus == 1 else "s")
+
+
+def parse_options(label: str | dict | None) -> dict[str, Any]:
+    """An options label ('channels_last=True,global_batch=1024') back into a dict of values."""
+    if isinstance(label, dict):
+        return dict(label)
+    out: dict[str, Any] = {}
+    for part in filter(None, (label or "").split(",")):
+        key, _, text = part.partition("=")
+        out[key.strip()] = _value(text.strip())
+    return out
+
+
+def _value(text: str) -> Any:
+    if text in ("True", "False"):
+        return text == "True"
+    if text in ("None", ""):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# How an option reads. Format-like settings join with " + " ("bf16 + channels_last"); the rest
+# follow as ", "-separated phrases; the batch comes last.
+_FORMAT_WORDS = {
+    "precision": lambda v: str(v),
+    "channels_last": lambda v: "channels_last" if v else "NCHW",
+    "tf32": lambda v: "TF32" if v else "no TF32",
+    "compile": lambda v: "eager" if v in (None, "none") else f"compile {v}",
+    "deterministic": lambda v: "deterministic" if v else "non-deterministic",
+}
+_PHRASES = {
+    "cudnn_benchmark": lambda v: f"cudnn.benchmark {'on' if v else 'off'}",
+    "max_steps": lambda v: f"{_num(v)} steps",
+    "epochs": lambda v: f"{_num(v)} epoch" + ("" if v == 1 else "s"),
+    "batchnorm": lambda v: f"BatchNorm {v}",
+    "feed": lambda v: {"gpu": "GPU-resident data", "torch": "DataLoader feed",
+                       "fixed": "one fixed batch"}.get(v, f"feed {v}"),
+    "workers": lambda v: f"{_num(v)} workers",
+    "num_classes": lambda v: f"{_num(v)} classes",
+    "bucket_cap_mb": lambda v: f"{_num(v)} MB buckets",
+    "lr": lambda v: f"lr {_num(v)}",
+    "warmup_steps": lambda v: f"{_num(v)} warm-up steps",
+}
+
+
+def describe(options: str | dict | None, precision: str | None = None,
+             global_batch: Any = None, per_gpu_batch: Any = None,
+             scaling: str | None = None) -> str:
+    """An option set in words: 'bf16 + channels_last, batch 1024', 'fp32, 512 per GPU'.
+
+    Explicit arguments (a run's own precision and batch) win over the label's values. The batch
+    is said the way the run was planned: the global batch for strong scaling, the per-GPU batch
+    for weak.
+    """
+    opts = parse_options(options)
+    if precision:
+        opts["precision"] = precision
+    opts = {k: v for k, v in opts.items() if v is not None or k in _FORMAT_WORDS}
+    fmt = [_FORMAT_WORDS[k](opts[k]) for k in _FORMAT_WORDS if k in opts]
+    phrases = []
+    for key in sorted(k for k in opts if k not in _FORMAT_WORDS and k not in BATCH_KEYS):
+        word = _PHRASES.get(key, lambda v, k=key: f"{k.replace('_', ' ')} " +
+                            ({True: "on", False: "off"}.get(v, _num(v)) if isinstance(v, bool)
+                             else _num(v)))
+        phrases.append(word(opts[key]))
+    gb = global_batch if global_batch is not None else opts.get("global_batch")
+    pb = per_gpu_batch if per_gpu_batch is not None else opts.get("per_gpu_batch")
+    if scaling == WEAK and _present(pb):
+        phrases.append(f"{_num(pb)} per GPU")
+    elif _present(gb):
+        phrases.append(f"batch {_num(gb)}")
+    elif _present(pb):
+        phrases.append(f"{_num(pb)} per GPU")
+    return ", ".join(p for p in [" + ".join(fmt)] + phrases if p)
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def label(row: Any) -> str:
+    """The words for a run's or a cell's option set, batch said the way it was planned."""
+    return describe(row["options"], row.get("precision") or None, row.get("global_batch"),
+                    row.get("per_gpu_batch"), row.get("scaling"))
+
+
+def labels(df: pd.DataFrame) -> pd.Series:
+    """label() of every row; the fields a table lacks count as absent."""
+    return pd.Series([label(r) for r in df.to_dict("records")], index=df.index, dtype=str)
+
+
+def without_batch(options: str | dict | None) -> dict[str, Any]:
+    return {k: v for k, v in parse_options(options).items() if k not in BATCH_KEYS}
+
+
+# -- reading --------------------------------------------------------------------------------
+
+def _sort_key(col: pd.Series) -> pd.Series:
+    if col.name == "variant":
+        return col.map(variant_rank)
+    if col.name == "options":
+        return col.map({v: i for i, v in enumerate(ordered(col))})
+    return col
+
+
+def sort(df: pd.DataFrame) -> pd.DataFrame:
+    keys = [k for k in SORT_KEYS if k in df.columns]
+    return df.sort_values(keys, key=_sort_key, kind="stable").reset_index(drop=True)
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as str ('' for empty), the rest numeric: a table with no rows reads back
+    untyped, and some text columns (precision, feed, ...) are not text for read_table."""
+    df = df.copy()
+    for col in df.columns:
+        if col in TEXT_COLUMNS:
+            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+        elif col == "deterministic":
+            df[col] = df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+        else:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
+    """Fills what tables written before strong/weak scaling lack: such runs are strong, their
+    per-GPU batch is global/gpus, and their setup is the options without the batch fields plus
+    the precision."""
+    df = summary.copy()
+    for col, default in (("scaling", ""), ("setup", ""), ("per_gpu_batch", np.nan),
+                         ("seed", np.nan), ("deterministic", False)):
+        if col not in df.columns:
+            df[col] = default
+    df["scaling"] = df["scaling"].replace("", STRONG)
+    df["per_gpu_batch"] = df["per_gpu_batch"].fillna(df["global_batch"] / df["gpus"])
+    fallback = [results.options_label(without_batch(o)) + "|" + str(p)
+                for o, p in zip(df["options"], df["precision"])]
+    df["setup"] = df["setup"].where(df["setup"] != "", pd.Series(fallback, index=df.index, dtype=str))
+    return df
+
+
+def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
+    """A tidy table, typed and sorted; the summary with the defaults of with_run_defaults."""
+    df = typed(results.read_table(results_dir, tag, name))
+    if name == "summary":
+        df = with_run_defaults(df)
+    return sort(df)
+
+
+def ok_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[summary["status"] == results.STATUS_OK]
+
+
+def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a per-run table that belong to ok runs (failed runs leave partial records)."""
+    return table[table["run_id"].isin(ok_runs(summary)["run_id"])]
+
+
+# -- intervals ------------------------------------------------------------------------------
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(BOOTSTRAP_SEED)
+
+
+def _bounds(stats: np.ndarray) -> tuple[float, float]:
+    tail = (1 - CONFIDENCE) / 2 * 100
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def _resampled_medians(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.median(x[rng.integers(0, len(x), size=(BOOTSTRAP_RESAMPLES, len(x)))], axis=1)
+
+
+def median_ci(values: Iterable[float]) -> tuple[float, float, float]:
+    """(median, low, high): a percentile bootstrap interval; NaN bounds with fewer than 2 values."""
+    x = np.asarray([v for v in values if _present(v)], dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    if len(x) < 2:
+        return float(np.median(x)), math.nan, math.nan
+    return (float(np.median(x)), *_bounds(_resampled_medians(x, _rng())))
+
+
+def ratio_ci(num: Iterable[float], den: Iterable[float], scale: float = 1.0
+             ) -> tuple[float, float, float]:
+    """median(num) / (scale × median(den)) with a bootstrap interval that resamples both groups
+    independently; NaN bounds unless each group has at least 2 values."""
+    a = np.asarray([v for v in num if _present(v)], dtype=float)
+    b = np.asarray([v for v in den if _present(v)], dtype=float)
+    if len(a) == 0 or len(b) == 0 or np.median(b) == 0:
+        return math.nan, math.nan, math.nan
+    value = float(np.median(a) / (scale * np.median(b)))
+    if len(a) < 2 or len(b) < 2:
+        return value, math.nan, math.nan
+    rng = _rng()
+    ra, rb = _resampled_medians(a, rng), _resampled_medians(b, rng)
+    return (value, *_bounds(ra / (scale * rb)))
+
+
+# -- strong and weak scaling ----------------------------------------------------------------
+
+def _batch(value: float) -> float | None:
+    """A batch size usable as a key (a fractional per-GPU batch has no single run to match)."""
+    return float(value) if _present(value) and float(value).is_integer() else None
+
+
+def single_pools(ok: pd.DataFrame) -> dict[tuple[str, float], np.ndarray]:
+    """images/s of the ok single runs, by (setup, global batch)."""
+    single = ok[(ok["variant"] == "single") & ok["images_per_s"].notna()]
+    return {(s, float(g)): grp["images_per_s"].to_numpy()
+            for (s, g), grp in single.groupby(["setup", "global_batch"], sort=True)}
+
+
+def reference_batch(kind: str, global_batch: float, per_gpu_batch: float) -> float | None:
+    """The global batch of the single runs a scaling kind compares with."""
+    return _batch(global_batch) if kind == STRONG else _batch(per_gpu_batch)
+
+
+def reference_text(kind: str, batch: float | None) -> str:
+    if batch is None:
+        return ""
+    return f"single at global batch {_num(batch)}" + (" (the per-GPU batch)" if kind == WEAK else "")
+
+
+def with_efficiency(ok: pd.DataFrame) -> pd.DataFrame:
+    """Each ok run with its own speedup_{strong,weak} and efficiency_{strong,weak}: its images/s
+    against the median of the matching single runs (NaN where none ran)."""
+    pools = single_pools(ok)
+    out = ok.copy()
+    for name, kind, per_gpu in RATIOS:
+        refs = []
+        for _, r in ok.iterrows():
+            pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
+            ref = np.median(pool) * (r["gpus"] if per_gpu else 1) if pool is not None else math.nan
+            refs.append(ref)
+        out[name] = ok["images_per_s"].to_numpy() / np.asarray(refs, dtype=float) if len(ok) else []
+    return out
+
+
+def cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell (options, variant, gpus) of ok runs: n_ok, each quantity's median (or ratio
+    of medians) and its interval as <q>, <q>_ci_low, <q>_ci_high, and the reference of each
+    scaling kind. Sorted like the tables."""
+    ok = ok_runs(summary)
+    if ok.empty:
+        return pd.DataFrame(columns=CELL_KEYS + ["n_ok"])
+    pools = single_pools(ok)
+    rows = []
+    for key, grp in ok.groupby(CELL_KEYS, sort=False, dropna=False):
+        row = dict(zip(CELL_KEYS, key), n_ok=len(grp), precision=grp["precision"].iloc[0])
+        row["label"] = label(row)
+        for q, _, interval in MEDIANS:
+            med, lo, hi = median_ci(grp[q]) if interval else (grp[q].median(), math.nan, math.nan)
+            row.update({q: med, f"{q}_ci_low": lo, f"{q}_ci_high": hi})
+        for q, kind, per_gpu in RATIOS:
+            batch = reference_batch(kind, row["global_batch"], row["per_gpu_batch"])
+            pool = pools.get((row["setup"], batch))
+            row[f"{kind}_reference"] = reference_text(kind, batch) if pool is not None else ""
+            row[f"{kind}_reference_n"] = len(pool) if pool is not None else 0
+            if row["variant"] == "single":   # the baseline against itself: 1 by definition
+                value = (1.0, math.nan, math.nan) if pool is not None else (math.nan,) * 3
+            elif pool is None:
+                value = (math.nan,) * 3
+            else:
+                value = ratio_ci(grp["images_per_s"], pool, row["gpus"] if per_gpu else 1.0)
+            row.update({q: value[0], f"{q}_ci_low": value[1], f"{q}_ci_high": value[2]})
+        rows.append(row)
+    return sort(pd.DataFrame(rows))
+
+
+def cell_rows(cell_table: pd.DataFrame) -> list[dict]:
+    """The cells in long form, one row per (cell, quantity): what medians.csv holds."""
+    rows = []
+    for _, c in cell_table.iterrows():
+        ident = {k: c[k] for k in CELL_KEYS}
+        for q, _, _ in MEDIANS:
+            rows.append({**ident, "quantity": q, "n": c["n_ok"], "reference": "",
+                         "value": c[q], "ci_low": c[f"{q}_ci_low"], "ci_high": c[f"{q}_ci_high"]})
+        for q, kind, _ in RATIOS:
+            ref = c[f"{kind}_reference"]
+            if not ref:
+                continue
+            rows.append({**ident, "quantity": q, "n": c["n_ok"],
+                         "reference": f"{ref}, n={c[f'{kind}_reference_n']}", "value": c[q],
+                         "ci_low": c[f"{q}_ci_low"], "ci_high": c[f"{q}_ci_high"]})
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in rows]
+
+
+def interval_text(lo: float, hi: float, spec: str, n: int | None = None) -> str:
+    """'95% CI 1.62–1.71', or 'n=1, no interval'."""
+    if not (_present(lo) and _present(hi)):
+        return NO_INTERVAL if n is None or n < 2 else "no interval"
+    return f"{CONFIDENCE:.0%} CI {spec.format(lo)}–{spec.format(hi)}"

@@ -1,0 +1,152 @@
+"""Fake result sets for tests: run records written the way the engine writes them (metrics.json
+and steps.csv through dpbench.results), then the real collect over them.
+
+    rs = fake_result_set(tmp_path, [dict(variant="single", images_per_s=[990, 1010]),
+                                    dict(variant="ddp", gpus=2, images_per_s=[1760, 1780]),
+                                    dict(variant="ddp", gpus=4, status="skipped",
+                                         reason="needs 4 GPUs, 2 visible")])
+    rs.table("summary")          # a DataFrame read back through dpbench.tables
+
+A spec entry holds write_fake_run's keyword arguments; `images_per_s` may be a list, one value
+per repeat (then `repeat` is not given).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from dpbench import collect, results
+
+TAG = "fake"
+SYNTHETIC_PROVENANCE = {
+    "torch": "2.14.1+cu130", "cuda": "13.0", "cudnn": 91900, "nccl": "2.28.9",
+    "driver": "580.159.04", "gpu_names": ["NVIDIA H200", "NVIDIA H200"], "python": "3.11.7",
+    "hostname": "node-7", "git_sha": "abc1234",
+}
+DP_WARNING = ("Was asked to gather along dimension 0, but all input tensors were scalars; "
+              "will instead unsqueeze and return a vector.")
+
+
+def default_loss(step: int, repeat: int) -> float:
+    return 2.3 * math.exp(-step / 15) + 0.01 * repeat
+
+
+def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1, repeat: int = 0,
+                   options: dict[str, Any] | None = None, images_per_s: float | None = 1000.0,
+                   status: str = results.STATUS_OK, reason: str = "",
+                   memory: Sequence[float | dict] | None = None,
+                   global_batch: int | None = None, per_gpu_batch: int | None = None,
+                   precision: str | None = None, steps: int = 40,
+                   loss: Callable[[int, int], float] = default_loss,
+                   warnings: Iterable[dict] = (), epochs: int = 2,
+                   accuracy: Sequence[float] | None = None, device_type: str = "cuda",
+                   seed: int | None = None, deterministic: bool = False,
+                   config: dict[str, Any] | None = None, legacy: bool = False,
+                   provenance: dict[str, Any] | None = None) -> Path:
+    """One run's folder as the engine leaves it; returns the folder.
+
+    options: the run's swept options (they label the run id and override the config, like the
+    plan does). memory: allocated MiB per device (or the memory entries themselves); default
+    1300 MiB on every device. per_gpu_batch makes the run weak-scaling (global = per-GPU × gpus).
+    A skipped run has no measurements; a failed run keeps what it measured. legacy=True writes a
+    record from before seeds, scaling and per_gpu_batch were recorded.
+    """
+    options = dict(options or {})
+    cfg = {"variant": variant, "gpus": gpus, "repeat": repeat, "options": options,
+           "dataset": "synthetic", "feed": "gpu", "epochs": epochs, "global_batch": 128,
+           "per_gpu_batch": None, "precision": "fp32", "channels_last": False, "lr": 0.1,
+           "seed": repeat if seed is None else seed, "deterministic": deterministic,
+           **(config or {}), **options}
+    if precision is not None:
+        cfg["precision"] = precision
+    if per_gpu_batch is not None:
+        cfg["per_gpu_batch"] = per_gpu_batch
+    if cfg["per_gpu_batch"] is not None:
+        cfg["global_batch"] = cfg["per_gpu_batch"] * gpus
+    if global_batch is not None:
+        cfg["global_batch"] = global_batch
+    ran = status != results.STATUS_SKIPPED and images_per_s is not None
+    if memory is None:
+        memory = [1300.0] * gpus if ran else []
+    mem = [m if isinstance(m, dict) else {"device": d, "allocated_mib": float(m),
+                                          "reserved_mib": float(m) * 1.2, "nvml_used_mib": None,
+                                          "data_mib": 0.0}
+           for d, m in enumerate(memory)]
+    step_rows = [{"epoch": 1 + s * epochs // steps, "step": s, "loss_global": loss(s, repeat),
+                  "loss_reported": loss(s, repeat), "lr": 0.1, "step_ms": 5.0}
+                 for s in range(steps)] if ran else []
+    acc = accuracy if accuracy is not None else ([0.3 + 0.1 * e for e in range(1, epochs + 1)]
+                                                 if ran else [])
+    timed = max(0, steps - 2)
+    step_ms = cfg["global_batch"] / images_per_s * 1e3 if ran and images_per_s else None
+    rid = results.run_id(variant, gpus, repeat, options)
+    rec = {
+        "run_id": rid, "status": status, "reason": reason, "variant": variant, "gpus": gpus,
+        "repeat": repeat, "options": options, "config": cfg, "device_type": device_type,
+        "throughput": {"images_per_s": images_per_s if ran else None,
+                       "timed_steps": timed if ran else 0, "step_ms_p50": step_ms,
+                       "step_ms_p95": step_ms * 1.1 if step_ms else None, "step_ms_mean": step_ms},
+        "memory": mem, "warnings": [dict(w) for w in warnings],
+        "accuracy": [{"epoch": e, "test_acc": a, "test_loss": 2 - a} for e, a in enumerate(acc, 1)],
+        "final_loss": step_rows[-1]["loss_global"] if step_rows else None,
+        "steps": len(step_rows), "wall_s": 1.0,
+        "provenance": dict(provenance or SYNTHETIC_PROVENANCE),
+    }
+    if not legacy:
+        rec.update(seed=cfg["seed"], deterministic=deterministic,
+                   scaling="weak" if cfg["per_gpu_batch"] is not None else "strong",
+                   per_gpu_batch=cfg["global_batch"] / gpus)
+    rdir = Path(runs_dir) / rid
+    if step_rows:
+        results.write_csv(rdir / results.STEPS, results.STEP_COLUMNS, step_rows)
+    results.write_json(rdir / results.METRICS, rec)
+    return rdir
+
+
+def dp_warning(count: int = 98) -> dict:
+    """The warning nn.DataParallel gives when replicas return scalar losses."""
+    return {"category": "UserWarning", "message": DP_WARNING, "count": count, "first_step": 0,
+            "rank": 0, "location": "torch/nn/parallel/_functions.py:70"}
+
+
+@dataclass
+class FakeResultSet:
+    root: Path
+    tag: str
+
+    @property
+    def runs_dir(self) -> Path:
+        return results.runs_dir(self.root, self.tag)
+
+    def table(self, name: str):
+        from dpbench.tables import load_table
+        return load_table(self.root, self.tag, name)
+
+    def collect(self) -> dict[str, Path]:
+        """Collect again (after adding or damaging runs)."""
+        return collect.collect(self.root, self.tag)
+
+
+def expand(spec: Iterable[dict]) -> list[dict]:
+    """Entries whose images_per_s is a list become one entry per repeat."""
+    out = []
+    for entry in spec:
+        speeds = entry.get("images_per_s")
+        if isinstance(speeds, (list, tuple)):
+            out += [{**entry, "images_per_s": v, "repeat": r} for r, v in enumerate(speeds)]
+        else:
+            out.append(dict(entry))
+    return out
+
+
+def fake_result_set(tmp_path: Path | str, spec: Iterable[dict], tag: str = TAG,
+                    collect_runs: bool = True) -> FakeResultSet:
+    """Writes every run of `spec` under <tmp_path>/<tag>/runs and collects them."""
+    rs = FakeResultSet(Path(tmp_path), tag)
+    for entry in expand(spec):
+        write_fake_run(rs.runs_dir, **entry)
+    if collect_runs:
+        rs.collect()
+    return rs
