@@ -1,4 +1,5 @@
 import math
+import os
 import threading
 import warnings
 
@@ -227,3 +228,89 @@ def test_an_explicit_git_sha_wins_over_the_trees_own(monkeypatch):
     own = provenance.git_sha()
     monkeypatch.setenv("DPBENCH_GIT_SHA", "c0ffee")   # what tools/device/*.sh export for a copied tree
     assert provenance.git_sha() == "c0ffee" != own
+
+
+def _losses(run_dir):
+    """The curve of a run without its timings: what a bit-reproducibility check compares."""
+    import csv
+    with open(run_dir / results.STEPS) as f:
+        return [(r["step"], r["loss_global"], r["loss_reported"]) for r in csv.DictReader(f)]
+
+
+def test_deterministic_reruns_are_bit_identical_and_say_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        a = run_engine(tmp_path / "a", deterministic=True, seed=3, max_steps=3)
+        b = run_engine(tmp_path / "b", deterministic=True, seed=3, max_steps=3)
+    finally:
+        torch.use_deterministic_algorithms(False)   # in-process runs: leave the switch as found
+    assert a["status"] == b["status"] == "ok"
+    assert _losses(tmp_path / "a") == _losses(tmp_path / "b")
+    assert a["deterministic"] is True and a["seed"] == 3
+    assert a["provenance"]["deterministic_algorithms"] is True
+    assert a["provenance"]["cublas_workspace_config"] == launch.CUBLAS_WORKSPACE
+
+
+def test_another_seed_gives_another_curve(tmp_path):
+    a = run_engine(tmp_path / "a", seed=0, max_steps=2)
+    b = run_engine(tmp_path / "b", seed=1, max_steps=2)
+    assert _losses(tmp_path / "a") != _losses(tmp_path / "b")
+    assert (a["seed"], b["seed"]) == (0, 1)
+
+
+def test_records_say_how_the_run_was_started_and_scaled(tmp_path):
+    rec = run_engine(tmp_path / "r", max_steps=1)
+    assert rec["launch"] == {"launcher": "local", "world_size": 1, "nodes": 1,
+                             "hosts": rec["launch"]["hosts"]} and rec["launch"]["hosts"]
+    assert rec["scaling"] == "strong" and rec["per_gpu_batch"] == rec["config"]["global_batch"]
+
+
+def test_weak_scaling_fixes_the_per_gpu_batch():
+    from dpbench.plan import resolve_run
+    run = resolve_run({"per_gpu_batch": 256, "seed": 5}, "ddp", 2, 1, {}, "distinct")
+    cfg = train.RunConfig.from_dict(run)
+    assert (cfg.global_batch, cfg.scaling, cfg.seed) == (512, "weak", 6)
+    assert resolve_run({"seed": 5}, "ddp", 2, 1, {}, "fixed")["seed"] == 5
+    with pytest.raises(ValueError, match="per_gpu_batch x gpus"):
+        train.RunConfig.from_dict({"variant": "ddp", "gpus": 2, "per_gpu_batch": 256, "global_batch": 256})
+
+
+def test_only_full_global_batches_are_timed(tmp_path):
+    # 50 images in batches of 12: four full steps and a short one of 2 at the epoch's end.
+    rec = run_engine(tmp_path / "r", synthetic_size=50, warmup_steps=1, eval_each_epoch=False)
+    assert rec["steps"] == 5
+    assert rec["throughput"]["timed_steps"] == 3   # steps 1-3; step 0 warms up, step 4 is short
+
+
+def test_compiled_dataparallel_is_a_skipped_record_with_the_reason(tmp_path):
+    rec = run_engine(tmp_path / "r", variant="dp", gpus=2, compile="default")
+    assert rec["status"] == "skipped" and "torch.compile" in rec["reason"]
+
+
+def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):
+    """kill -9 of the pipeline leaves the job's shell behind; the run must not train on."""
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "starter.sh"
+    # starter -> shell -> run: killing the starter re-parents the shell, as with Snakemake.
+    script.write_text(f"{sys.executable} -c 'import time, dpbench.launch as l; l.stop_with_pipeline(0.2); "
+                      f"time.sleep(60)' & echo $! > {tmp_path}/pid; wait\n")
+    starter = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run(['bash', '{script}'])"])
+    for _ in range(100):
+        if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip():
+            break
+        time.sleep(0.1)
+    run_pid = int((tmp_path / "pid").read_text())
+    time.sleep(1.0)   # the run is up and watching
+    starter.kill()
+    starter.wait()
+    for _ in range(100):
+        try:
+            os.kill(run_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(run_pid, 9)
+        pytest.fail("the run outlived the process that started it")
