@@ -1,18 +1,27 @@
-"""dpbench.compare on synthetic result sets laid out exactly as collect writes them."""
+"""dpbench.compare on synthetic result sets laid out exactly as collect writes them.
+
+Nothing here trains: result sets are written with results' own writers and columns, and the
+noise rules are also checked on simulated data (A/A throughput cells, A/A loss curves)."""
 from __future__ import annotations
 
-import re
 import copy
 import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 
 from dpbench import compare as cmp
 from dpbench import results as R
 
 BASE_IPS = {("single", 1): 10_000.0, ("dp", 2): 15_000.0, ("ddp", 2): 19_000.0}
 JITTER = (1.0, 1.01, 0.99)  # ~1% spread between the 3 repeats
+N_STEPS = 40
 PROVENANCE = {"torch": "2.14.1+cu130", "torch_git": "abc123", "cuda": "13.0", "cudnn": 91900,
               "nccl": "2.28.9", "driver": "580.159.04", "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
               "python": "3.11.7", "hostname": "node1", "git_sha": "deadbeef"}
@@ -20,8 +29,17 @@ DP_WARNING = {"category": "UserWarning", "message": "Was asked to gather along d
               "count": 98, "first_step": 0, "location": "torch/nn/parallel/_functions.py:70", "rank": 0}
 
 
-def make_runs() -> list[dict]:
-    """3 repeats of three run groups; tests edit this list before writing the candidate."""
+def curve(repeat: int, noise: float = 0.02, salt: int = 0) -> list[float]:
+    """A decaying loss with repeat-to-repeat noise, as different seeds would give."""
+    rng = np.random.default_rng(1000 * salt + repeat)
+    steps = np.arange(N_STEPS)
+    return list(2.3 * np.exp(-steps / 15) + 0.4 + rng.normal(0, noise, N_STEPS))
+
+
+def make_runs(deterministic: bool | None = None) -> list[dict]:
+    """3 repeats of three run groups; tests edit this list before writing the candidate.
+
+    deterministic=None writes records as they were before the field existed (no seed either)."""
     runs = []
     for (variant, gpus), ips in BASE_IPS.items():
         for repeat, jitter in enumerate(JITTER):
@@ -30,9 +48,11 @@ def make_runs() -> list[dict]:
                 "status": R.STATUS_OK, "reason": "", "images_per_s": ips * jitter,
                 "memory": [2000.0 + 300 * (d == 0) for d in range(gpus)],
                 "warnings": [dict(DP_WARNING)] if variant == "dp" else [],
-                "losses": [2.3 - 0.1 * s for s in range(10)], "test_acc": 0.60 + 0.001 * repeat,
+                "losses": curve(repeat), "test_acc": 0.60 + 0.01 * repeat,
                 "config": {"variant": variant, "gpus": gpus, "repeat": repeat, "options": {},
-                           "lr": 0.1, "global_batch": 128, "precision": "fp32"},
+                           "lr": 0.1, "global_batch": 128, "precision": "fp32", "seed": repeat,
+                           **({} if deterministic is None else {"deterministic": deterministic})},
+                "record": {} if deterministic is None else {"seed": repeat, "deterministic": deterministic},
                 "device_type": "cuda",
             })
     return runs
@@ -59,12 +79,13 @@ def write_set(root, tag: str, runs: list[dict], provenance: dict | None = None) 
         tables["accuracy"].append({**key, "epoch": 1, "test_acc": run["test_acc"], "test_loss": 1.0})
         tables["steps"] += [{**key, **s} for s in steps]
         R.write_json(R.run_dir(root, tag, rid) / R.METRICS,
-                     {"run_id": rid, "status": run["status"], "config": run["config"], **key})
+                     {"run_id": rid, "status": run["status"], "config": run["config"], **key,
+                      **run["record"]})
         R.write_csv(R.run_dir(root, tag, rid) / R.STEPS, R.STEP_COLUMNS, steps)
     for name, rows in tables.items():
         R.write_csv(R.table_path(root, tag, name), R.TABLES[name], rows)
     prov = {**PROVENANCE, **(provenance or {}), "tag": tag, "n_runs": len(runs)}
-    R.write_json(R.tag_dir(root, tag) / "provenance.json", prov)
+    R.write_json(R.provenance_path(root, tag), prov)
 
 
 def find(runs: list[dict], variant: str, repeat: int | None = None) -> list[dict]:
@@ -76,11 +97,28 @@ def row(rows: list[dict], variant: str) -> dict:
     return match
 
 
+def argv(root, *extra: str) -> list[str]:
+    return ["--results-dir", str(root), "--baseline", "A", "--candidate", "B", *extra]
+
+
 @pytest.fixture
 def pair(tmp_path):
     """Writes the baseline now; returns (root, candidate runs to edit, write-candidate fn)."""
     write_set(tmp_path, "A", make_runs())
     runs = make_runs()
+
+    def finish(provenance: dict | None = None, **overrides) -> dict:
+        write_set(tmp_path, "B", runs, provenance)
+        return cmp.compare(tmp_path, "A", "B", **overrides)
+
+    return tmp_path, runs, finish
+
+
+@pytest.fixture
+def det_pair(tmp_path):
+    """Like `pair`, with every run deterministic and seeded by its repeat on both sides."""
+    write_set(tmp_path, "A", make_runs(deterministic=True))
+    runs = make_runs(deterministic=True)
 
     def finish(provenance: dict | None = None) -> dict:
         write_set(tmp_path, "B", runs, provenance)
@@ -89,17 +127,21 @@ def pair(tmp_path):
     return tmp_path, runs, finish
 
 
+# -- whole comparisons -------------------------------------------------------------------
+
 def test_identical_sets_report_no_regression_and_exit_0(pair):
     root, _, finish = pair
     report = finish()
-    assert report["verdict"] == {"regressions": 0, "findings": 0, "line": "no regression beyond noise"}
+    assert report["verdict"]["line"] == "no regression beyond noise"
+    assert report["verdict"]["counts"] == {"regressions": 0, "new-warnings": 0,
+                                           "diverged-curves": 0, "findings": 0}
     assert {r["verdict"] for r in report["throughput"]} == {"no change"}
+    assert {(r["mode"], r["verdict"]) for r in report["loss"]} == {("envelope", "identical")}
     assert report["provenance"]["differs"] == [] and report["provenance"]["config_differs"] == {}
-    argv = ["--results-dir", str(root), "--baseline", "A", "--candidate", "B", "--fail-on-regression"]
-    assert cmp.main(argv) == 0
+    assert cmp.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings,diverged-curves")) == 0
     md, js = R.compare_paths(root, "A", "B")
     assert "no regression beyond noise" in md.read_text()
-    assert R.read_json(js) == report
+    assert R.read_json(js) == {**report, "fail_on": ["regressions", "new-warnings", "diverged-curves"]}
 
 
 def test_planted_20pct_throughput_drop_is_a_regression_and_fails(pair):
@@ -109,24 +151,28 @@ def test_planted_20pct_throughput_drop_is_a_regression_and_fails(pair):
     report = finish()
     ddp = row(report["throughput"], "ddp")
     assert ddp["verdict"] == "regression" and ddp["severity"] == "regression"
-    assert ddp["change"] == pytest.approx(-0.2, abs=1e-9) and ddp["p_value"] < 0.05
+    assert ddp["change"] == pytest.approx(-0.2, abs=1e-9) and ddp["p_holm"] < 0.05
     assert row(report["throughput"], "dp")["verdict"] == "no change"
     assert report["verdict"]["regressions"] == 1
-    argv = ["--results-dir", str(root), "--baseline", "A", "--candidate", "B"]
-    assert cmp.main(argv) == 0  # without the flag a regression is reported, not fatal
-    assert cmp.main(argv + ["--fail-on-regression"]) == 1
+    assert cmp.exit_code(report, []) == 0  # without the flag a regression is reported, not fatal
+    assert cmp.main(argv(root, "--fail-on-regression")) == 1
+    assert cmp.exit_code(report, ["regressions"]) == 1
     assert "**regression**" in R.compare_paths(root, "A", "B")[0].read_text()
 
 
-def test_one_percent_change_inside_the_spread_is_no_change(pair):
-    _, runs, finish = pair
-    for r in find(runs, "ddp"):
-        r["images_per_s"] *= 0.99
-    ddp = row(finish()["throughput"], "ddp")
-    assert ddp["verdict"] == "no change" and ddp["change"] == pytest.approx(-0.01, abs=1e-9)
+@pytest.mark.parametrize("drop, verdict", [(0.07, "regression"), (0.03, "no change")])
+def test_planted_drop_at_3pct_spread_7pct_found_3pct_not(tmp_path, drop, verdict):
+    base, cand = make_runs(), make_runs()
+    for runs, scale in ((base, 1.0), (cand, 1.0 - drop)):  # the repeats span 3% (±1.5%)
+        for r, jitter in zip(find(runs, "ddp"), (0.985, 1.0, 1.015)):
+            r["images_per_s"] = BASE_IPS[("ddp", 2)] * jitter * scale
+    write_set(tmp_path, "A", base)
+    write_set(tmp_path, "B", cand)
+    ddp = row(cmp.compare(tmp_path, "A", "B")["throughput"], "ddp")
+    assert ddp["verdict"] == verdict and ddp["change"] == pytest.approx(-drop)
 
 
-def test_change_beyond_threshold_but_inside_noise_floor_is_too_noisy(tmp_path):
+def test_change_beyond_floor_but_inside_the_repeats_spread_is_too_noisy(tmp_path):
     base, cand = make_runs(), make_runs()
     for runs, scale in ((base, 1.0), (cand, 0.92)):  # 8% drop, repeats spread ~15%
         for r, jitter in zip(find(runs, "ddp"), (1.0, 1.15, 0.85)):
@@ -136,6 +182,15 @@ def test_change_beyond_threshold_but_inside_noise_floor_is_too_noisy(tmp_path):
     ddp = row(cmp.compare(tmp_path, "A", "B")["throughput"], "ddp")
     assert ddp["floor"] == pytest.approx(2 * 0.15, rel=1e-6)
     assert ddp["verdict"] == "too noisy to tell" and ddp["severity"] == "finding"
+
+
+def test_change_inside_the_noise_floor_is_no_change_whatever_the_p_value(pair):
+    _, runs, finish = pair
+    for r in find(runs, "ddp"):
+        r["images_per_s"] *= 0.96  # a launch-to-launch shift: tiny spread, p small, 4% < floor
+    ddp = row(finish(threshold=0.02)["throughput"], "ddp")
+    assert ddp["p_value"] < 0.01 and ddp["verdict"] == "no change"
+    assert ddp["note"] == "within the noise floor between launches"
 
 
 def test_single_repeat_never_claims_a_regression(tmp_path):
@@ -149,6 +204,41 @@ def test_single_repeat_never_claims_a_regression(tmp_path):
     single = row(report["throughput"], "single")
     assert single["verdict"] == "no change" and "spread unknown" in single["note"]
 
+
+# -- the throughput rule on simulated A/A data -------------------------------------------
+
+def test_aa_null_simulation_raises_regressions_at_most_at_the_nominal_rate():
+    """400 cells in 100 A/A comparisons of 4 cells, 3 vs 3 repeats: each repeat 3% CV, each
+    launch shifted as a whole (2% sd) and each cell once more (1% sd), as between two days."""
+    rng = np.random.default_rng(20261201)
+    th = cmp.Thresholds()
+    cells_flagged, comparisons_flagged = 0, 0
+    for _ in range(100):
+        day = rng.normal(0.0, 0.02)
+        cells = {k: (1e4 * np.exp(rng.normal(0, 0.03, 3)),
+                     1e4 * np.exp(day + rng.normal(0, 0.01) + rng.normal(0, 0.03, 3))) for k in range(4)}
+        n = sum(v["verdict"] == "regression" for v in cmp.throughput_verdicts(cells, th).values())
+        cells_flagged += n
+        comparisons_flagged += n > 0
+    assert cells_flagged / 400 <= th.alpha
+    assert comparisons_flagged / 100 <= th.alpha
+
+
+def test_holm_adjusts_step_down_and_skips_untested_cells():
+    assert cmp.holm([0.01, None, 0.04, 0.03]) == pytest.approx([0.03, None, 0.06, 0.06])
+    assert cmp.holm([None]) == [None] and cmp.holm([]) == []
+
+
+def test_welch_p_is_scipys():
+    from scipy import stats
+
+    x, y = np.array([100.0, 103.0, 98.0]), np.array([95.0, 97.0, 99.5, 96.0])
+    assert cmp.welch_p(x, y) == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue, rel=1e-12)
+    assert cmp.welch_p(x[:1], y) is None
+    assert cmp.welch_p(np.ones(3), np.ones(3)) == 1.0 and cmp.welch_p(np.ones(3), 2 * np.ones(3)) == 0.0
+
+
+# -- memory, warnings, status, provenance ------------------------------------------------
 
 def test_memory_increase_must_exceed_both_limits(pair):
     root, runs, finish = pair
@@ -165,8 +255,8 @@ def test_memory_increase_must_exceed_both_limits(pair):
     assert (mem[("ddp", 1)], mem[("dp", 1)]) == ("regression", "no change")
 
 
-def test_new_warning_is_a_finding_even_when_numbers_are_fine(pair):
-    _, runs, finish = pair
+def test_new_warning_is_a_finding_and_fails_only_when_asked(pair):
+    root, runs, finish = pair
     new = {**DP_WARNING, "category": "FutureWarning", "message": "torch.foo is deprecated", "count": 1}
     for r in find(runs, "ddp"):
         r["warnings"].append(dict(new))
@@ -179,6 +269,9 @@ def test_new_warning_is_a_finding_even_when_numbers_are_fine(pair):
     (c,) = report["warnings"]["changed"]
     assert (c["count_per_run_baseline"], c["count_per_run_candidate"]) == (98.0, 50.0)
     assert report["verdict"]["regressions"] == 0 and report["verdict"]["findings"] == 1
+    assert cmp.exit_code(report, ["regressions", "diverged-curves"]) == 0
+    assert cmp.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings")) == 1
+    assert "Fails the job: regressions (0), new-warnings (1)" in R.compare_paths(root, "A", "B")[0].read_text()
 
 
 def test_run_that_turned_failed_is_a_regression(pair):
@@ -201,29 +294,16 @@ def test_missing_run_is_a_regression_and_new_run_is_info(pair):
                        "ddp-g4-r0": ("new in candidate", "info")}
 
 
-def test_diverged_loss_curve_is_flagged_at_its_step(pair):
-    _, runs, finish = pair
-    find(runs, "ddp", repeat=2)[0]["losses"][5] += 0.01
-    find(runs, "dp", repeat=0)[0]["losses"][3] += 1e-4  # inside the tolerance
-    report = finish()
-    ddp = row(report["loss"], "ddp")
-    assert ddp["verdict"] == "diverged" and ddp["max_abs_diff"] == pytest.approx(0.01)
-    assert (ddp["at_repeat"], ddp["at_step"]) == (2, 5)
-    assert row(report["loss"], "dp")["verdict"] == "matches"
-
-
-def test_nan_loss_on_one_side_counts_as_diverged(pair):
-    _, runs, finish = pair
-    find(runs, "single", repeat=0)[0]["losses"][7] = math.nan
-    single = row(finish()["loss"], "single")
-    assert single["verdict"] == "diverged" and single["note"] == "loss not finite on one side"
-
-
-def test_accuracy_change_in_percentage_points(pair):
+def test_accuracy_change_is_tested_against_the_repeats(pair):
     _, runs, finish = pair
     for r in find(runs, "dp"):
-        r["test_acc"] -= 0.02
-    assert row(finish()["accuracy"], "dp")["change_pp"] == pytest.approx(-2.0)
+        r["test_acc"] -= 0.10  # ten times the repeats' spread
+    for r in find(runs, "ddp"):
+        r["test_acc"] -= 0.005  # well inside it
+    report = finish()
+    dp, ddp = row(report["accuracy"], "dp"), row(report["accuracy"], "ddp")
+    assert dp["change_pp"] == pytest.approx(-10.0) and dp["verdict"] == "differs" and dp["p_holm"] < 0.05
+    assert ddp["verdict"] == "no change"
 
 
 def test_provenance_and_config_differences_are_listed(pair):
@@ -250,31 +330,241 @@ def test_hardware_difference_warns_timings_not_comparable(pair, change):
     assert "timings are not comparable" in cmp.render_markdown(report)
 
 
-def test_missing_baseline_folder_exits_2_naming_it(pair, capsys):
+# -- loss curves: deterministic runs compare bit for bit ---------------------------------
+
+def test_identical_deterministic_curves_are_identical(det_pair):
+    _, _, finish = det_pair
+    report = finish()
+    assert {(r["mode"], r["verdict"], r["severity"]) for r in report["loss"]} == {("exact", "identical", "info")}
+    assert row(report["loss"], "ddp")["steps_matched"] == 3 * N_STEPS
+
+
+def test_one_bit_difference_reports_the_first_differing_step(det_pair):
+    root, runs, finish = det_pair
+    run = find(runs, "dp", repeat=1)[0]
+    run["losses"][7] = float(np.nextafter(run["losses"][7], 10.0))  # one bit
+    run["losses"][20] += 0.5
+    report = finish()
+    dp = row(report["loss"], "dp")
+    assert row(report["loss"], "ddp")["verdict"] == "identical"
+    assert (dp["mode"], dp["verdict"], dp["severity"]) == ("exact", "bits changed", "regression")
+    first = dp["first_diff"]
+    assert (first["repeat"], first["epoch"], first["step"]) == (1, 1, 7)
+    assert 0 < first["abs_diff"] < 1e-12 and dp["max_abs_diff"] == pytest.approx(0.5)
+    assert "not reproducible" in dp["note"]
+    md = R.compare_paths(root, "A", "B")[0]
+    assert cmp.main(argv(root, "--fail-on-regression")) == 1
+    assert re.search(r"\| dp g2 +\| 3/3 +\| exact +\|.*r1 epoch 1, step 7: .*\*\*bits changed\*\*", md.read_text())
+
+
+def test_changed_bits_after_a_torch_upgrade_are_a_finding_not_a_regression(det_pair):
+    root, runs, finish = det_pair
+    find(runs, "single", repeat=0)[0]["losses"][3] += 1e-6
+    report = finish({"torch": "2.15.0+cu130"})
+    single = row(report["loss"], "single")
+    assert (single["verdict"], single["severity"]) == ("bits changed", "finding")
+    assert "torch" in single["note"]
+    assert cmp.exit_code(report, ["regressions"]) == 0
+    assert cmp.exit_code(report, ["diverged-curves"]) == 1
+
+
+@pytest.mark.parametrize("what", ["seed", "config", "gpus", "not deterministic"])
+def test_curves_compare_bit_for_bit_only_when_everything_matches(det_pair, what):
+    _, runs, finish = det_pair
+    provenance = None
+    for r in runs:
+        if what == "seed":
+            r["record"]["seed"] += 10
+        elif what == "config":
+            r["config"]["lr"] = 0.2
+        elif what == "not deterministic":
+            r["record"]["deterministic"] = False
+    if what == "gpus":
+        provenance = {"gpu_names": ["NVIDIA A100"] * 2}
+    single = row(finish(provenance)["loss"], "single")
+    assert single["mode"] == "envelope" and single["verdict"] == "identical"  # same bits, unpromised
+    assert {"seed": "seeds differ", "config": "config differs (lr)", "gpus": "hardware differs",
+            "not deterministic": "not deterministic on both sides"}[what] == single["why_not_exact"]
+
+
+def test_inert_config_keys_do_not_stop_a_bit_for_bit_check(det_pair):
+    _, runs, finish = det_pair
+    for r in runs:
+        r["config"]["data_root"] = "/elsewhere"
+    assert {r["mode"] for r in finish()["loss"]} == {"exact"}
+
+
+# -- loss curves: otherwise against the baseline's spread --------------------------------
+
+def test_planted_curve_shift_beyond_the_envelope_is_found_noise_within_is_not(pair):
+    root, runs, finish = pair
+    for r in find(runs, "single"):
+        r["losses"] = curve(r["repeat"], salt=7)  # fresh noise of the same size: other seeds
+    for r in find(runs, "ddp"):
+        r["losses"] = [v + 0.1 * (s >= 10) for s, v in enumerate(curve(r["repeat"], salt=8))]
+    report = finish()
+    single, ddp = row(report["loss"], "single"), row(report["loss"], "ddp")
+    assert single["mode"] == "envelope" and single["verdict"] == "within noise"
+    assert single["outside_fraction"] < 0.1 and single["severity"] == "info"
+    assert ddp["verdict"] == "diverged" and ddp["severity"] == "finding"
+    assert ddp["outside_fraction"] > 0.5 and ddp["first_outside"]["step"] >= 10
+    assert cmp.exit_code(report, ["regressions", "new-warnings"]) == 0
+    assert cmp.main(argv(root, "--fail-on", "diverged-curves")) == 1
+
+
+@pytest.mark.parametrize("model", ["level", "drift"])
+def test_envelope_null_simulation_calls_divergence_rarely_and_finds_real_shifts(model):
+    """A/A pairs of 3 vs 3 curves: 'diverged' in at most 5% of them; a shift of 3 run-to-run sd
+    in at least 80%. Runs differ as GPU repeats do: by a level each run keeps for its whole
+    length (twice the per-step noise), or by a slow random drift."""
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(7)
+    th, steps = cmp.Thresholds(), 200
+    trend = 2.3 * np.exp(-np.arange(steps) / 40) + 0.6
+
+    def curves(shift: float = 0.0) -> np.ndarray:
+        if model == "level":
+            wander = rng.normal(0, 0.1, (3, 1)) * np.minimum(1.0, np.arange(steps) / 20)
+        else:
+            wander = lfilter([1.0], [1.0, -0.99], rng.normal(0, 0.015, (3, steps)), axis=1)  # AR(1)
+        return trend + wander + rng.normal(0, 0.05, (3, steps)) + shift
+
+    sd = np.std(np.concatenate([curves() for _ in range(30)]), axis=0)[20:].mean()
+    false = sum(cmp.envelope_check(curves(), curves(), th)["verdict"] == "diverged" for _ in range(200))
+    found = sum(cmp.envelope_check(curves(), curves(3 * sd), th)["verdict"] == "diverged" for _ in range(50))
+    assert false / 200 <= 0.05
+    assert found / 50 >= 0.8
+
+
+def test_one_baseline_repeat_says_the_noise_is_unknown(tmp_path):
+    base = [r for r in make_runs() if r["repeat"] == 0]
+    cand = copy.deepcopy(base)
+    find(cand, "ddp")[0]["losses"] = [v + 1.0 for v in find(cand, "ddp")[0]["losses"]]
+    write_set(tmp_path, "A", base)
+    write_set(tmp_path, "B", cand)
+    ddp = row(cmp.compare(tmp_path, "A", "B")["loss"], "ddp")
+    assert ddp["verdict"] == "noise unknown" and ddp["severity"] == "info"
+    assert "noise is unknown" in ddp["note"] and ddp["max_abs_diff"] == pytest.approx(1.0)
+
+
+def test_nan_loss_on_one_side_counts_as_diverged(pair):
+    _, runs, finish = pair
+    find(runs, "single", repeat=0)[0]["losses"][7] = math.nan
+    single = row(finish()["loss"], "single")
+    assert single["verdict"] == "diverged" and single["note"] == "loss not finite on one side"
+    assert single["first_outside"] == {"epoch": 1, "step": 7}
+
+
+def test_old_records_without_deterministic_or_seed_still_compare(tmp_path):
+    old, new = make_runs(deterministic=None), make_runs(deterministic=True)
+    for r in old:
+        r["config"].pop("seed")  # older still: no seed in the config either
+    assert all("deterministic" not in r["config"] and not r["record"] for r in old)
+    write_set(tmp_path, "A", old)
+    write_set(tmp_path, "B", new)
+    write_set(tmp_path, "C", copy.deepcopy(old))
+    loaded = cmp.load_set(tmp_path, "A", "baseline")["records"]
+    assert loaded["ddp-g2-r1"]["deterministic"] is False and loaded["ddp-g2-r1"]["seed"] == 0
+    report = cmp.compare(tmp_path, "A", "B")
+    assert {(r["mode"], r["why_not_exact"]) for r in report["loss"]} == {
+        ("envelope", "not deterministic on both sides")}
+    assert {r["verdict"] for r in cmp.compare(tmp_path, "A", "C")["loss"]} == {"identical"}
+
+
+# -- damaged input: exit 2, one line naming the file (and column) ------------------------
+
+def _damage(root: Path, what: str) -> tuple[Path, str | None]:
+    """Damages the candidate set B; returns the file and column the message must name."""
+    summary, prov = R.table_path(root, "B", "summary"), R.provenance_path(root, "B")
+    if what == "missing folder":
+        import shutil
+        shutil.rmtree(R.tag_dir(root, "B"))
+        return R.tag_dir(root, "B"), None
+    if what == "missing table":
+        R.table_path(root, "B", "steps").unlink()
+        return R.table_path(root, "B", "steps"), None
+    if what == "missing column":
+        text = summary.read_text().replace(",images_per_s,", ",ips,")
+        summary.write_text(text)
+        return summary, "images_per_s"
+    if what == "empty summary":
+        summary.write_text("")
+        return summary, None
+    if what == "header-only summary":
+        summary.write_text(summary.read_text().splitlines()[0] + "\n")
+        return summary, None
+    if what == "non-numeric images_per_s":
+        lines = summary.read_text().splitlines()
+        cols = lines[0].split(",")
+        cells = lines[3].split(",")
+        cells[cols.index("images_per_s")] = "fast"
+        summary.write_text("\n".join(lines[:3] + [",".join(cells)] + lines[4:]) + "\n")
+        return summary, "images_per_s"
+    if what == "non-numeric loss":
+        steps = R.table_path(root, "B", "steps")
+        steps.write_text(re.sub(r"^(ddp-g2-r0,ddp,2,,0,1,3,)[^,]*", r"\1-", steps.read_text(), flags=re.M))
+        return steps, "loss_global"
+    if what == "garbage provenance":
+        prov.write_bytes(b"\x00{not json")
+        return prov, None
+    if what == "provenance not an object":
+        prov.write_text("[1, 2]\n")
+        return prov, None
+    if what == "garbage run record":
+        path = R.run_dir(root, "B", "ddp-g2-r1") / R.METRICS
+        path.write_text('{"run_id": "ddp-g2-r1", ')
+        return path, None
+    raise AssertionError(what)
+
+
+DAMAGE = ["missing folder", "missing table", "missing column", "empty summary", "header-only summary",
+          "non-numeric images_per_s", "non-numeric loss", "garbage provenance",
+          "provenance not an object", "garbage run record"]
+
+
+@pytest.mark.parametrize("what", DAMAGE)
+def test_damaged_input_exits_2_with_one_line_naming_file_and_column(pair, capsys, what):
     root, _, finish = pair
     finish()
-    assert cmp.main(["--results-dir", str(root), "--baseline", "nope", "--candidate", "B"]) == 2
-    err = capsys.readouterr().err
-    assert "baseline" in err and str(root / "nope") in err
-    assert not R.compare_paths(root, "nope", "B")[1].exists()
+    path, column = _damage(root, what)
+    capsys.readouterr()
+    assert cmp.main(argv(root, "--fail-on-regression")) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(path) in err
+    if column:
+        assert repr(column) in err
+    assert "Traceback" not in err
 
 
-def test_missing_table_exits_2_naming_it(pair, capsys):
+def test_damaged_input_exits_2_from_the_command_line(pair):
     root, _, finish = pair
     finish()
-    R.table_path(root, "B", "summary").unlink()
-    assert cmp.main(["--results-dir", str(root), "--baseline", "A", "--candidate", "B"]) == 2
-    assert str(R.table_path(root, "B", "summary")) in capsys.readouterr().err
+    _damage(root, "non-numeric images_per_s")
+    proc = subprocess.run([sys.executable, "-m", "dpbench.compare", *argv(root, "--fail-on-regression")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "'images_per_s'" in proc.stderr
 
 
-def test_welch_p_matches_scipy():
-    stats = pytest.importorskip("scipy.stats")
-    import numpy as np
+def test_unknown_fail_on_kind_is_a_usage_error(pair, capsys):
+    root, _, finish = pair
+    finish()
+    with pytest.raises(SystemExit) as exc:
+        cmp.main(argv(root, "--fail-on", "regressions,typo"))
+    assert exc.value.code == 2 and "'typo'" in capsys.readouterr().err
 
-    x, y = np.array([100.0, 103.0, 98.0]), np.array([95.0, 97.0, 99.5, 96.0])
-    assert cmp.welch_p(x, y) == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue, rel=1e-9)
-    for t, df in ((0.3, 2.0), (2.5, 3.7), (40.0, 4.0)):
-        assert cmp.t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(t, df), rel=1e-9)
+
+# -- one source for the thresholds, and the report ---------------------------------------
+
+def test_schema_defaults_are_the_thresholds_defaults():
+    schema = yaml.safe_load((Path(__file__).parents[1] / "experiments" / "schema.yaml").read_text())
+    props = schema["properties"]["compare"]["properties"]
+    for f in cmp.dataclasses.fields(cmp.Thresholds):
+        assert f.name in props, f"experiments/schema.yaml compare: lacks {f.name}"
+        assert props[f.name]["default"] == pytest.approx(f.default), f.name
+    assert set(props["fail_on"]["items"]["enum"]) == set(cmp.FAIL_ON)
 
 
 def test_markdown_is_a_readable_report(pair):
@@ -283,8 +573,10 @@ def test_markdown_is_a_readable_report(pair):
         r["images_per_s"] *= 0.8
     md = cmp.render_markdown(json.loads(json.dumps(finish())))  # works on the json twin too
     assert md.startswith("# dpbench compare")
+    assert "**How noise is judged.**" in md
     assert md.index("## Provenance") < md.index("**Verdict: 1 regressions, 0 findings**") < md.index("## Run status")
     assert re.search(r"\| ddp g2 +\| 3/3 +\|", md)
+    assert "Fails the job: nothing" in md
 
 
 def test_report_names_keep_dotted_version_tags(tmp_path):

@@ -1,94 +1,141 @@
 """Regression check between two result sets (e.g. the same benchmark on two PyTorch versions).
 
-    python -m dpbench.compare --results-dir results --baseline A --candidate B [--fail-on-regression]
+    python -m dpbench.compare --results-dir results --baseline A --candidate B \\
+        [--fail-on-regression] [--fail-on new-warnings,diverged-curves]
 
 writes results/compare/A_vs_B.{md,json}. Every row of the report carries a `severity`:
-"regression" (counts for --fail-on-regression), "finding" (a human should look) or "info".
+"regression", "finding" (a human should look) or "info".
 
-Noise rule for throughput, per (variant, gpus, options) group, one images_per_s per ok repeat:
-    change = median(candidate) / median(baseline) - 1
-    floor  = max(threshold, 2 x pooled coefficient of variation of the repeats)
-    |change| <= threshold                      -> "no change"
-    |change| <= floor, or Welch p >= 0.05      -> "too noisy to tell"
-    otherwise                                  -> "regression" / "improvement"
-With a single repeat on either side there is neither a spread nor a test: beyond the threshold
-the verdict is "too noisy to tell", within it "no change" with a note saying the spread is unknown.
+Exit status: 0 when the comparison ran (whatever it found), 1 only when something of a kind
+named by --fail-on was found (--fail-on-regression is --fail-on regressions), 2 when an input
+is missing or damaged, with one line naming the file (and column). A broken input is never 1,
+so a nightly job cannot read it as "regression found".
+
+A change counts only beyond the noise measured for it:
+
+- Throughput, per (variant, gpus, options) cell, one images_per_s per ok repeat:
+      change = median(candidate) / median(baseline) - 1
+      |change| <= max(threshold, noise_floor)                   -> "no change"
+      |change| <= k_spread x pooled CV of the repeats, or
+        Welch's p (Holm-adjusted over all cells) >= alpha       -> "too noisy to tell"
+      otherwise                                                 -> "regression" / "improvement"
+  The repeats of one launch do not see the shift between two launches (another day, another
+  boot, another neighbour on the node); the noise floor stands for it.
+- Loss curves: deterministic runs with the same seed, config, software and hardware must be
+  bit-identical; the first differing step is reported, a finding when the software changed and
+  a regression when nothing did. Otherwise the candidate's mean curve is held against the
+  baseline's repeat-to-repeat spread, step by step (a band of envelope_k standard errors, never
+  narrower than loss_tolerance); the curve has diverged when more than envelope_fraction of the
+  steps leave the band, or when the final loss differs by Welch's test (Holm over cells). With
+  one distinct baseline curve the noise is unknown and no divergence is called.
+- Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dpbench.markdown import md_table
-
-from dpbench.results import (STATUS_OK, compare_paths, iter_runs, read_json, read_table,
-                             table_path, tag_dir, write_atomic, write_json)
+from dpbench import results as R
+from dpbench.markdown import cell
 
 GROUP = ["variant", "gpus", "options"]
-REQUIRED_TABLES = ("summary", "memory", "warnings", "steps")
-PROVENANCE_FILE = "provenance.json"
 PROVENANCE_KEYS = ["torch", "torch_git", "cuda", "cudnn", "nccl", "driver", "gpu_names",
-                   "python", "hostname", "device_type"]
+                   "python", "hostname", "device_type", "git_sha"]
 HARDWARE_KEYS = ("gpu_names", "device_type", "hostname")
-K_SPREAD = 2.0  # 3 vs 3 repeats: the relative SE of a difference of means is ~0.8 CV; 2 CV ~ 2.5 SE
-ALPHA = 0.05
+# What must match for deterministic runs to be bit-identical: the hostname need not.
+EXACT_HARDWARE_KEYS = ("gpu_names", "device_type")
+# Software whose change explains changed bits in deterministic runs (git_sha: dpbench's own code).
+SOFTWARE_KEYS = ("torch", "torch_git", "cuda", "cudnn", "nccl", "driver", "git_sha")
+# Config keys that cannot change a single bit of the training.
+INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint"}
 HARDWARE_WARNING = "hardware differs ({keys}): timings are not comparable"
 
+FAIL_ON = ("regressions", "new-warnings", "diverged-curves", "findings")
 
-class MissingInput(FileNotFoundError):
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every knob of the comparison, with its default: the one source (schema.yaml mirrors it)."""
+
+    threshold: float = 0.05
+    """Smallest relative throughput change worth a verdict."""
+    # Day-to-day noise between launches, which repeats of one launch cannot see: on 2x H200 the
+    # same cells rerun a day later moved by +0.4%, +0.6% and +4.1% while repeats within each
+    # launch agreed far closer (single GPU: 0.04%). 5% sits above the largest such shift.
+    noise_floor: float = 0.05
+    """Relative throughput change that two launches of the same code can show (A/A)."""
+    # 3 vs 3 repeats: the relative SE of a difference of means is about 0.8 CV, so 2 CV ~ 2.5 SE.
+    k_spread: float = 2.0
+    """A throughput change must also exceed this many pooled coefficients of variation."""
+    alpha: float = 0.05
+    """Family-wise error rate per aspect (Holm over the cells)."""
+    mem_threshold_mib: float = 64.0
+    mem_threshold_pct: float = 5.0
+    loss_tolerance: float = 1e-3
+    """Absolute loss difference that never counts (the narrowest curve band)."""
+    # Simulated A/A pairs of 3 vs 3 repeats, modelled on the 2x H200 reference's repeats (a
+    # per-run level that persists over the whole run, as chaotic early training leaves, plus
+    # per-step noise; or a slow random drift) leave a 3 SE band on more than 30% of the steps in
+    # at most ~4% of the pairs; a shift of 3 run-to-run sd is found in 86-99% of them.
+    envelope_k: float = 3.0
+    """Half-width of the per-step band in standard errors of the difference of mean curves."""
+    envelope_fraction: float = 0.3
+    """Share of the steps outside the band that calls a curve diverged."""
+
+
+# The baseline's variance per step is averaged over a window of neighbouring steps (a tenth of
+# the curve, at least 9): the variance of 2-3 repeats at one step is itself very noisy, and the
+# differences between GPU repeats decorrelate within a few steps (lag-20 autocorrelation ~0 in
+# the 2x H200 reference), so neighbours are nearly independent draws of the same spread.
+ENVELOPE_WINDOW = (9, 0.1)
+
+
+class InputError(Exception):
+    """An input is missing or damaged; the message names the file (and column)."""
+
+
+class MissingInput(InputError, FileNotFoundError):
     """An input result set (folder, table or provenance.json) is not there."""
 
 
-# -- statistics (no scipy: Welch's t with the exact Student-t tail via the incomplete beta) ----
+# -- statistics --------------------------------------------------------------------------
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for aa in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                   -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
+def welch_p(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Two-sided p of Welch's t-test on the means (None with fewer than 2 values a side)."""
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if min(len(x), len(y)) < 2:
+        return None
+    if x.var(ddof=1) == 0.0 and y.var(ddof=1) == 0.0:  # identical repeats resolve any difference
+        return 0.0 if x.mean() != y.mean() else 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # near-identical samples: precision note
+        return float(stats.ttest_ind(x, y, equal_var=False).pvalue)
 
 
-def betainc(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                     + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    return betainc(df / 2.0, 0.5, df / (df + t * t))
-
-
-def welch_p(x: np.ndarray, y: np.ndarray) -> float:
-    """Two-sided p-value of Welch's t-test on the means (needs >= 2 values per side)."""
-    va, vb = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    diff = y.mean() - x.mean()
-    if va + vb == 0.0:  # identical repeats: any difference is resolved exactly
-        return 0.0 if diff != 0 else 1.0
-    df = (va + vb) ** 2 / (va ** 2 / (len(x) - 1) + vb ** 2 / (len(y) - 1))
-    return t_two_sided_p(diff / math.sqrt(va + vb), df)
+def holm(pvalues: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (family-wise error); None entries are not tests."""
+    idx = [i for i, p in enumerate(pvalues) if p is not None]
+    out = list(pvalues)
+    if not idx:
+        return out
+    p = np.array([pvalues[i] for i in idx], float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    for rank, j in enumerate(order):
+        out[idx[j]] = float(adjusted[rank])
+    return out
 
 
 def pooled_cv(x: np.ndarray, y: np.ndarray) -> float:
@@ -96,25 +143,111 @@ def pooled_cv(x: np.ndarray, y: np.ndarray) -> float:
     return math.sqrt(sum(cvs) / (len(x) + len(y) - 2))
 
 
-# -- loading -----------------------------------------------------------------------------
+# -- loading (every failure names its file and column) -----------------------------------
+
+# The columns compare reads from each table; numeric ones must hold numbers (or nothing).
+COLUMNS = {
+    "summary": (["run_id", *GROUP, "repeat", "status", "reason", "device_type"],
+                ["gpus", "repeat", "images_per_s", "final_loss", "test_acc"]),
+    "memory": (["run_id", *GROUP, "device"], ["gpus", "device", "allocated_mib"]),
+    "warnings": (["run_id", *GROUP, "category", "message"], ["gpus", "count"]),
+    "steps": (["run_id", *GROUP, "repeat", "epoch", "step"], ["gpus", "repeat", "epoch", "step", "loss_global"]),
+}
+NUMBER_WORDS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
+
+
+def _read_table(root: Path | str, tag: str, name: str):
+    import pandas as pd
+
+    path = R.table_path(root, tag, name)
+    try:
+        df = R.read_table(root, tag, name)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{path} is empty (not even a header line)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path} is not a readable CSV table ({_first_line(exc)})") from None
+    text, numeric = COLUMNS[name]
+    missing = [c for c in dict.fromkeys(text + numeric) if c not in df.columns]
+    if missing:
+        raise InputError(f"{path} has no column {missing[0]!r}"
+                         + (f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
+    for col in numeric:
+        if pd.api.types.is_numeric_dtype(df[col]):
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        raw = df[col].astype(str).str.strip()
+        bad = values.isna() & df[col].notna() & ~raw.str.lower().isin(NUMBER_WORDS | {""})
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(f"{path}: column {col!r} holds a non-numeric value {raw.iloc[i]!r} "
+                             f"(line {i + 2})")
+        df[col] = values
+    for col in ("gpus", "repeat", "epoch", "step", "device"):
+        if col in numeric and df[col].isna().any():
+            i = int(np.flatnonzero(df[col].isna().to_numpy())[0])
+            raise InputError(f"{path}: column {col!r} is empty at line {i + 2}")
+    return df
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        obj = R.read_json(path)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{path} cannot be read ({_first_line(exc)})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path} is not a JSON object ({what} expected)")
+    return obj
+
+
+def _records(root: Path | str, tag: str) -> dict[str, dict]:
+    """Per run: its config, the seed it used and whether it ran deterministically.
+
+    Records written before those fields existed read as non-deterministic, with the config's
+    seed (or 0)."""
+    out: dict[str, dict] = {}
+    folder = R.runs_dir(root, tag)
+    if not folder.is_dir():
+        return out
+    for rdir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        path = rdir / R.METRICS
+        if not path.exists():
+            continue  # unfinished run: metrics.json is written last
+        rec = _read_json(path, "a run record")
+        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        seed = rec.get("seed", cfg.get("seed", 0))
+        det = rec.get("deterministic", cfg.get("deterministic", False))
+        out[str(rec.get("run_id", rdir.name))] = {
+            "config": cfg, "seed": 0 if seed is None else seed, "deterministic": bool(det)}
+    return out
+
 
 def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
-    folder = tag_dir(root, tag)
+    folder = R.tag_dir(root, tag)
     if not folder.is_dir():
         raise MissingInput(f"{role} result set {tag!r} not found: folder {folder} does not exist")
-    paths = [table_path(root, tag, n) for n in REQUIRED_TABLES] + [folder / PROVENANCE_FILE]
+    prov_path = R.provenance_path(root, tag)
+    paths = [R.table_path(root, tag, n) for n in COLUMNS] + [prov_path]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise MissingInput(f"{role} result set {tag!r} is incomplete, missing: {', '.join(missing)}")
-    tables = {n: read_table(root, tag, n) for n in REQUIRED_TABLES}
-    # Memory, warnings and curves of runs that did not finish are partial: status reports those.
+    tables = {n: _read_table(root, tag, n) for n in COLUMNS}
     summary = tables["summary"]
-    ok_ids = set(summary.loc[summary["status"] == STATUS_OK, "run_id"])
+    if summary.empty:
+        raise InputError(f"{R.table_path(root, tag, 'summary')} has a header but no runs")
+    # Memory, warnings and curves of runs that did not finish are partial: status reports those.
+    ok_ids = set(summary.loc[summary["status"] == R.STATUS_OK, "run_id"])
     for name in ("memory", "warnings", "steps"):
         tables[name] = tables[name][tables[name]["run_id"].isin(ok_ids)]
     tables["ok_summary"] = summary[summary["run_id"].isin(ok_ids)]
-    return {"tables": tables, "provenance": read_json(folder / PROVENANCE_FILE),
-            "configs": {r["run_id"]: r.get("config") or {} for r, _ in iter_runs(folder / "runs")}}
+    return {"tables": tables, "provenance": _read_json(prov_path, "the result set's provenance"),
+            "records": _records(root, tag)}
 
 
 def _group(key: tuple) -> dict[str, Any]:
@@ -122,43 +255,60 @@ def _group(key: tuple) -> dict[str, Any]:
 
 
 def _ok_values(summary, column: str) -> dict[tuple, np.ndarray]:
-    ok = summary[(summary["status"] == STATUS_OK) & summary[column].notna()]
+    ok = summary[(summary["status"] == R.STATUS_OK) & summary[column].notna()]
     return {k: g[column].to_numpy(float) for k, g in ok.groupby(GROUP)}
 
 
-# -- aspects -----------------------------------------------------------------------------
+# -- throughput --------------------------------------------------------------------------
 
-def throughput_verdict(x: np.ndarray, y: np.ndarray, threshold: float) -> dict[str, Any]:
+def throughput_verdicts(cells: dict[Any, tuple[np.ndarray, np.ndarray]], th: Thresholds) -> dict[Any, dict]:
+    """Verdict per cell from (baseline, candidate) images/s; Holm runs over all tested cells."""
+    keys = list(cells)
+    raw = [welch_p(*cells[k]) for k in keys]
+    adjusted = holm(raw)
+    return {k: _throughput_verdict(*cells[k], p, q, th) for k, p, q in zip(keys, raw, adjusted)}
+
+
+def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: float | None,
+                        th: Thresholds) -> dict[str, Any]:
+    x, y = np.asarray(x, float), np.asarray(y, float)
     change = float(np.median(y) / np.median(x) - 1.0)
+    no_change = max(th.threshold, th.noise_floor)
     row: dict[str, Any] = {"n_baseline": len(x), "n_candidate": len(y),
                            "median_baseline": float(np.median(x)),
                            "median_candidate": float(np.median(y)), "change": change,
-                           "pooled_cv": None, "floor": threshold, "p_value": None, "note": ""}
-    if min(len(x), len(y)) < 2:
+                           "pooled_cv": None, "floor": no_change, "p_value": p, "p_holm": p_holm,
+                           "note": ""}
+    if p is None:
+        verdict = "no change" if abs(change) <= no_change else "too noisy to tell"
         row["note"] = "single repeat: spread unknown, no significance test"
-        verdict = "no change" if abs(change) <= threshold else "too noisy to tell"
     else:
         row["pooled_cv"] = pooled_cv(x, y)
-        row["floor"] = max(threshold, K_SPREAD * row["pooled_cv"])
-        row["p_value"] = welch_p(x, y)
-        if abs(change) <= threshold:
+        row["floor"] = max(no_change, th.k_spread * row["pooled_cv"])
+        if abs(change) <= no_change:
             verdict = "no change"
-        elif abs(change) <= row["floor"] or row["p_value"] >= ALPHA:
-            verdict = "too noisy to tell"
-            row["note"] = "change beyond threshold but inside the repeats' spread"
+            if th.threshold < abs(change):
+                row["note"] = "within the noise floor between launches"
+        elif abs(change) <= row["floor"]:
+            verdict, row["note"] = "too noisy to tell", "inside the repeats' own spread"
+        elif p_holm >= th.alpha:
+            verdict, row["note"] = "too noisy to tell", "not significant after Holm's correction"
         else:
             verdict = "regression" if change < 0 else "improvement"
     severity = {"regression": "regression", "too noisy to tell": "finding"}.get(verdict, "info")
     return {**row, "verdict": verdict, "severity": severity}
 
 
-def compare_throughput(base: dict, cand: dict, threshold: float) -> list[dict]:
+def compare_throughput(base: dict, cand: dict, th: Thresholds) -> list[dict]:
     a = _ok_values(base["tables"]["summary"], "images_per_s")
     b = _ok_values(cand["tables"]["summary"], "images_per_s")
-    return [{**_group(k), **throughput_verdict(a[k], b[k], threshold)} for k in sorted(a.keys() & b.keys())]
+    verdicts = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th)
+    return [{**_group(k), **v} for k, v in verdicts.items()]
 
 
-def compare_memory(base: dict, cand: dict, mib: float, pct: float) -> list[dict]:
+# -- memory, warnings --------------------------------------------------------------------
+
+def compare_memory(base: dict, cand: dict, th: Thresholds) -> list[dict]:
     def peaks(rs: dict) -> dict[tuple, float]:
         mem = rs["tables"]["memory"]
         return mem[mem["allocated_mib"].notna()].groupby(GROUP + ["device"])["allocated_mib"].max().to_dict()
@@ -169,6 +319,7 @@ def compare_memory(base: dict, cand: dict, mib: float, pct: float) -> list[dict]
         delta = float(b[k] - a[k])
         rel = 100.0 * delta / a[k] if a[k] > 0 else math.inf
         # Both limits must be exceeded: small absolute noise on small tensors is not a regression.
+        mib, pct = th.mem_threshold_mib, th.mem_threshold_pct
         verdict = ("regression" if delta > mib and rel > pct else
                    "improvement" if -delta > mib and -rel > pct else "no change")
         rows.append({**_group(k), "device": int(k[3]), "baseline_mib": float(a[k]),
@@ -183,7 +334,8 @@ def compare_warnings(base: dict, cand: dict) -> dict[str, list[dict]]:
     shared = runs_a.keys() & runs_b.keys()  # a missing group is reported under status, not here
 
     def per_run(rs: dict, runs: dict) -> dict[tuple, float]:
-        totals = rs["tables"]["warnings"].groupby(GROUP + ["category", "message"])["count"].sum()
+        w = rs["tables"]["warnings"]
+        totals = w[w["count"].notna()].groupby(GROUP + ["category", "message"])["count"].sum()
         return {k: float(v) / runs[k[:3]] for k, v in totals.items() if k[:3] in shared}
 
     a, b = per_run(base, runs_a), per_run(cand, runs_b)
@@ -197,37 +349,213 @@ def compare_warnings(base: dict, cand: dict) -> dict[str, list[dict]]:
             "changed": [row(k, "info") for k in sorted(a.keys() & b.keys()) if not math.isclose(a[k], b[k])]}
 
 
-def compare_loss(base: dict, cand: dict, tolerance: float) -> list[dict]:
-    keys = GROUP + ["repeat", "epoch", "step"]
-    m = base["tables"]["steps"][keys + ["loss_global"]].merge(
-        cand["tables"]["steps"][keys + ["loss_global"]], on=keys, suffixes=("_b", "_c"))
-    if m.empty:
-        return []
-    lb, lc = m["loss_global_b"].to_numpy(float), m["loss_global_c"].to_numpy(float)
-    # A loss that became NaN/inf on one side only is the worst divergence, not a missing value.
-    one_sided = np.isfinite(lb) != np.isfinite(lc)
-    m["diff"] = np.where(one_sided, np.inf, np.abs(lc - lb))
-    m = m[m["diff"].notna()]
+# -- loss curves -------------------------------------------------------------------------
+
+def _curves(steps) -> dict[tuple, dict[int, Any]]:
+    """(variant, gpus, options) -> repeat -> loss_global as a Series indexed by (epoch, step)."""
+    import pandas as pd
+
+    out: dict[tuple, dict[int, Any]] = {}
+    for (*key, repeat), g in steps.groupby(GROUP + ["repeat"]):
+        index = pd.MultiIndex.from_arrays([g["epoch"].to_numpy(int), g["step"].to_numpy(int)],
+                                          names=["epoch", "step"])
+        out.setdefault(tuple(key), {})[int(repeat)] = pd.Series(
+            g["loss_global"].to_numpy(float), index=index).sort_index()
+    return out
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def exact_check(pairs: dict[int, tuple[Any, Any]]) -> dict[str, Any]:
+    """Bitwise comparison of paired curves (repeat -> (baseline, candidate) Series)."""
+    first, worst, n = None, 0.0, 0
+    for repeat, (b, c) in sorted(pairs.items()):
+        both = b.index.union(c.index)
+        bv, cv = b.reindex(both).to_numpy(float), c.reindex(both).to_numpy(float)
+        n += len(both)
+        # A step that one side has and the other lacks is a difference too.
+        same = _same_bits(bv, cv) & both.isin(b.index) & both.isin(c.index)
+        if same.all():
+            continue
+        i = int(np.flatnonzero(~same)[0])
+        with np.errstate(invalid="ignore"):
+            d = np.abs(cv - bv)
+        d = np.where(same, 0.0, np.where(np.isnan(d), np.inf, d))
+        worst = max(worst, float(d.max()))
+        at = (int(both[i][0]), int(both[i][1]))
+        if first is None or at < first["at"]:
+            first = {"at": at, "repeat": repeat, "diff": float(d[i])}
+    return {"steps_matched": n, "first": first, "max_abs_diff": worst}
+
+
+def _rolling_mean(v: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(v) < 2:
+        return v
+    k = np.ones(min(window, len(v)))
+    return np.convolve(v, k, "same") / np.convolve(np.ones_like(v), k, "same")
+
+
+def envelope_check(base: np.ndarray, cand: np.ndarray, th: Thresholds) -> dict[str, Any]:
+    """The candidate's mean curve against the baseline's spread (arrays: repeats x steps)."""
+    base, cand = np.atleast_2d(np.asarray(base, float)), np.atleast_2d(np.asarray(cand, float))
+    fin_b, fin_c = np.isfinite(base).all(0), np.isfinite(cand).all(0)
+    out: dict[str, Any] = {"steps_matched": int(base.shape[1]), "outside_fraction": None,
+                           "max_abs_diff": None, "at_index": None, "first_outside": None,
+                           "distinct_baseline_curves": 0}
+    one_sided = fin_b != fin_c
+    if one_sided.any():
+        i = int(np.flatnonzero(one_sided)[0])
+        return {**out, "max_abs_diff": math.inf, "at_index": i, "first_outside": i,
+                "verdict": "diverged", "note": "loss not finite on one side"}
+    keep = fin_b & fin_c  # steps where both sides blew up alike carry no signal
+    base, cand = base[:, keep], cand[:, keep]
+    index = np.flatnonzero(keep)
+    if base.shape[1] == 0:
+        return {**out, "verdict": "noise unknown", "note": "no finite step in common"}
+    diff = cand.mean(0) - base.mean(0)
+    j = int(np.argmax(np.abs(diff)))
+    out.update(max_abs_diff=float(abs(diff[j])), at_index=int(index[j]),
+               distinct_baseline_curves=len({row.tobytes() for row in base}))
+    if out["distinct_baseline_curves"] < 2:
+        note = ("one baseline repeat" if len(base) < 2 else "the baseline repeats are identical")
+        return {**out, "verdict": "noise unknown",
+                "note": f"{note}: the noise is unknown, no divergence called"}
+    n_b, n_c = len(base), len(cand)
+    var = _rolling_mean(base.var(0, ddof=1), max(ENVELOPE_WINDOW[0], int(ENVELOPE_WINDOW[1] * base.shape[1])))
+    half = np.maximum(th.envelope_k * np.sqrt(var * (1.0 / n_b + 1.0 / n_c)), th.loss_tolerance)
+    outside = np.abs(diff) > half
+    out["outside_fraction"] = float(outside.mean())
+    out["first_outside"] = int(index[np.flatnonzero(outside)[0]]) if outside.any() else None
+    diverged = out["outside_fraction"] > th.envelope_fraction
+    # Two runs say little about how far a run's whole level can wander (same seed or not).
+    note = "two baseline repeats: the spread is poorly known" if n_b == 2 else ""
+    return {**out, "verdict": "diverged" if diverged else "within noise", "note": note}
+
+
+def _mode(base: dict, cand: dict, rids: list[str], hardware_same: bool) -> tuple[bool, str]:
+    """Whether the group's curves must be bit-identical, and if not, why not."""
+    ra, rb = base["records"], cand["records"]
+    if not rids or any(r not in ra or r not in rb for r in rids):
+        return False, "no run records to check determinism"
+    if not all(ra[r]["deterministic"] and rb[r]["deterministic"] for r in rids):
+        return False, "not deterministic on both sides"
+    if any(ra[r]["seed"] != rb[r]["seed"] for r in rids):
+        return False, "seeds differ"
+    diffs = sorted(k for r in rids for k in _config_diff(ra[r]["config"], rb[r]["config"]))
+    if diffs:
+        return False, f"config differs ({', '.join(dict.fromkeys(diffs))})"
+    if not hardware_same:
+        return False, "hardware differs"
+    return True, ""
+
+
+def _config_diff(a: dict, b: dict) -> list[str]:
+    fa, fb = _flatten(a), _flatten(b)
+    return [k for k in sorted(fa.keys() | fb.keys())
+            if k.split(".")[0] not in INERT_CONFIG_KEYS and fa.get(k) != fb.get(k)]
+
+
+def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dict]:
+    sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
+    curves_a, curves_b = _curves(sa), _curves(sb)
+    keys = sorted(curves_a.keys() & curves_b.keys())
+    ids = sa.drop_duplicates(GROUP + ["repeat"])
+    run_of = {(v, int(g), o, int(r)): str(rid) for v, g, o, r, rid in
+              zip(ids["variant"], ids["gpus"], ids["options"], ids["repeat"], ids["run_id"])}
+    hardware_same = not any(prov["keys"][k]["differs"] for k in EXACT_HARDWARE_KEYS)
+    software = [k for k in SOFTWARE_KEYS if prov["keys"][k]["differs"]]
+    fa = _ok_values(base["tables"]["summary"], "final_loss")
+    fb = _ok_values(cand["tables"]["summary"], "final_loss")
+    raw = [welch_p(fa[k], fb[k]) if k in fa and k in fb else None for k in keys]
+    adjusted = holm(raw)
     rows = []
-    for k, g in m.groupby(GROUP):
-        worst = g.loc[g["diff"].idxmax()]
-        diverged = bool(worst["diff"] > tolerance)
-        rows.append({**_group(k), "steps_matched": len(g), "max_abs_diff": float(worst["diff"]),
-                     "at_repeat": int(worst["repeat"]), "at_epoch": int(worst["epoch"]),
-                     "at_step": int(worst["step"]),
-                     "note": "loss not finite on one side" if math.isinf(worst["diff"]) else "",
-                     "verdict": "diverged" if diverged else "matches",
-                     "severity": "finding" if diverged else "info"})
+    for key, p, q in zip(keys, raw, adjusted):
+        ca, cb = curves_a[key], curves_b[key]
+        rids = [run_of[(*key, r)] for r in sorted(set(ca) & set(cb))]
+        exact, why = _mode(base, cand, rids, hardware_same)
+        row: dict[str, Any] = {**_group(key), "mode": "exact" if exact else "envelope",
+                               "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
+                               "why_not_exact": why}
+        if exact:
+            chk = exact_check({r: (ca[r], cb[r]) for r in sorted(set(ca) & set(cb))})
+            first = chk["first"]
+            row.update(steps_matched=chk["steps_matched"], max_abs_diff=chk["max_abs_diff"],
+                       first_diff=None if first is None else
+                       {"repeat": first["repeat"], "epoch": first["at"][0], "step": first["at"][1],
+                        "abs_diff": first["diff"]})
+            if first is None:
+                row.update(verdict="identical", severity="info", note="bit-identical")
+            elif software:
+                row.update(verdict="bits changed", severity="finding",
+                           note=f"expected after a software change ({', '.join(software)})")
+            else:
+                row.update(verdict="bits changed", severity="regression",
+                           note="not reproducible: same seed, config, software and hardware")
+            rows.append(row)
+            continue
+        if set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None:
+            # Same bits without the promise (e.g. CPU runs recorded before the deterministic
+            # flag existed): nothing to judge against the noise.
+            row.update(steps_matched=sum(len(c) for c in cb.values()), max_abs_diff=0.0,
+                       outside_fraction=0.0, verdict="identical", severity="info",
+                       note="bit-identical", at=None, first_outside=None)
+            rows.append(row)
+            continue
+        env = _envelope_of(ca, cb, th)
+        row.update({k: env[k] for k in ("steps_matched", "max_abs_diff", "outside_fraction",
+                                         "distinct_baseline_curves", "verdict", "note")})
+        row["at"] = env["at"]
+        row["first_outside"] = env["first_outside"]
+        final_differs = (q is not None and q < th.alpha
+                         and abs(float(np.mean(fb[key]) - np.mean(fa[key]))) > th.loss_tolerance)
+        if final_differs and row["verdict"] != "noise unknown":
+            row["verdict"] = "diverged"
+            row["note"] = "; ".join(filter(None, [row["note"], "final loss differs (Welch, Holm)"]))
+        row["severity"] = "finding" if row["verdict"] == "diverged" else "info"
+        rows.append(row)
     return rows
 
 
-def compare_accuracy(base: dict, cand: dict) -> list[dict]:
+def _envelope_of(ca: dict, cb: dict, th: Thresholds) -> dict[str, Any]:
+    # The steps every repeat of both sides reached (a written NaN loss stays and counts).
+    steps = None
+    for s in [*ca.values(), *cb.values()]:
+        steps = s.index if steps is None else steps.intersection(s.index)
+    if not ca or not cb or steps is None or len(steps) == 0:
+        return {"steps_matched": 0, "max_abs_diff": None, "outside_fraction": None,
+                "distinct_baseline_curves": len(ca), "verdict": "noise unknown",
+                "note": "no step in common", "at": None, "first_outside": None}
+    steps = steps.sort_values()
+    env = envelope_check(np.array([ca[r].reindex(steps).to_numpy(float) for r in sorted(ca)]),
+                         np.array([cb[r].reindex(steps).to_numpy(float) for r in sorted(cb)]), th)
+
+    def at(i: int | None):
+        return None if i is None else {"epoch": int(steps[i][0]), "step": int(steps[i][1])}
+
+    return {**env, "at": at(env["at_index"]), "first_outside": at(env["first_outside"])}
+
+
+def compare_accuracy(base: dict, cand: dict, th: Thresholds) -> list[dict]:
     a = _ok_values(base["tables"]["summary"], "test_acc")
     b = _ok_values(cand["tables"]["summary"], "test_acc")
-    return [{**_group(k), "acc_baseline": float(np.median(a[k])), "acc_candidate": float(np.median(b[k])),
-             "change_pp": float(100.0 * (np.median(b[k]) - np.median(a[k]))), "severity": "info"}
-            for k in sorted(a.keys() & b.keys())]
+    keys = sorted(a.keys() & b.keys())
+    raw = [welch_p(a[k], b[k]) for k in keys]
+    rows = []
+    for k, p, q in zip(keys, raw, holm(raw)):
+        change = float(100.0 * (np.mean(b[k]) - np.mean(a[k])))
+        if q is None:
+            verdict = "noise unknown" if change else "no change"
+        else:
+            verdict = "differs" if q < th.alpha else "no change"
+        rows.append({**_group(k), "acc_baseline": float(np.mean(a[k])), "acc_candidate": float(np.mean(b[k])),
+                     "change_pp": change, "p_value": p, "p_holm": q, "verdict": verdict,
+                     "severity": "finding" if verdict == "differs" else "info"})
+    return rows
 
+
+# -- status, provenance ------------------------------------------------------------------
 
 def _status_change(before: str | None, after: str | None) -> tuple[str | None, str]:
     if after is None:
@@ -236,14 +564,14 @@ def _status_change(before: str | None, after: str | None) -> tuple[str | None, s
         return "new in candidate", "info"
     if before == after:
         return None, "info"
-    if before == STATUS_OK:
+    if before == R.STATUS_OK:
         return f"ok → {after}", "regression"
-    return (f"{before} → ok (fixed)" if after == STATUS_OK else f"{before} → {after}"), "info"
+    return (f"{before} → ok (fixed)" if after == R.STATUS_OK else f"{before} → {after}"), "info"
 
 
 def compare_status(base: dict, cand: dict) -> list[dict]:
-    a = base["tables"]["summary"].set_index("run_id").to_dict("index")
-    b = cand["tables"]["summary"].set_index("run_id").to_dict("index")
+    a = base["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
+    b = cand["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
     rows = []
     for rid in sorted(a.keys() | b.keys()):
         before, after = a.get(rid, {}).get("status"), b.get(rid, {}).get("status")
@@ -269,7 +597,7 @@ def compare_configs(a: dict, b: dict) -> dict[str, dict]:
     """Config keys that differ between runs with the same run_id, with the values on each side."""
     diffs: dict[str, dict[str, set]] = {}
     for rid in a.keys() & b.keys():
-        fa, fb = _flatten(a[rid]), _flatten(b[rid])
+        fa, fb = _flatten(a[rid]["config"]), _flatten(b[rid]["config"])
         for k in fa.keys() | fb.keys():
             va, vb = json.dumps(fa.get(k), sort_keys=True), json.dumps(fb.get(k), sort_keys=True)
             if va != vb:
@@ -291,7 +619,7 @@ def _prov_value(rs: dict, key: str) -> Any:
     if key != "device_type":
         return rs["provenance"].get(key)
     # device_type lives in the records, not provenance.json; same convention: one value or a list
-    values = sorted(set(rs["tables"]["summary"]["device_type"].dropna().astype(str)))
+    values = sorted(set(rs["tables"]["summary"]["device_type"].dropna().astype(str)) - {""})
     return values[0] if len(values) == 1 else values
 
 
@@ -302,7 +630,7 @@ def compare_provenance(base: dict, cand: dict) -> dict[str, Any]:
         keys[k] = {"baseline": va, "candidate": vb, "differs": va != vb}
     hardware = [k for k in HARDWARE_KEYS if keys[k]["differs"]]
     return {"keys": keys, "differs": [k for k, v in keys.items() if v["differs"]],
-            "config_differs": compare_configs(base["configs"], cand["configs"]),
+            "config_differs": compare_configs(base["records"], cand["records"]),
             "hardware_differs": bool(hardware),
             "warning": HARDWARE_WARNING.format(keys=", ".join(hardware)) if hardware else None,
             "severity": "finding" if hardware else "info"}
@@ -316,43 +644,71 @@ def _finite(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
+    if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _finite(obj.item())
     return obj
 
 
-def compare(results_dir: Path | str, baseline: str, candidate: str, *, threshold: float = 0.05,
-            mem_threshold_mib: float = 64.0, mem_threshold_pct: float = 5.0,
-            loss_tolerance: float = 1e-3) -> dict[str, Any]:
-    """The comparison as a JSON-ready dict; raises MissingInput when an input set is absent."""
-    base = load_set(results_dir, baseline, "baseline")
-    cand = load_set(results_dir, candidate, "candidate")
-    report: dict[str, Any] = {
-        "baseline": baseline, "candidate": candidate,
-        "thresholds": {"threshold": threshold, "mem_threshold_mib": mem_threshold_mib,
-                       "mem_threshold_pct": mem_threshold_pct, "loss_tolerance": loss_tolerance,
-                       "k_spread": K_SPREAD, "alpha": ALPHA},
-        "provenance": compare_provenance(base, cand),
-        "status": compare_status(base, cand),
-        "throughput": compare_throughput(base, cand, threshold),
-        "memory": compare_memory(base, cand, mem_threshold_mib, mem_threshold_pct),
-        "warnings": compare_warnings(base, cand),
-        "loss": compare_loss(base, cand, loss_tolerance),
-        "accuracy": compare_accuracy(base, cand),
-    }
+def failing(report: dict) -> dict[str, int]:
+    """How many findings of each --fail-on kind the report holds."""
     rows = [report["provenance"], *report["status"], *report["throughput"], *report["memory"],
             *[r for rs in report["warnings"].values() for r in rs], *report["loss"], *report["accuracy"]]
-    severities = [r["severity"] for r in rows]
-    n, m = severities.count("regression"), severities.count("finding")
-    report["verdict"] = {"regressions": n, "findings": m,
+    return {"regressions": sum(r["severity"] == "regression" for r in rows),
+            "new-warnings": len(report["warnings"]["new"]),
+            "diverged-curves": sum(r["verdict"] in ("diverged", "bits changed") for r in report["loss"]),
+            "findings": sum(r["severity"] != "info" for r in rows)}
+
+
+def exit_code(report: dict, fail_on: list[str]) -> int:
+    """1 when the report holds something of a kind in fail_on, else 0 (2 is for bad input)."""
+    return int(any(report["verdict"]["counts"][k] for k in fail_on))
+
+
+def compare(results_dir: Path | str, baseline: str, candidate: str,
+            thresholds: Thresholds | None = None, **overrides: float) -> dict[str, Any]:
+    """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged."""
+    th = dataclasses.replace(thresholds or Thresholds(), **overrides)
+    base = load_set(results_dir, baseline, "baseline")
+    cand = load_set(results_dir, candidate, "candidate")
+    prov = compare_provenance(base, cand)
+    report: dict[str, Any] = {
+        "baseline": baseline, "candidate": candidate,
+        "thresholds": dataclasses.asdict(th),
+        "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
+        "provenance": prov,
+        "status": compare_status(base, cand),
+        "throughput": compare_throughput(base, cand, th),
+        "memory": compare_memory(base, cand, th),
+        "warnings": compare_warnings(base, cand),
+        "loss": compare_loss(base, cand, th, prov),
+        "accuracy": compare_accuracy(base, cand, th),
+    }
+    counts = failing(report)
+    n, m = counts["regressions"], counts["findings"] - counts["regressions"]
+    report["verdict"] = {"regressions": n, "findings": m, "counts": counts,
                          "line": f"{n} regressions, {m} findings" if n or m else "no regression beyond noise"}
     return _finite(report)
 
 
 # -- markdown ----------------------------------------------------------------------------
 
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    from tabulate import tabulate
+
+    if not rows:
+        return "_none_"
+    return tabulate([[cell(c) for c in r] for r in rows], [cell(h) for h in headers],
+                    tablefmt="github", disable_numparse=True)
+
+
 def _signed(v: float | None, unit: str = "", scale: float = 1.0) -> str:
     return "–" if v is None else f"{scale * v:+.1f}{unit}"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
 
 
 def _run_group(r: dict) -> str:
@@ -364,32 +720,74 @@ def _mark(r: dict, text: str) -> str:
     return text if r["severity"] == "info" else f"**{text}**"
 
 
+def _where(at: dict | None, repeat: int | None = None) -> str:
+    if not at:
+        return "–"
+    return (f"r{repeat} " if repeat is not None else "") + f"epoch {at['epoch']}, step {at['step']}"
+
+
 def _provenance_md(p: dict) -> list[str]:
     out = [f"> **WARNING: {p['warning']}.**", ""] if p["warning"] else []
-    out += ["## Provenance", "", md_table(["key", "baseline", "candidate", "differs"], [
+    out += ["## Provenance", "", _table(["key", "baseline", "candidate", "differs"], [
         [k, v["baseline"], v["candidate"], "**yes**" if v["differs"] else ""] for k, v in p["keys"].items()])]
     if p["config_differs"]:
         out += ["", "Run config differences (runs with the same run_id):", "",
-                md_table(["config key", "baseline", "candidate"],
-                         [[k, v["baseline"], v["candidate"]] for k, v in p["config_differs"].items()])]
+                _table(["config key", "baseline", "candidate"],
+                       [[k, v["baseline"], v["candidate"]] for k, v in p["config_differs"].items()])]
     return out
+
+
+def _loss_rows(report: dict) -> list[list[Any]]:
+    rows = []
+    for r in report["loss"]:
+        if r["mode"] == "exact":
+            f = r.get("first_diff")
+            where = "–" if f is None else f"{_where(f, f['repeat'])}: {f['abs_diff']:.3g}"
+            spread = "–"
+        else:
+            where = _where(r.get("first_outside"))
+            spread = "–" if r.get("outside_fraction") is None else _pct(r["outside_fraction"])
+        rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
+                     spread, where, None if r["mode"] == "exact" else r.get("final_loss_p_holm"),
+                     _mark(r, r["verdict"]),
+                     "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
+    return rows
 
 
 def render_markdown(report: dict) -> str:
     """The human-readable twin of the json report (works on the json loaded back, too)."""
-    th, w = report["thresholds"], report["warnings"]
+    th, w, counts = report["thresholds"], report["warnings"], report["verdict"]["counts"]
+    fail_on = report.get("fail_on") or []
+    cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
+    noise_floor = max(th["threshold"], th["noise_floor"])
+    out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
+           f"{report['runs']['baseline']} baseline runs against {report['runs']['candidate']} candidate runs, "
+           f"{cells} cells (variant, GPU count, options) on both sides.", "",
+           "**How noise is judged.** A throughput change is called only when it exceeds "
+           f"{100 * noise_floor:g}% (the larger of the threshold and the noise floor between two "
+           f"launches), {th['k_spread']:g} × the repeats' pooled coefficient of variation, and Welch's "
+           f"t-test reaches p < {th['alpha']:g} after Holm's correction over the cells. Loss curves of "
+           "deterministic runs with the same seed, config and hardware must match bit for bit; other "
+           f"curves are held against the baseline's repeat-to-repeat spread, a band of "
+           f"{th['envelope_k']:g} standard errors per step (at least {th['loss_tolerance']:g}), and "
+           f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
+           "loss differs (Welch, Holm). One baseline repeat means the noise is unknown: no divergence "
+           "is called.", ""]
+    out += _provenance_md(report["provenance"])
+    fails = (", ".join(f"{k} ({counts[k]})" for k in fail_on) if fail_on else
+             "nothing (no --fail-on given)")
+    out += ["", f"**Verdict: {report['verdict']['line']}**", "",
+            f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
     sections = [
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
         ("Throughput (images/s, median over repeats)",
-         f"Threshold {100 * th['threshold']:g}%, raised to the floor {th['k_spread']:g} x the pooled "
-         f"coefficient of variation of the repeats when that is larger; beyond it, Welch's t-test "
-         f"must reach p < {th['alpha']:g}.",
-         ["run group", "repeats", "baseline", "candidate", "change", "floor", "p", "verdict", "note"],
+         "`floor`: the change a verdict needs; `p (Holm)`: Welch's p adjusted over the cells.",
+         ["run group", "repeats", "baseline", "candidate", "change", "floor", "p", "p (Holm)", "verdict", "note"],
          [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
-           r["median_candidate"], _signed(r["change"], "%", 100), f"{100 * r['floor']:.1f}%",
-           r["p_value"], _mark(r, r["verdict"]), r["note"]] for r in report["throughput"]]),
+           r["median_candidate"], _signed(r["change"], "%", 100), _pct(r["floor"]),
+           r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]] for r in report["throughput"]]),
         ("Peak memory (max allocated MiB per device)",
          f"A regression exceeds both +{th['mem_threshold_mib']:g} MiB and +{th['mem_threshold_pct']:g}%.",
          ["run group", "device", "baseline", "candidate", "change", "change %", "verdict"],
@@ -399,55 +797,75 @@ def render_markdown(report: dict) -> str:
          ["", "run group", "category", "message", "baseline", "candidate"],
          [[_mark(r, kind), _run_group(r), r["category"], r["message"], r["count_per_run_baseline"],
            r["count_per_run_candidate"]] for kind in ("new", "vanished", "changed") for r in w[kind]]),
-        ("Loss curves (loss_global at matching repeat/epoch/step)",
-         f"Diverged when the largest absolute difference exceeds {th['loss_tolerance']:g}.",
-         ["run group", "steps", "max abs diff", "at (repeat, epoch, step)", "verdict", "note"],
-         [[_run_group(r), r["steps_matched"], r["max_abs_diff"],
-           f"({r['at_repeat']}, {r['at_epoch']}, {r['at_step']})", _mark(r, r["verdict"]), r["note"]]
-          for r in report["loss"]]),
-        ("Final accuracy (test_acc, median over repeats)", "",
-         ["run group", "baseline", "candidate", "change (pp)"],
-         [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"])]
-          for r in report["accuracy"]]),
+        ("Loss curves (loss_global per step)",
+         "`exact`: deterministic on both sides with the same seeds, config and hardware, compared bit "
+         "for bit (where: the first differing step and its difference); `envelope`: the candidate's "
+         "mean curve against the baseline's spread (outside: share of steps beyond the band; where: "
+         "the first such step).",
+         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where",
+          "final loss p (Holm)", "verdict", "note"], _loss_rows(report)),
+        ("Final accuracy (test_acc, mean over repeats)", "",
+         ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"],
+         [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],
+           _mark(r, r["verdict"])] for r in report["accuracy"]]),
     ]
-    out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", ""]
-    out += _provenance_md(report["provenance"]) + ["", f"**Verdict: {report['verdict']['line']}**"]
     for title, note, headers, rows in sections:
-        out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [md_table(headers, rows)]
+        out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [_table(headers, rows)]
     return "\n".join(out) + "\n"
 
 
 # -- CLI ---------------------------------------------------------------------------------
 
+def _fail_on(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in FAIL_ON]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kind {unknown[0]!r}; choose from {', '.join(FAIL_ON)}")
+    return kinds
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dpbench.compare", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dpbench.compare", description=__doc__.split("\n")[0],
+                                epilog="Exit status: 0 compared; 1 a --fail-on kind was found; "
+                                       "2 an input is missing or damaged.")
     p.add_argument("--results-dir", default="results")
     p.add_argument("--baseline", required=True, help="tag of the reference result set")
     p.add_argument("--candidate", required=True, help="tag of the result set under test")
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when regressions are found")
-    p.add_argument("--threshold", type=float, default=0.05, help="relative throughput threshold")
-    p.add_argument("--mem-threshold-mib", type=float, default=64.0)
-    p.add_argument("--mem-threshold-pct", type=float, default=5.0)
-    p.add_argument("--loss-tolerance", type=float, default=1e-3)
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when regressions are found (same as --fail-on regressions)")
+    p.add_argument("--fail-on", type=_fail_on, default=[], metavar="KIND[,KIND]",
+                   help=f"exit 1 when any of these is found: {', '.join(FAIL_ON)}")
+    for f in dataclasses.fields(Thresholds):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default,
+                       help=f"default {f.default:g}")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    th = Thresholds(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Thresholds)})
+    fail_on = list(dict.fromkeys((["regressions"] if args.fail_on_regression else []) + args.fail_on))
     try:
-        report = compare(args.results_dir, args.baseline, args.candidate, threshold=args.threshold,
-                         mem_threshold_mib=args.mem_threshold_mib, mem_threshold_pct=args.mem_threshold_pct,
-                         loss_tolerance=args.loss_tolerance)
-    except MissingInput as exc:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # one line out, whatever pandas or scipy think
+            report = compare(args.results_dir, args.baseline, args.candidate, th)
+            report["fail_on"] = fail_on
+            md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
+            R.write_json(json_path, report)
+            R.write_atomic(md_path, render_markdown(report))
+    except InputError as exc:
         print(f"dpbench.compare: error: {exc}", file=sys.stderr)
         return 2
-    md_path, json_path = compare_paths(args.results_dir, args.baseline, args.candidate)
-    write_json(json_path, report)
-    write_atomic(md_path, render_markdown(report))
+    except Exception as exc:  # never a traceback, never exit 1: the checker broke, not the code
+        print(f"dpbench.compare: error: cannot compare {args.baseline!r} with {args.candidate!r}: "
+              f"{type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return 2
     if report["provenance"]["warning"]:
         print(f"WARNING: {report['provenance']['warning']}", file=sys.stderr)
-    print(f"{report['verdict']['line']}  ->  {md_path}")
-    return 1 if args.fail_on_regression and report["verdict"]["regressions"] else 0
+    failed = [k for k in fail_on if report["verdict"]["counts"][k]]
+    print(f"{report['verdict']['line']}  ->  {md_path}"
+          + (f"  (fails on: {', '.join(failed)})" if failed else ""))
+    return exit_code(report, fail_on)
 
 
 if __name__ == "__main__":
