@@ -104,13 +104,17 @@ def compare_args(config: dict, tag: str) -> str:
     if not baseline:
         raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
                           "[candidate=<tag>] (tags are the folders under results/)")
-    c = config["compare"]
+    c = dict(config["compare"])
     args = ["--results-dir", config["results_dir"], "--baseline", baseline,
-            "--candidate", config.get("candidate") or tag,
-            "--threshold", c["threshold"], "--mem-threshold-mib", c["mem_threshold_mib"],
-            "--mem-threshold-pct", c["mem_threshold_pct"], "--loss-tolerance", c["loss_tolerance"]]
-    if c["fail_on_regression"]:
+            "--candidate", config.get("candidate") or tag]
+    if c.pop("fail_on_regression", False):
         args.append("--fail-on-regression")
+    if c.get("fail_on"):
+        args += ["--fail-on", ",".join(c["fail_on"])]
+    c.pop("fail_on", None)
+    # Every other key of the schema's compare block is a threshold flag of the same name.
+    for key, value in sorted(c.items()):
+        args += [f"--{key.replace('_', '-')}", value]
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
