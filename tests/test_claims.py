@@ -1,7 +1,5 @@
-"""The claims: probes on the CPU path, and ledger verdicts that follow the evidence."""
+"""The claims: probes on the CPU path, and ledger verdicts that follow planted evidence."""
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +9,10 @@ import torch.nn as nn
 from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims import c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
-from dpbench.claims import c6_reduction, c7_cudnn_threads, from_runs, probe
-from dpbench.claims.ledger import FIGURES, experiment_groups, group_labels, write_ledger
+from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe
+from dpbench.claims.figures import DRAW, figure_name
+from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, group_labels, write_ledger
+from dpbench.claims.records import ProbeRecord, obs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "claims.yaml"
@@ -24,28 +24,24 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 @cpu_only
 def test_c3_cpu_path_wrapper_is_inert_and_grads_accumulate():
     rec = c3_wrap_optimizer.run()
-    obs = {o["what"]: o for o in rec["observations"]}
-    cpu = "(cpu, device_ids=[0, 1])"
-    assert obs[f"construction {cpu}"]["wrapper.device_ids"] == []  # ids dropped without CUDA
-    assert obs[f"wrapper.zero_grad() between two backward passes {cpu}"]["result"].startswith("gradients accumulate")
-    assert obs[f"wrapper.state_dict() {cpu}"]["result"] == "{}"
-    assert obs[f"torch.optim.lr_scheduler.StepLR(wrapper, step_size=1) {cpu}"]["error"] == \
-        "TypeError: DataParallel is not an Optimizer"
-    assert not obs[f"wrapper.module.step() {cpu}"]["misbehaves"]
-    assert rec["verdict"] == REFUTED
-    assert all("needs" in p for p in rec["parts_not_run"]) and len(rec["parts_not_run"]) == 2
+    assert rec.values("c3.cpu.construction")["wrapper.device_ids"] == []  # ids dropped without CUDA
+    assert rec.values("c3.cpu.zero_grad")["result"].startswith("gradients accumulate")
+    assert rec.values("c3.cpu.state_dict")["result"] == "{}"
+    assert rec.values("c3.cpu.scheduler")["error"] == "TypeError: DataParallel is not an Optimizer"
+    assert not rec.values("c3.cpu.module_step")["misbehaves"]
+    assert rec.verdict == REFUTED
+    assert all("needs" in p for p in rec.parts_not_run) and len(rec.parts_not_run) == 2
 
 
 def test_c4_article_load_fails_and_alternatives_round_trip_bit_for_bit():
     rec = c4_save_load.run()
-    obs = {o["what"]: o for o in rec["observations"]}
-    article = next(o for w, o in obs.items() if w.startswith("article's load"))
+    article = rec.values("c4.article_load")
     assert article["error"] == "RuntimeError: Error(s) in loading state_dict for DataParallel:"
     assert article["second_line"].startswith('Missing key(s) in state_dict: "module.conv1.weight"')
-    assert obs["a fresh model differs from the saved one (so round trips are not vacuous)"]["result"]
-    exact = [o for o in rec["observations"] if "round_trip_bit_exact" in o]
-    assert len(exact) >= 5 and all(o["round_trip_bit_exact"] for o in exact)
-    assert rec["verdict"] == NUANCE
+    assert rec.values("c4.fresh_model_differs")["result"]
+    exact = [o for o in rec.observations if "round_trip_bit_exact" in o.values]
+    assert len(exact) >= 5 and all(o.get("round_trip_bit_exact") for o in exact)
+    assert rec.verdict == NUANCE
 
 
 def test_c4_identical_sees_one_ulp():
@@ -60,19 +56,22 @@ def test_c4_identical_sees_one_ulp():
 def test_c6_article_arithmetic_exactly():
     a = c6_reduction.article_arithmetic()
     assert a["split"] == [2, 1]
-    assert a["one device mean"]["value"] == 0.4333
+    assert a["one device mean"]["value"] == a["sum / N"]["value"] == 0.4333
     assert a["mean of per-device means"]["value"] == 0.525
-    assert a["sum / N"]["value"] == 0.4333
-    assert a["one device mean"]["per_sample_weights"] == [0.3333] * 3
-    assert a["sum / N"]["per_sample_weights"] == [0.3333] * 3
     assert a["mean of per-device means"]["per_sample_weights"] == [0.25, 0.25, 0.5]
 
 
-def test_c6_chunk_sizes_as_dataparallel_splits():
-    assert c6_reduction.chunk_sizes(128, 3) == [43, 43, 42]
-    assert c6_reduction.chunk_sizes(80, 3) == [27, 27, 26]
-    assert c6_reduction.chunk_sizes(128, 2) == [64, 64]
-    assert c6_reduction.chunk_sizes(128, 4) == [32] * 4
+@pytest.mark.parametrize("n, k", [(128, 3), (80, 3), (127, 2), (3, 2), (10, 4), (5, 4), (1, 2), (89, 2)])
+def test_chunk_sizes_without_torch_match_torch_chunk(n, k):
+    assert from_runs.chunk_sizes(n, k) == c6_reduction.chunk_sizes(n, k)
+
+
+def test_c6_reweighting_of_an_uneven_split():
+    w = from_runs.reweighting(127, 2)
+    assert w["chunks"] == [64, 63]
+    assert w["relative_weight"] == pytest.approx([127 / 128 - 1, 127 / 126 - 1])
+    assert from_runs.reweighting(3, 2)["max_abs"] == pytest.approx(0.5)   # the article's [0.3, 0.2, 0.8]
+    assert from_runs.reweighting(128, 2)["max_abs"] == 0.0
 
 
 def _small_bn_net():
@@ -86,46 +85,49 @@ def test_c6_cpu_emulation_uneven_split_biases_mean_of_means_only():
     e = c6_reduction.emulate(_small_bn_net(), x, y, 3)
     assert e["chunks"] == [4, 4, 2]
     assert abs(e["loss_sum_over_n"] - e["loss_full_mean"]) < 1e-6
-    assert e["grad_rel_diff_sum_over_n"] < 1e-5
-    assert e["grad_rel_diff_mean_of_means"] > 1e-3
+    assert e["grad_rel_diff_sum_over_n"] < 1e-5 < 1e-3 < e["grad_rel_diff_mean_of_means"]
     assert c6_reduction.biased(e["grad_rel_diff_mean_of_means"], e["grad_rel_diff_sum_over_n"])
-
-
-def test_c6_cpu_emulation_even_split_has_no_bias():
-    x, y = c6_reduction._batch(12)
-    e = c6_reduction.emulate(_small_bn_net(), x, y, 3)
-    assert e["chunks"] == [4, 4, 4]
-    assert e["grad_rel_diff_mean_of_means"] < 1e-5
-    assert not c6_reduction.biased(e["grad_rel_diff_mean_of_means"], e["grad_rel_diff_sum_over_n"])
 
 
 @cpu_only
 @pytest.mark.parametrize("module", [c2_device_ids, c5_gather_warning, c7_cudnn_threads])
-def test_gpu_probes_report_not_run_on_cpu(module):
+def test_gpu_probes_report_not_measured_on_cpu(module):
     rec = module.run()
-    assert rec["verdict"] == NOT_RUN
-    assert rec["not_run"].startswith("needs ") and "(found 0)" in rec["not_run"]
-    assert rec["ran_on"] == {**rec["ran_on"], "device_type": "cpu", "gpus_visible": 0}
+    assert rec.verdict == NOT_RUN == "not measured here"
+    assert rec.not_run.startswith("needs ") and "(found 0)" in rec.not_run
+    assert rec.ran_on["device_type"] == "cpu" and rec.ran_on["gpus_visible"] == 0
 
 
 @cpu_only
-def test_c5_cpu_path_returns_the_scalar_without_warning():
-    (obs,) = c5_gather_warning.run()["observations"]
-    assert obs["shape"] == [] and obs["warnings"] == []
+def test_dp_step_breakdown_says_it_needs_cuda(capsys):
+    assert dp_step.main(["--benchmark", "off"]) == 0
+    assert '"skipped": "needs CUDA with 2 GPUs (found 0)"' in capsys.readouterr().out
 
 
-def test_probe_cli_writes_the_record(tmp_path):
+def test_probe_cli_writes_the_record_with_observations_under_ids(tmp_path, capsys):
     out = tmp_path / "claims" / "C3.json"
-    proc = subprocess.run([sys.executable, "-m", "dpbench.claims.probe", "C3", "--out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    rec = results.read_json(out)
-    assert rec["claim"] == "C3" and rec["verdict"] == REFUTED and proc.stdout.startswith("C3: refuted")
+    probe.main(["C3", "--out", str(out)])
+    raw = results.read_json(out)
+    assert "c3.cpu.zero_grad" in raw["observations"] and raw["observation_order"][0] == "c3.cpu.construction"
+    rec = ProbeRecord.from_json(raw)
+    assert rec.claim == "C3" and rec.verdict == REFUTED and capsys.readouterr().out.startswith("C3: refuted")
+    assert [o.id for o in rec.observations] == raw["observation_order"]
 
 
-def test_param_count_used_for_the_memory_estimate():
-    from dpbench.model import resnet18
-    assert sum(p.numel() for p in resnet18().parameters()) == from_runs.PARAMS
+def test_observation_ids_are_unique_in_a_record():
+    with pytest.raises(ValueError, match="repeated: \\['a.b'\\]"):
+        ProbeRecord("C3", "t", {}, [obs("a.b", "one"), obs("a.b", "two")], REFUTED, "")
+
+
+def test_param_count_follows_the_output_width():
+    from dpbench.model import FEATURES, resnet18
+    assert FEATURES == from_runs.FEATURES
+    with torch.device("meta"):
+        for classes in (10, 1000, 32768):
+            model = resnet18(num_classes=classes)
+            assert model.linear.out_features == classes
+            assert sum(p.numel() for p in model.parameters()) == from_runs.param_count(classes)
+    assert from_runs.param_count(10) == 11_173_962
 
 
 # -- the experiment file -------------------------------------------------------------------
@@ -135,14 +137,35 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
     from dpbench.pipeline import load_experiment
     from dpbench.plan import Plan
 
+    groups = experiment_groups(EXPERIMENT)
     labels = group_labels(EXPERIMENT)
-    assert len(set(labels.values())) == len(labels)  # a label finds exactly one group
     assert {name.split("_")[0].upper() for name in labels} == {"C1", "C6", "C7", "C8"}
-    assert labels["c7_benchmark_on"] == "cudnn_benchmark=True,max_steps=40,warmup_steps=10"
+    # a label is shared only by groups whose runs are the same runs (same options)
+    for name, label in labels.items():
+        for other, same in labels.items():
+            if label == same:
+                assert groups[name]["options"] == groups[other]["options"]
+    assert labels["c1_out10"] == labels["c8_fp32_b2048"]
     config = load_experiment({"experiment": "claims"}, ROOT)
     assert config["probes"] == sorted(probe.MODULES)
-    runs = Plan(config, 4).runs
+    assert config["seeds"] == "distinct"
+    runs = Plan(config, 2).runs
     assert {results.options_label(rc.options) for rc in runs.values()} == set(labels.values())
+    c6 = [rc for rc in runs.values() if rc.options.get("global_batch") == 127]
+    assert len(c6) >= 9 and all(rc.deterministic for rc in c6)
+    assert {rc.seed for rc in c6 if rc.variant == "single"} == {rc.seed for rc in c6 if rc.variant == "dp_mean"}
+    assert len({rc.seed for rc in c6 if rc.variant == "single"}) >= 3
+    assert {rc.num_classes for rc in runs.values()} == {10, 1000, 32768}
+    c8 = {rc.global_batch for rc in runs.values() if rc.options.get("max_steps") and rc.variant == "dp"
+          and rc.precision == "fp32" and rc.feed == "gpu"}
+    assert {128, 512, 2048, 8192} <= c8
+    assert all(rc.repeat in (0, 1, 2) for rc in runs.values())
+
+
+def test_the_cudnn_benchmark_group_has_its_off_leg():
+    class Ev:
+        groups = experiment_groups(EXPERIMENT)
+    assert from_runs._twin(Ev, "c7_benchmark_on", "cudnn_benchmark") == "c8_fp32_b512"
 
 
 def test_ledger_figures_are_figures_the_plots_draw():
@@ -150,81 +173,102 @@ def test_ledger_figures_are_figures_the_plots_draw():
     assert {name for names in FIGURES.values() for name in names} <= set(drawn)
 
 
-# -- the ledger on fake evidence -----------------------------------------------------------
+# -- planted evidence ----------------------------------------------------------------------
 
 GATHER = c5_gather_warning.ARTICLE_TEXT
-RAN_ON_GPU = {"device_type": "cuda", "gpus_visible": 4, "torch": "2.11.0+cu130", "cuda": "13.0",
-              "cudnn": 91900, "gpu_names": ["NVIDIA H200"] * 4, "python": "3.12.3"}
+RAN_ON_GPU = {"device_type": "cuda", "gpus_visible": 2, "torch": "2.11.0+cu130", "cuda": "13.0",
+              "cudnn": 91900, "gpu_names": ["NVIDIA H200"] * 2, "python": "3.12.3"}
 
 
 def _probe(cid, verdict, observations, ran_on=RAN_ON_GPU):
-    return {"claim": cid, "title": cid, "ran_on": ran_on, "observations": observations,
-            "verdict": verdict, "advice": "", "not_run": None, "parts_not_run": []}
+    return ProbeRecord(cid, cid, ran_on, observations, verdict, "")
 
 
-def fake_gpu_probes():
+def dp_step_observations(stock=45.0, persistent=19.0, single=23.0, stock_on=725.0, persistent_on=20.0):
+    out = []
+    for flag, dp_ms, p_ms in (("off", stock, persistent), ("on", stock_on, persistent_on)):
+        step = lambda ms: {"step_ms": ms, "images_per_s": 512 / ms * 1e3}
+        out.append(obs(f"c7.dp_step.bench_{flag}.steps", f"steps {flag}", single=step(single), dp=step(dp_ms),
+                       dp_persistent_threads=step(p_ms), batch=512, gpus=2))
+        stages = lambda rt: {"scatter": 0.3, "replicate": 1.5, "replica_threads": rt, "gather": 0.2,
+                             "loss": 0.1, "backward": 12.0, "optimizer": 1.0, "total": rt + 15.1}
+        out.append(obs(f"c7.dp_step.bench_{flag}.stages.dp", "stock", **stages(dp_ms - 15)))
+        out.append(obs(f"c7.dp_step.bench_{flag}.stages.dp_persistent_threads", "persistent", **stages(p_ms - 15)))
+    return out
+
+
+def fake_gpu_probes(dp_step=None):
     return {
         "C2": _probe("C2", NUANCE, [
-            {"what": "model on cuda:0, DataParallel(device_ids=[1, 0])", "stage": "first forward",
-             "error": "RuntimeError: module must have its parameters and buffers on device cuda:1"},
-            {"what": "CUDA_VISIBLE_DEVICES=1 set after torch.cuda.init()", "before": 4, "after": 4},
-            {"what": "plain fix: model.to('cuda:1'), device_ids=[1, 0]", "stage": None}]),
+            obs("c2.wrap.model_not_on_first_id", "model on cuda:0, DataParallel(device_ids=[1, 0])",
+                stage="first forward", error="RuntimeError: module must have its parameters and buffers on device cuda:1"),
+            obs("c2.cvd.set_after_cuda_init", "late", before=2, after=2),
+            obs("c2.plain_fix", "plain fix", stage=None)]),
         "C3": _probe("C3", REFUTED, [
-            {"what": "wrapper.zero_grad() between two backward passes (cuda:0, device_ids=[0, 1])",
-             "result": "gradients accumulate (grad == 2 x one pass)"},
-            {"what": "calls that misbehave", "result": ["wrapper.zero_grad()", "wrapper.state_dict()"]}]),
+            obs("c3.cuda_all_ids.zero_grad", "zero_grad", result="gradients accumulate (grad == 2 x one pass)"),
+            obs("c3.misbehaving_calls", "calls that misbehave", result=["wrapper.zero_grad()", "wrapper.state_dict()"])]),
         "C4": _probe("C4", NUANCE, [
-            {"what": "article's load", "error": "RuntimeError: Error(s) in loading state_dict for DataParallel:",
-             "second_line": 'Missing key(s) in state_dict: "module.conv1.weight"'},
-            {"what": "load into the bare model, then wrap", "round_trip_bit_exact": True}]),
+            obs("c4.article_load", "article's load", error="RuntimeError: Error(s) in loading state_dict for DataParallel:",
+                second_line='Missing key(s) in state_dict: "module.conv1.weight"'),
+            obs("c4.load.bare_then_wrap", "load into the bare model, then wrap", round_trip_bit_exact=True)]),
         "C5": _probe("C5", CONFIRMED, [
-            {"what": "device_ids=[0] (the path taken with one visible GPU)", "shape": [], "warnings": []},
-            {"what": "all 4 GPUs, batch 8 * n", "shape": [4], "device_ids": [0, 1, 2, 3],
-             "exact_article_text": True, "warnings": [GATHER]},
-            {"what": "warnings shown over 5 steps, default filters", "shown": 1, "steps": 5},
-            {"what": "warnings shown over 5 steps, simplefilter('always')", "shown": 5, "steps": 5}]),
+            obs("c5.one_gpu", "one GPU", shape=[], warnings=[]),
+            obs("c5.all_gpus", "all GPUs", shape=[2], device_ids=[0, 1], exact_article_text=True, warnings=[GATHER]),
+            obs("c5.shown.default_filters", "default", shown=1, steps=5),
+            obs("c5.shown.always", "always", shown=5, steps=5)]),
         "C6": _probe("C6", CONFIRMED, [
-            {"what": "article's example, split by torch.chunk on 2 devices", **c6_reduction.article_arithmetic()},
-            {"what": "CPU emulation, BatchNorm eval: batch 128 as 3 chunks", "chunks": [43, 43, 42],
-             "grad_rel_diff_mean_of_means": 0.015, "grad_rel_diff_sum_over_n": 6e-7}]),
+            obs("c6.article_example", "article's example", **c6_reduction.article_arithmetic()),
+            obs("c6.cpu.bn_eval.batch128_split3", "CPU emulation, BatchNorm eval: batch 128 as 3 chunks",
+                chunks=[43, 43, 42], grad_rel_diff_mean_of_means=0.015, grad_rel_diff_sum_over_n=6e-7)]),
         "C7": _probe("C7", CONFIRMED, [
-            {"what": "new-thread / same-thread slowdown", "benchmark_on": 65.7, "benchmark_off": 3.9}]),
+            obs("c7.conv.slowdown", "new-thread / same-thread slowdown", benchmark_on=65.7, benchmark_off=3.9),
+            *(dp_step if dp_step is not None else dp_step_observations())]),
     }
 
 
 def fake_cpu_probes():
     cpu = {**RAN_ON_GPU, "device_type": "cpu", "gpus_visible": 0, "gpu_names": [], "cudnn": None}
-    recs = {cid: {**rec, "ran_on": cpu} for cid, rec in fake_gpu_probes().items()}
-    for cid in ("C2", "C5", "C7"):
-        recs[cid].update(verdict=NOT_RUN, observations=[], not_run="needs 2 GPUs (found 0)")
+    recs = {}
+    for cid, rec in fake_gpu_probes().items():
+        rec.ran_on = cpu
+        if cid in ("C2", "C5", "C7"):
+            rec.verdict, rec.observations, rec.not_run = NOT_RUN, [], "needs 2 GPUs (found 0)"
+        recs[cid] = rec
     return recs
 
 
 class FakeTag:
-    """A results/<tag> folder: tidy tables for the claims experiment's groups, probes, provenance."""
+    """A results/<tag> folder: tidy tables, each run's metrics.json (its config), probes, provenance."""
 
     def __init__(self):
-        self.labels = group_labels(EXPERIMENT)
-        self.summary, self.memory, self.steps, self.warnings = [], [], [], []
+        self.groups = experiment_groups(EXPERIMENT)
+        self.summary, self.memory, self.steps, self.warnings, self.configs = [], [], [], [], {}
 
-    def run(self, group, variant, gpus, status="ok", **metrics):
-        opts = dict(kv.split("=") for kv in self.labels[group].split(","))
-        rid = results.run_id(variant, gpus, 0, opts)
-        self.summary.append({"run_id": rid, "variant": variant, "gpus": gpus, "repeat": 0,
-                             "options": self.labels[group], "status": status,
+    def run(self, group, variant, gpus, repeat=0, status="ok", config=None, **metrics):
+        opts = self.groups[group]["options"]
+        rid = results.run_id(variant, gpus, repeat, opts)
+        known = next((row for row in self.summary if row["run_id"] == rid), None)
+        if known is not None:   # groups with the same options share their runs
+            known.update(metrics)
+            self.configs[rid].update(config or {})
+            return rid
+        cfg = {"global_batch": 512, "precision": "fp32", "num_classes": 10, "momentum": 0.9, "seed": repeat,
+               "deterministic": bool(opts.get("deterministic")), "channels_last": False, **opts, **(config or {})}
+        self.configs[rid] = cfg
+        self.summary.append({"run_id": rid, "variant": variant, "gpus": gpus, "repeat": repeat,
+                             "options": self.groups[group]["label"], "status": status,
                              "reason": "" if status == "ok" else "DataParallel needs CUDA; no GPU visible",
                              "device_type": "cuda" if status == "ok" else "cpu",
-                             "global_batch": int(opts.get("global_batch", 512)), **metrics})
+                             "global_batch": cfg["global_batch"], "precision": cfg["precision"], **metrics})
         return rid
 
-    def mem(self, rid, group, variant, gpus, per_device, data_dev0=None):
-        self.memory += [{"run_id": rid, "variant": variant, "gpus": gpus, "options": self.labels[group],
-                         "repeat": 0, "device": d, "allocated_mib": m, "data_mib": data_dev0 if d == 0 else None}
+    def mem(self, rid, per_device, data_dev0=None, reserved=None):
+        self.memory += [{"run_id": rid, "device": d, "allocated_mib": m, "data_mib": data_dev0 if d == 0 else None,
+                         "reserved_mib": (reserved or {}).get(d, m + 200), "nvml_used_mib": m + 700}
                         for d, m in enumerate(per_device)]
 
-    def losses(self, rid, group, variant, gpus, values):
-        self.steps += [{"run_id": rid, "variant": variant, "gpus": gpus, "options": self.labels[group],
-                        "repeat": 0, "epoch": 1, "step": i, "loss_global": v} for i, v in enumerate(values)]
+    def losses(self, rid, values):
+        self.steps += [{"run_id": rid, "epoch": 1, "step": i, "loss_global": v} for i, v in enumerate(values)]
 
     def write(self, root, tag, probes):
         for name, rows in [("summary", self.summary), ("memory", self.memory), ("steps", self.steps),
@@ -232,32 +276,89 @@ class FakeTag:
             results.write_csv(results.table_path(root, tag, name), results.TABLES[name], rows)
         results.write_json(results.tag_dir(root, tag) / "provenance.json",
                            {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900,
-                            "gpu_names": ["NVIDIA H200"] * 4, "driver": "580.159.04", "tag": tag})
+                            "gpu_names": ["NVIDIA H200"] * 2, "driver": "580.159.04", "tag": tag})
+        for rid, cfg in self.configs.items():
+            results.write_json(results.run_dir(root, tag, rid) / results.METRICS, {"run_id": rid, "config": cfg})
         for cid, rec in probes.items():
-            results.write_json(results.tag_dir(root, tag) / "claims" / f"{cid}.json", rec)
+            results.write_json(results.tag_dir(root, tag) / "claims" / f"{cid}.json", rec.to_json())
 
 
-def gpu_tag(dev0_extra=150.0, dp_speed=5400.0, dp_bench_on_ms=870.0, mean_gap=1e-3, data_dev0=None):
+def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, momentum=0.9, repeats=2):
+    """device 0's excess (MiB) per output size for dp and dp_sum; DDP ranks within ddp_spread."""
+    excess_dp = excess_dp or {10: 100.0, 1000: 115.0, 32768: 900.0}
+    excess_sum = excess_sum or {10: 98.0, 1000: 100.0, 32768: 160.0}
+    for classes, group in ((10, "c1_out10"), (1000, "c1_out1000"), (32768, "c1_out32768")):
+        for r in range(repeats):
+            cfg = {"num_classes": classes, "global_batch": 2048, "momentum": momentum}
+            for variant, ex in (("dp", excess_dp[classes]), ("dp_sum", excess_sum[classes])):
+                t.mem(t.run(group, variant, 2, r, config=cfg), [4800.0 + ex + 0.3 * r, 4800.0])
+            if "ddp" in t.groups[group]["variants"]:
+                t.mem(t.run(group, "ddp", 2, r, config=cfg), [4900.0, 4900.0 + ddp_spread])
+
+
+def plant_c6(t, mean_shift=0.02, noise=0.003, seeds=3, steps=8):
+    """Final loss per seed: single, dp_sum = single + tiny noise, dp_mean = single + shift + noise."""
+    g = "c6_uneven"
+    for r in range(seeds):
+        jitter = noise * ((-1) ** r) * (1 + r / 3)
+        base = 1.8 + 0.05 * r
+        for variant, loss, acc in (("single", base, 0.40 + 0.01 * r),
+                                   ("dp_sum", base + 1e-4 * (r - 1), 0.40 + 0.01 * r),
+                                   ("dp_mean", base + mean_shift + jitter, 0.40 + 0.01 * r - mean_shift / 4)):
+            rid = t.run(g, variant, 1 if variant == "single" else 2, r, config={"global_batch": 127, "seed": 100 + r},
+                        final_loss=loss, test_acc=acc)
+            curve = [2.3 - 0.05 * i for i in range(steps)]
+            gap = {"single": 0.0, "dp_sum": 1e-6, "dp_mean": 1e-4}[variant]
+            t.losses(rid, [c + gap * (i > 0) for i, c in enumerate(curve)])
+            if variant == "dp_mean":
+                t.warnings.append({"run_id": rid, "variant": variant, "gpus": 2, "options": t.groups[g]["label"],
+                                   "repeat": r, "category": "UserWarning", "message": GATHER, "count": 150,
+                                   "first_step": 0})
+
+
+def plant_c7(t, dp_on_ms=725.0, repeats=2):
+    """The benchmark-on group; its off leg is C8's batch-512 group (plant_c8: single 25.6 ms, dp 51.2 ms)."""
+    for r in range(repeats):
+        for v, p50 in {"single": 23.0, "dp": dp_on_ms}.items():
+            t.run("c7_benchmark_on", v, 1 if v == "single" else 2, r, step_ms_p50=p50 * (1 + 0.01 * r),
+                  images_per_s=512 / p50 * 1e3, wall_s=10.0)
+
+
+def plant_c8(t, dp_speedup=None, single_ips=20000.0, repeats=2, spread=0.02, skip=()):
+    """DP's speed-up over single per batch (fp32 and bf16 curves); DDP 1.9x; kuangliu 0.3x."""
+    dp_speedup = dp_speedup or {128: 0.2, 512: 0.5, 2048: 1.5, 8192: 1.9}
+    for r in range(repeats):
+        f = 1 + spread * (r - 0.5)
+        for batch, sp in dp_speedup.items():
+            for group in (f"c8_fp32_b{batch}", f"c8_bf16_b{batch}"):
+                if group not in t.groups or group in skip:
+                    continue
+                cfg = {"global_batch": batch, "precision": "bf16" if "bf16" in group else "fp32"}
+                t.run(group, "single", 1, r, config=cfg, images_per_s=single_ips * f, wall_s=10.0,
+                      step_ms_p50=batch / (single_ips * f) * 1e3)
+                t.run(group, "dp", 2, r, config=cfg, images_per_s=single_ips * sp / f, wall_s=10.0,
+                      step_ms_p50=batch / (single_ips * sp / f) * 1e3)
+                if "ddp" in t.groups[group]["variants"]:
+                    t.run(group, "ddp", 2, r, config=cfg, images_per_s=single_ips * 1.9, wall_s=10.0)
+        kl = {"global_batch": 128, "feed": "torch"}
+        t.run("c8_kuangliu", "single", 1, r, config=kl, images_per_s=9600.0 * f, wall_s=10.0)
+        t.run("c8_kuangliu", "dp", 2, r, config=kl, images_per_s=2800.0 / f, wall_s=10.0)
+        t.run("c8_kuangliu", "ddp", 2, r, config=kl, images_per_s=8800.0, wall_s=10.0)
+
+
+def gpu_tag(**kw):
     t = FakeTag()
-    for v in ("dp", "dp_mean"):
-        t.mem(t.run("c1_memory_b2048", v, 2), "c1_memory_b2048", v, 2, [3000.0 + dev0_extra, 3000.0], data_dev0)
-    t.mem(t.run("c1_memory_b2048", "ddp", 2), "c1_memory_b2048", "ddp", 2, [3000.0, 3000.4])
-    base = [2.3 - 0.05 * i for i in range(8)]
-    g = "c6_reduction_bn_eval"
-    t.losses(t.run(g, "single", 1), g, "single", 1, base)
-    t.losses(t.run(g, "dp_sum", 3), g, "dp_sum", 3, [b + 1e-6 * (i > 0) for i, b in enumerate(base)])
-    rid = t.run(g, "dp_mean", 3)
-    t.losses(rid, g, "dp_mean", 3, [b + mean_gap * (i > 0) for i, b in enumerate(base)])
-    t.warnings.append({"run_id": rid, "variant": "dp_mean", "gpus": 3, "options": t.labels[g], "repeat": 0,
-                       "category": "UserWarning", "message": GATHER, "count": 391, "first_step": 0})
-    for group, ms in [("c7_benchmark_on", {"single": 9.5, "dp": dp_bench_on_ms, "ddp": 6.0}),
-                      ("c7_benchmark_off", {"single": 9.4, "dp": 53.0, "ddp": 6.1})]:
-        for v, p50 in ms.items():
-            t.run(group, v, 1 if v == "single" else 2, step_ms_p50=p50)
-    for v, gpus, ips in [("single", 1, 10000.0), ("dp", 1, 9000.0), ("dp", 2, dp_speed),
-                         ("ddp", 1, 9800.0), ("ddp", 2, 17700.0)]:
-        t.run("c8_fast", v, gpus, images_per_s=ips, wall_s=50000 / ips)
+    plant_c7(t, **kw.pop("c7", {}))
+    plant_c8(t, **kw.pop("c8", {}))
+    plant_c1(t, **kw.pop("c1", {}))
+    plant_c6(t, **kw.pop("c6", {}))
+    assert not kw
     return t
+
+
+def evidence(tmp_path, tag, probes=None):
+    tag.write(tmp_path, "t", fake_gpu_probes() if probes is None else probes)
+    return Evidence(tmp_path, "t", EXPERIMENT)
 
 
 def ledger(tmp_path, tag, probes):
@@ -273,95 +374,217 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     fig.write_bytes(b"png")
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
     assert claims["C5"]["figures"] == ["figures/warnings.png"] and "](figures/warnings.png)" in md
+    assert claims["C8"]["figures"][:2] == ["figures/claim_c8.png", "figures/claim_c8_dp_step.png"]
     for cid in ("C1", "C6", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
         assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
         assert (results.tag_dir(tmp_path, "t") / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS
     verdicts = {cid: c["verdict"] for cid, c in claims.items()}
     assert verdicts == {"C1": NUANCE, "C2": NUANCE, "C3": REFUTED, "C4": NUANCE, "C5": CONFIRMED,
-                        "C6": CONFIRMED, "C7": CONFIRMED, "C8": REFUTED}
+                        "C6": CONFIRMED, "C7": CONFIRMED, "C8": NUANCE}
     for cid, c in claims.items():
         assert re.search(rf"\| {cid} +\| {re.escape(c['title'])} +\| {c['verdict']} +\|", md)
         assert f"## {cid}: " in md and c["summary"] and c["measured_on"] and c["advice"]
-    assert "+150 MiB" in claims["C1"]["summary"]
-    assert "0.54x" in claims["C8"]["summary"]
-    assert any("391 times" in e for e in claims["C5"]["evidence"])
+    assert "slower below about 1,000 images a step on this machine, faster above" in claims["C8"]["summary"]
+    assert "fresh replica threads" in claims["C8"]["summary"] and "new replica threads" in claims["C8"]["advice"]
+    assert "from 32,768 outputs" in claims["C1"]["summary"]
+    assert any("150 times" in e for e in claims["C5"]["evidence"])
     assert "torch 2.11.0+cu130" in " ".join(claims["C1"]["measured_on"])
     assert claims["C2"]["figures"] == []
 
 
-@pytest.mark.parametrize("extra, verdict", [(150.0, NUANCE), (0.5, REFUTED), (-150.0, REFUTED)])
-def test_c1_verdict_follows_device0_memory(tmp_path, extra, verdict):
-    _, claims = ledger(tmp_path, gpu_tag(dev0_extra=extra), fake_gpu_probes())
-    assert claims["C1"]["verdict"] == verdict
+# -- C8: a curve, a crossover computed from the data -------------------------------------
+
+def _c8(tmp_path, **c8):
+    return from_runs.c8(evidence(tmp_path, gpu_tag(c8=c8)))
 
 
-def test_c1_discounts_the_dataset_resident_on_device0(tmp_path):
-    _, claims = ledger(tmp_path, gpu_tag(data_dev0=150.0), fake_gpu_probes())
-    assert claims["C1"]["verdict"] == REFUTED
+def test_c8_crossover_interpolated_in_log_batch(tmp_path):
+    f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.5, 2048: 1.5, 8192: 1.9})
+    fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
+    (x,) = fp32["crossings"]
+    # 0.5 at 2^9 and 1.5 at 2^11: 1.0 halfway, at 2^10
+    assert x["batch"] == pytest.approx(1024, rel=1e-2) and x["direction"] == "faster above"
+    assert f.verdict == NUANCE
 
 
-def test_c1_confirmed_when_gathered_outputs_explain_the_excess(tmp_path, monkeypatch):
-    monkeypatch.setattr(from_runs, "GATHER_SHARE", 1e-4)  # logits of 2048 samples: 0.08 MiB of 150
-    _, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
-    assert claims["C1"]["verdict"] == CONFIRMED
+def test_c8_crossover_moves_with_the_data(tmp_path):
+    f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.4, 2048: 0.8, 8192: 1.2})
+    fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
+    assert fp32["crossings"][0]["batch"] == pytest.approx(2 ** (11 + 2 * 0.5), rel=1e-2)   # 0.8 -> 1.2 over 2^11..2^13
+    assert "slower below about 4,100 images a step" in f.summary
+    assert "paid off only from about 4,100 images a step" in f.advice
 
 
-@pytest.mark.parametrize("speed, verdict", [(5400.0, REFUTED), (12000.0, NUANCE), (19000.0, CONFIRMED)])
-def test_c8_verdict_follows_throughput(tmp_path, speed, verdict):
-    _, claims = ledger(tmp_path, gpu_tag(dp_speed=speed), fake_gpu_probes())
-    assert claims["C8"]["verdict"] == verdict
+@pytest.mark.parametrize("speedups, verdict", [({128: 1.4, 512: 1.6, 2048: 1.8, 8192: 1.9}, CONFIRMED),
+                                                ({128: 0.2, 512: 0.3, 2048: 0.6, 8192: 0.9}, REFUTED)])
+def test_c8_verdict_without_a_crossover(tmp_path, speedups, verdict):
+    f = _c8(tmp_path, dp_speedup=speedups)
+    if verdict == REFUTED:   # the kuangliu point (0.3x) is slower too
+        assert f.verdict == REFUTED and "slower than one GPU at every batch" in f.summary
+    else:   # kuangliu's 0.3x keeps DP from being faster everywhere
+        assert f.verdict == NUANCE and "faster than one GPU at every batch" in f.summary
 
 
-@pytest.mark.parametrize("on_ms, verdict", [(870.0, CONFIRMED), (70.0, NUANCE), (53.0, REFUTED)])
-def test_c7_verdict_follows_step_times(tmp_path, on_ms, verdict):
-    _, claims = ledger(tmp_path, gpu_tag(dp_bench_on_ms=on_ms), fake_gpu_probes())
-    assert claims["C7"]["verdict"] == verdict
+def test_c8_points_within_the_repeats_spread_are_not_called_faster(tmp_path):
+    f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.5, 2048: 1.01, 8192: 1.9}, spread=0.06)
+    p = next(p for p in f.data["rows"] if p["series"] == "fp32" and p["global_batch"] == 2048 and p["variant"] == "dp")
+    assert not p["faster"] and not p["slower"]
+    assert p["speedup_lo"] < 1 < p["speedup_hi"]
 
 
-def test_c6_bias_lost_in_training_noise_needs_nuance(tmp_path):
-    _, claims = ledger(tmp_path, gpu_tag(mean_gap=1e-6), fake_gpu_probes())
-    assert claims["C6"]["verdict"] == NUANCE
+def test_c8_cause_follows_the_step_breakdown(tmp_path):
+    probes = fake_gpu_probes(dp_step=dp_step_observations(stock=25.0, persistent=24.0))
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    assert f.data["dp_step"]["threads_are_the_cost"] is False
+    assert "fresh replica threads" not in f.summary and "cause: backward" in f.summary
+    assert "largest part of a DataParallel step here is backward" in f.advice
 
 
-def test_ledger_on_cpu_says_what_was_not_run_and_why(tmp_path):
-    t = FakeTag()
-    groups = experiment_groups(EXPERIMENT)
-    for group in t.labels:
-        variants = {"c1": ["dp", "dp_mean"], "c6": ["dp_mean", "dp_sum"], "c7": ["dp"], "c8": ["dp"]}
-        for v in variants[group.split("_")[0]]:
-            t.run(group, v, max(groups[group]["gpus"]), status="skipped")
-        t.run(group, "single", 1, images_per_s=50.0, wall_s=9.0, device_type="cpu")
-    md, claims = ledger(tmp_path, t, fake_cpu_probes())
-    for cid in CLAIM_IDS:
-        assert re.search(rf"\| {cid} +\|", md)
-    for cid, n in [("C1", 2), ("C8", 2)]:
-        assert claims[cid]["verdict"] == NOT_RUN
-        assert claims[cid]["not_run"].startswith(f"not run here: needs {n} GPUs (found 0)")
-        assert '"skipped: DataParallel needs CUDA; no GPU visible"' in claims[cid]["not_run"]
-    for cid in ("C2", "C5", "C7"):
-        assert claims[cid]["verdict"] == NOT_RUN and "needs 2 GPUs (found 0)" in claims[cid]["not_run"]
-    assert claims["C6"]["verdict"] == CONFIRMED  # the arithmetic and the CPU emulation stand alone
-    assert any(e.startswith("training runs on an uneven split: not run here: needs 2 GPUs (found 0)")
-               for e in claims["C6"]["evidence"])
-    assert any("not run here: needs 2 GPUs (found 0)" in e for e in claims["C7"]["evidence"])
-    assert "**Not run here:** needs 2 GPUs (found 0)" in md
+# -- C1: the output size at which the gathered outputs dominate ----------------------------
+
+def test_c1_article_right_from_the_output_size_where_gathered_outputs_dominate(tmp_path):
+    f = from_runs.c1(evidence(tmp_path, gpu_tag()))
+    assert f.verdict == NUANCE
+    dp = {c["num_classes"]: c for c in f.data["cells"] if c["variant"] == "dp"}
+    assert [k for k, c in sorted(dp.items()) if c["outputs_dominate"]] == [32768]
+    assert dp[32768]["gathered_share"] == pytest.approx((900 - 160) / 900, abs=1e-3)
+    assert dp[32768]["share_basis"] == "measured against dp_sum"
+    # the estimate sizes the outputs from the run's own config: 2048 x 32768 fp32, and its head
+    est = dp[32768]["estimate_mib"]
+    assert est["gathered_logits"] == pytest.approx(2048 * 32768 * 4 / 2 ** 20)
+    assert est["summed_grads"] == pytest.approx(from_runs.param_count(32768) * 4 / 2 ** 20)
+    assert "from 32,768 outputs at batch 2048" in f.summary
+    assert "compute the loss inside the replicas" in f.advice
 
 
-def test_claim_figures_are_written_even_where_a_claim_did_not_run(tmp_path):
-    tag = FakeTag()   # no runs at all: every claim figure says why instead
-    md, claims = ledger(tmp_path, tag, {})
-    for cid in ("C1", "C6", "C7", "C8"):
-        assert (results.tag_dir(tmp_path, "t") / f"figures/claim_{cid.lower()}.png").exists()
-    assert claims["C1"]["verdict"] == NOT_RUN
+def test_c1_excess_appearing_at_a_smaller_output_size_moves_the_condition(tmp_path):
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 400.0, 32768: 900.0}})))
+    assert "from 1,000 outputs" in f.summary and f.verdict == NUANCE
+
+
+@pytest.mark.parametrize("excess_dp, verdict", [({10: 500.0, 1000: 600.0, 32768: 900.0}, CONFIRMED),
+                                                ({10: 0.5, 1000: -0.3, 32768: 0.2}, REFUTED)])
+def test_c1_verdict_at_the_extremes(tmp_path, excess_dp, verdict):
+    sums = {10: 50.0, 1000: 55.0, 32768: 60.0} if verdict == CONFIRMED else {10: 0.1, 1000: 0.2, 32768: 0.1}
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": excess_dp, "excess_sum": sums})))
+    assert f.verdict == verdict
+
+
+def test_c1_noise_is_the_spread_over_repeats_and_ddp_ranks(tmp_path):
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"ddp_spread": 150.0})))
+    dp10 = next(c for c in f.data["cells"] if c["variant"] == "dp" and c["num_classes"] == 10)
+    assert dp10["noise_mib"] == pytest.approx(150.0) and not dp10["above_noise"]
+
+
+def test_c1_momentum_comes_from_the_run_config(tmp_path):
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"momentum": 0.0})))
+    assert all(c["estimate_mib"]["momentum"] == 0.0 for c in f.data["cells"] if "estimate_mib" in c)
 
 
 def test_c1_estimate_itemises_device0_from_sizes():
     e = from_runs.device0_excess_estimate(2048, 2)
-    weights = from_runs.PARAMS * 4 / 2 ** 20
+    weights = from_runs.param_count(10) * 4 / 2 ** 20
     assert e["summed_grads"] == e["momentum"] == pytest.approx(weights)
     assert e["input_batch"] == pytest.approx(1024 * (3 * 32 * 32 * 4 + 8) / 2 ** 20)   # the other half
     assert e["gathered_logits"] == pytest.approx(2048 * 10 * 4 / 2 ** 20)
+    assert e["loss_log_softmax"] == pytest.approx(2048 * 10 * 4 / 2 ** 20)
+    bf16 = from_runs.device0_excess_estimate(2048, 2, 1000, "bf16")
+    assert bf16["gathered_logits"] == pytest.approx(2048 * 1000 * 2 / 2 ** 20)
+    inside = from_runs.device0_excess_estimate(2048, 2, 32768, loss_on_gathered=False)
+    assert inside["gathered_logits"] == inside["loss_log_softmax"] == 0.0
     uneven = from_runs.device0_excess_estimate(128, 3)   # chunks 43/43/42: the others hold 42.5 on average
     assert uneven["input_batch"] == pytest.approx((128 - 42.5) * (3 * 32 * 32 * 4 + 8) / 2 ** 20)
-    assert from_runs.device0_excess_estimate(512, 2, momentum=False)["momentum"] == 0.0
+
+
+# -- C6: the training effect with an interval ----------------------------------------------
+
+def test_c6_interval_excluding_zero_confirms(tmp_path):
+    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
+    t = f.data["training"][0]
+    ci = t["intervals"]["dp_mean-dp_sum"]["final_loss"]
+    assert ci["n"] == 3 and ci["lo"] > 0
+    # the interval is Student's t over the paired (same seed) differences
+    from scipy import stats
+    diffs = [0.05 + 0.005 * ((-1) ** r) * (1 + r / 3) - 1e-4 * (r - 1) for r in range(3)]
+    expect = stats.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
+    assert (ci["lo"], ci["hi"]) == pytest.approx(expect)
+    assert t["seeds"] == ["100", "101", "102"] and t["deterministic"]
+    assert f.verdict == CONFIRMED and "a measurable effect" in f.summary
+
+
+def test_c6_interval_including_zero_needs_nuance(tmp_path):
+    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.001, "noise": 0.02})))
+    ci = f.data["training"][0]["intervals"]["dp_mean-dp_sum"]["final_loss"]
+    assert ci["lo"] < 0 < ci["hi"]
+    assert f.verdict == NUANCE and "no effect told apart from zero" in f.summary
+    assert "weights off by 0.79%" in f.summary
+
+
+# -- C7 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("on_ms, verdict", [(725.0, CONFIRMED), (60.0, NUANCE), (45.0, REFUTED)])
+def test_c7_verdict_follows_step_times_against_its_off_leg(tmp_path, on_ms, verdict):
+    f = from_runs.c7(evidence(tmp_path, gpu_tag(c7={"dp_on_ms": on_ms})))
+    assert f.verdict == verdict
+    dp = next(t for t in f.data["training"] if t["variant"] == "dp")
+    assert dp["off_group"] == "c8_fp32_b512" and dp["repeats"] == 2
+
+
+def test_c7_advice_names_the_threads_when_persistent_threads_escape_it(tmp_path):
+    f = from_runs.c7(evidence(tmp_path, gpu_tag()))
+    assert "new replica threads" in f.advice and "725 ms a step" in f.advice
+
+
+# -- stable ids ----------------------------------------------------------------------------
+
+def test_observations_are_found_by_id_after_rewording(tmp_path):
+    probes = fake_gpu_probes()
+    before = {cid: f(evidence(tmp_path / "a", FakeTag(), probes)).summary
+              for cid, f in [("C2", from_probes.c2), ("C3", from_probes.c3), ("C4", from_probes.c4),
+                             ("C5", from_probes.c5), ("C6", from_runs.c6), ("C7", from_runs.c7)]}
+    for rec in probes.values():
+        for o in rec.observations:
+            o.what = f"reworded: {o.what[::-1]}"
+    after = {cid: f(evidence(tmp_path / "b", FakeTag(), probes)).summary
+             for cid, f in [("C2", from_probes.c2), ("C3", from_probes.c3), ("C4", from_probes.c4),
+                            ("C5", from_probes.c5), ("C6", from_runs.c6), ("C7", from_runs.c7)]}
+    for cid in before:   # C2 quotes the description of the failing case; everything else is by id
+        assert after[cid] == before[cid] or cid == "C2"
+    assert "0.525 as mean of means" in after["C6"] and "65.7x slower" in after["C7"]
+    assert "`RuntimeError: module must have its parameters" in after["C2"]
+
+
+def test_legacy_probe_records_without_ids_still_render(tmp_path):
+    legacy = {"claim": "C3", "title": "t", "ran_on": RAN_ON_GPU, "verdict": REFUTED, "advice": "",
+              "not_run": None, "parts_not_run": [],
+              "observations": [{"what": "calls that misbehave", "result": ["x"]}]}
+    rec = ProbeRecord.from_json(legacy)
+    assert rec.observations[0].id == "unnamed.0" and rec.values("c3.misbehaving_calls") == {}
+
+
+# -- where nothing was measured ------------------------------------------------------------
+
+def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
+    t = FakeTag()
+    for group, spec in t.groups.items():
+        for v in spec["variants"]:
+            if v == "single":
+                t.run(group, v, 1, images_per_s=50.0, wall_s=9.0, device_type="cpu", final_loss=2.0, test_acc=0.1)
+            else:
+                t.run(group, v, max(spec["gpus"]), status="skipped")
+    md, claims = ledger(tmp_path, t, fake_cpu_probes())
+    for cid in CLAIM_IDS:
+        assert re.search(rf"\| {cid} +\|", md)
+    for cid in ("C1", "C8"):
+        assert claims[cid]["verdict"] == NOT_RUN
+        assert claims[cid]["not_run"].startswith("not measured here: needs 2 GPUs (found 0)")
+        assert '"skipped: DataParallel needs CUDA; no GPU visible"' in claims[cid]["not_run"]
+    for cid in ("C2", "C5", "C7"):
+        assert claims[cid]["verdict"] == NOT_RUN and "needs 2 GPUs (found 0)" in claims[cid]["not_run"]
+    assert claims["C6"]["verdict"] == CONFIRMED  # the arithmetic and the CPU emulation stand alone
+    assert any(e.startswith("training runs on an uneven split: not measured here: needs 2 GPUs (found 0)")
+               for e in claims["C6"]["evidence"])
+    assert "**Not measured here:** needs 2 GPUs (found 0)" in md
+    for key in DRAW:   # every figure written, saying why where nothing was measured
+        assert (results.figures_dir(tmp_path, "t") / figure_name(key)).exists()

@@ -1,9 +1,13 @@
 """ResNet18 for CIFAR-10 (kuangliu/pytorch-cifar): a 3x3 stride-1 stem and no max-pool, so
-32x32 inputs keep their resolution into the first stage. 11,173,962 parameters."""
+32x32 inputs keep their resolution into the first stage. 11,173,962 parameters with 10 outputs;
+`num_classes` widens the output layer (the claims' memory study), each output adding
+FEATURES + 1 parameters."""
 from __future__ import annotations
 
 import torch.nn as nn
 import torch.nn.functional as F
+
+FEATURES = 512   # width of the last stage, the input of the output layer
 
 
 class BasicBlock(nn.Module):
@@ -36,7 +40,7 @@ class ResNet(nn.Module):
         self.layer2 = self._stage(128, blocks[1], 2)
         self.layer3 = self._stage(256, blocks[2], 2)
         self.layer4 = self._stage(512, blocks[3], 2)
-        self.linear = nn.Linear(512, num_classes)
+        self.linear = nn.Linear(FEATURES, num_classes)
 
     def _stage(self, planes: int, n: int, stride: int) -> nn.Sequential:
         layers = []
@@ -53,4 +57,5 @@ class ResNet(nn.Module):
 
 
 def resnet18(num_classes: int = 10) -> ResNet:
+    """num_classes: outputs of the last layer (the labels may use fewer, as CIFAR-10's 0..9 do)."""
     return ResNet((2, 2, 2, 2), num_classes)

@@ -1,11 +1,12 @@
 """The article's claims C1..C8 as experiments with verdicts.
 
 Probes (C2..C7, one module each, run via `python -m dpbench.claims.probe CX`) test API
-behaviour directly; C1, C8 and the training-level parts of C6 and C7 come from the
+behaviour directly; the C7 probe also takes a DataParallel step apart (`dp_step`), which C7
+and C8 name their cause from. C1, C8 and the training-level parts of C6 and C7 come from the
 pipeline's runs of experiments/claims.yaml. `ledger` turns both into claims.md / claims.json.
 """
 
-CONFIRMED, REFUTED, NUANCE, NOT_RUN = "confirmed", "refuted", "needs nuance", "not run here"
+CONFIRMED, REFUTED, NUANCE, NOT_RUN = "confirmed", "refuted", "needs nuance", "not measured here"
 
 # id -> (short title, the claim in one sentence, as the article or the seed states it)
 CLAIMS = {

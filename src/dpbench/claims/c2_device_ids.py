@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
+from dpbench.claims.records import ProbeRecord, obs as observation
 
 # Builds the model on `model_dev`, wraps it with `ids`, runs one forward; reports where it broke.
 _WRAP = """
@@ -49,7 +50,7 @@ print(json.dumps({{"visible": torch.cuda.device_count()}}))
 """
 
 
-def run() -> dict:
+def run() -> ProbeRecord:
     n = gpus_visible()
     if n < 2:
         return record("C2", [], NOT_RUN, not_run=needs(2, n))
@@ -57,23 +58,26 @@ def run() -> dict:
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     physical = run_python(_WRAP.format(model_dev="cuda:0", ids=[0]), env)
     obs = []
-    for case_ids in ([ids[0]], ids):
+    for oid, case_ids in (("c2.wrap.first_id_only", [ids[0]]), ("c2.wrap.model_not_on_first_id", ids)):
         r = run_python(_WRAP.format(model_dev="cuda:0", ids=case_ids), env)
-        obs.append({"what": f"model on cuda:0, DataParallel(device_ids={case_ids})", **r})
-    wrong = obs[-1]
+        obs.append(observation(oid, f"model on cuda:0, DataParallel(device_ids={case_ids})", **r))
+    wrong = obs[-1].values
     renumbered = [str(i) for i in ids]
     fixed = run_python(_WRAP.format(model_dev="cuda:0", ids=list(range(len(ids)))),
                        {**env, "CUDA_VISIBLE_DEVICES": ",".join(renumbered)})
     if fixed.get("uuids") and physical.get("uuids"):  # which physical GPU is now cuda:0
         fixed["cuda0_physical_index"] = physical["uuids"].index(fixed["uuids"][0])
-    obs.append({"what": f"CUDA_VISIBLE_DEVICES={','.join(renumbered)} set before start, model on cuda:0, "
-                        f"device_ids={list(range(len(ids)))}", **fixed})
+    obs.append(observation("c2.cvd.set_before_start",
+                           f"CUDA_VISIBLE_DEVICES={','.join(renumbered)} set before start, model on cuda:0, "
+                           f"device_ids={list(range(len(ids)))}", **fixed))
     late = run_python(_LATE.format(keep=str(ids[0])))
-    obs.append({"what": f"CUDA_VISIBLE_DEVICES={ids[0]} set after torch.cuda.init()", **late})
+    obs.append(observation("c2.cvd.set_after_cuda_init",
+                           f"CUDA_VISIBLE_DEVICES={ids[0]} set after torch.cuda.init()", **late))
     lazy = run_python(_AFTER_IMPORT.format(keep=str(ids[0])))
-    obs.append({"what": f"CUDA_VISIBLE_DEVICES={ids[0]} set after import torch, before any CUDA call", **lazy})
+    obs.append(observation("c2.cvd.set_after_import",
+                           f"CUDA_VISIBLE_DEVICES={ids[0]} set after import torch, before any CUDA call", **lazy))
     plain = run_python(_WRAP.format(model_dev=f"cuda:{ids[0]}", ids=ids), env)
-    obs.append({"what": f"plain fix: model.to('cuda:{ids[0]}'), device_ids={ids}", **plain})
+    obs.append(observation("c2.plain_fix", f"plain fix: model.to('cuda:{ids[0]}'), device_ids={ids}", **plain))
 
     errored = wrong.get("stage") is not None
     cvd_works = fixed.get("stage", "x") is None

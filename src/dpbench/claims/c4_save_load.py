@@ -10,6 +10,7 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import error_text, gpus_visible, needs, record
+from dpbench.claims.records import Observation, ProbeRecord, obs as observation
 from dpbench.model import resnet18
 
 
@@ -38,8 +39,8 @@ def article_load(path: Path) -> dict:
     return {"result": "loads"}
 
 
-def alternatives(saved: nn.Module, tmp: Path) -> dict[str, bool]:
-    """Each working way to load, and whether it reproduces `saved` exactly."""
+def alternatives(saved: nn.Module, tmp: Path) -> dict[str, tuple[str, bool]]:
+    """Each working way to load (id -> description, whether it reproduces `saved` exactly)."""
     ref = saved.state_dict()
     bare_path, wrapped_path = tmp / "bare.pt", tmp / "wrapped.pt"
     torch.save(saved.state_dict(), bare_path)                      # net.module.state_dict()
@@ -69,15 +70,16 @@ def alternatives(saved: nn.Module, tmp: Path) -> dict[str, bool]:
         return m
 
     ways = {
-        "load into the bare model, then wrap": bare_first,
-        "net.module.load_state_dict(...) on the wrapper": into_module,
-        "wrapper's state_dict + consume_prefix_in_state_dict_if_present(sd, 'module.')": consume_prefix,
-        "wrapper's state_dict, keys stripped of 'module.'": strip_by_hand,
+        "c4.load.bare_then_wrap": ("load into the bare model, then wrap", bare_first),
+        "c4.load.into_module": ("net.module.load_state_dict(...) on the wrapper", into_module),
+        "c4.load.consume_prefix": ("wrapper's state_dict + consume_prefix_in_state_dict_if_present(sd, 'module.')",
+                                   consume_prefix),
+        "c4.load.strip_prefix": ("wrapper's state_dict, keys stripped of 'module.'", strip_by_hand),
     }
-    return {name: identical(ref, way().state_dict()) for name, way in ways.items()}
+    return {oid: (what, identical(ref, way().state_dict())) for oid, (what, way) in ways.items()}
 
 
-def map_location_cases(tmp: Path, src: str, targets: list[str]) -> list[dict]:
+def map_location_cases(tmp: Path, src: str, targets: list[str]) -> list[Observation]:
     """A checkpoint saved on `src`, loaded with map_location=each target: device and exactness."""
     model = trained_like().to(src)
     path = tmp / "ckpt.pt"
@@ -85,25 +87,29 @@ def map_location_cases(tmp: Path, src: str, targets: list[str]) -> list[dict]:
     out = []
     for target in [None] + targets:
         sd = torch.load(path, map_location=target)
-        out.append({"what": f"saved on {src}, torch.load(map_location={target!r})",
-                    "device": str(next(iter(sd.values())).device),
-                    "round_trip_bit_exact": identical(model.state_dict(), sd)})
+        where = lambda d: (d or "none").replace(":", "")
+        out.append(observation(f"c4.map_location.{where(src)}_to_{where(target)}",
+                               f"saved on {src}, torch.load(map_location={target!r})",
+                               device=str(next(iter(sd.values())).device),
+                               round_trip_bit_exact=identical(model.state_dict(), sd)))
     return out
 
 
-def run() -> dict:
+def run() -> ProbeRecord:
     n = gpus_visible()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         saved = trained_like()
         fresh = resnet18()
         torch.save(nn.DataParallel(saved).module.state_dict(), tmp / "article.pt")
-        article = {"what": "article's load: nn.DataParallel(Resnet18()).load_state_dict(torch.load(path))",
-                   **article_load(tmp / "article.pt")}
-        obs = [{"what": "a fresh model differs from the saved one (so round trips are not vacuous)",
-                "result": not identical(saved.state_dict(), fresh.state_dict())}, article]
+        article = observation("c4.article_load",
+                              "article's load: nn.DataParallel(Resnet18()).load_state_dict(torch.load(path))",
+                              **article_load(tmp / "article.pt"))
+        obs = [observation("c4.fresh_model_differs",
+                           "a fresh model differs from the saved one (so round trips are not vacuous)",
+                           result=not identical(saved.state_dict(), fresh.state_dict())), article]
         alts = alternatives(saved, tmp)
-        obs += [{"what": name, "round_trip_bit_exact": ok} for name, ok in alts.items()]
+        obs += [observation(oid, what, round_trip_bit_exact=ok) for oid, (what, ok) in alts.items()]
         parts_not_run = []
         obs += map_location_cases(tmp, "cpu", ["cpu"])
         if n >= 2:
@@ -111,8 +117,8 @@ def run() -> dict:
         else:
             parts_not_run.append(f"checkpoint saved on cuda:1, loaded on cpu / cuda:0: {needs(2, n)}")
 
-    article_fails = "error" in article
-    all_exact = all(alts.values()) and all(o.get("round_trip_bit_exact", True) for o in obs)
+    article_fails = "error" in article.values
+    all_exact = all(ok for _, ok in alts.values()) and all(o.get("round_trip_bit_exact", True) for o in obs)
     if article_fails and all_exact:
         verdict = NUANCE  # the save is right, the load as written raises
     elif article_fails:

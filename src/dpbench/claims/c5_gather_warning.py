@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
 from dpbench.claims.common import gpus_visible, needs, record, run_python
+from dpbench.claims.records import ProbeRecord, obs as observation
 
 ARTICLE_TEXT = ("Was asked to gather along dimension 0, but all input tensors were scalars; "
                 "will instead unsqueeze and return a vector.")
@@ -53,26 +54,29 @@ def call(ids: list[int] | None, batch: int) -> dict:
             "warnings": texts, "exact_article_text": ARTICLE_TEXT in texts}
 
 
-def run() -> dict:
+def run() -> ProbeRecord:
     n = gpus_visible()
     obs = []
     if n == 0:
-        obs.append({"what": "CPU path (no CUDA): DataParallel calls the module directly", **call(None, 8)})
+        obs.append(observation("c5.cpu_path", "CPU path (no CUDA): DataParallel calls the module directly",
+                               **call(None, 8)))
         return record("C5", obs, NOT_RUN, not_run=needs(2, n))
-    one = {"what": "device_ids=[0] (the path taken with one visible GPU)", **call([0], 8)}
+    one = observation("c5.one_gpu", "device_ids=[0] (the path taken with one visible GPU)", **call([0], 8))
     obs.append(one)
     if n < 2:
         return record("C5", obs, NOT_RUN, not_run=needs(2, n))
-    everyone = {"what": f"all {n} GPUs, batch 8 * n", **call(list(range(n)), 8 * n)}
+    everyone = observation("c5.all_gpus", f"all {n} GPUs, batch 8 * n", **call(list(range(n)), 8 * n))
     obs.append(everyone)
     for batch in sorted({1, n - 1, n + 1} - {0}):  # fewer samples than GPUs, or an odd remainder
-        obs.append({"what": f"all {n} GPUs, batch {batch}", **call(list(range(n)), batch)})
-    for name, flt in [("default filters", ""), ("simplefilter('always')", "warnings.simplefilter('always')")]:
+        obs.append(observation(f"c5.all_gpus.batch{batch}", f"all {n} GPUs, batch {batch}",
+                               **call(list(range(n)), batch)))
+    for key, name, flt in [("default_filters", "default filters", ""),
+                           ("always", "simplefilter('always')", "warnings.simplefilter('always')")]:
         counted = run_python(_COUNT.format(filter=flt))
-        obs.append({"what": f"warnings shown over {STEPS} steps, {name}", **counted, "steps": STEPS,
-                    "per_step": counted.get("shown", 0) / STEPS})
+        obs.append(observation(f"c5.shown.{key}", f"warnings shown over {STEPS} steps, {name}", **counted,
+                               steps=STEPS, per_step=counted.get("shown", 0) / STEPS))
 
-    text_ok = everyone["exact_article_text"] and not one["warnings"]
-    shapes_ok = everyone["shape"] == [n] and one["shape"] == []
+    text_ok = everyone.get("exact_article_text") and not one.get("warnings")
+    shapes_ok = everyone.get("shape") == [n] and one.get("shape") == []
     verdict = CONFIRMED if text_ok and shapes_ok else NUANCE
     return record("C5", obs, verdict)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record
+from dpbench.claims.records import ProbeRecord, obs as observation
 from dpbench.model import resnet18
 from dpbench.variants import Variant
 
@@ -97,23 +98,24 @@ def biased(rel_mean: float, rel_sum: float) -> bool:
     return rel_mean > max(BIAS_FACTOR * rel_sum, 1e-5)
 
 
-def run() -> dict:
+def run() -> ProbeRecord:
     n = gpus_visible()
     arith = article_arithmetic()
-    obs = [{"what": "article's example, split by torch.chunk on 2 devices", **arith},
-           {"what": "torch.chunk sizes (DataParallel's split)",
-            "result": {f"{b} on {p}": chunk_sizes(b, p) for b, p in SPLITS}}]
+    obs = [observation("c6.article_example", "article's example, split by torch.chunk on 2 devices", **arith),
+           observation("c6.chunk_sizes", "torch.chunk sizes (DataParallel's split)",
+                       result={f"{b} on {p}": chunk_sizes(b, p) for b, p in SPLITS})]
 
     torch.manual_seed(0)
     model = resnet18().eval()
     emulated = []
     for batch, parts in [(80, 3), (128, 3), (128, 2)]:
-        emulated.append({"what": f"CPU emulation, BatchNorm eval: batch {batch} as {parts} chunks",
-                         **emulate(model, *_batch(batch), parts)})
+        emulated.append(observation(f"c6.cpu.bn_eval.batch{batch}_split{parts}",
+                                    f"CPU emulation, BatchNorm eval: batch {batch} as {parts} chunks",
+                                    **emulate(model, *_batch(batch), parts)))
     bn_train = emulate(model.train(), *_batch(80), 3)
     obs += emulated
-    obs.append({"what": "CPU emulation, BatchNorm train (per-chunk statistics): batch 80 as 3 chunks",
-                **bn_train})
+    obs.append(observation("c6.cpu.bn_train.batch80_split3",
+                           "CPU emulation, BatchNorm train (per-chunk statistics): batch 80 as 3 chunks", **bn_train))
 
     parts_not_run, gpu_obs = [], []
     if n >= 2:
@@ -122,8 +124,9 @@ def run() -> dict:
         # (3, 2) is the article's own split (2 + 1); (128, 2) the even control
         for batch, gpus in [(3, 2), (128, 2), (128, 3), (80, 3)]:
             if gpus <= n:
-                gpu_obs.append({"what": f"DataParallel first step, batch {batch} on {gpus} GPUs, BatchNorm eval",
-                                **dataparallel_first_step(gpu_model, batch, gpus)})
+                gpu_obs.append(observation(f"c6.gpu.bn_eval.batch{batch}_on{gpus}",
+                                           f"DataParallel first step, batch {batch} on {gpus} GPUs, BatchNorm eval",
+                                           **dataparallel_first_step(gpu_model, batch, gpus)))
             else:
                 parts_not_run.append(f"DataParallel gradients, batch {batch} on {gpus} GPUs: {needs(gpus, n)}")
     else:
@@ -133,10 +136,10 @@ def run() -> dict:
     arithmetic_ok = (arith["one device mean"]["value"] == 0.4333
                      and arith["mean of per-device means"]["value"] == 0.525
                      and arith["sum / N"]["value"] == 0.4333)
-    uneven = [e for e in emulated if len(set(e["chunks"])) > 1]
-    bias_shown = all(biased(e["grad_rel_diff_mean_of_means"], e["grad_rel_diff_sum_over_n"]) for e in uneven)
-    uneven_gpu = [g for g in gpu_obs if len(set(g["chunks"])) > 1]
-    bias_shown &= all(biased(g["grad_rel_diff_dp_mean_vs_single"], g["grad_rel_diff_dp_sum_vs_single"])
+    uneven = [e for e in emulated if len(set(e.get("chunks"))) > 1]
+    bias_shown = all(biased(e.get("grad_rel_diff_mean_of_means"), e.get("grad_rel_diff_sum_over_n")) for e in uneven)
+    uneven_gpu = [g for g in gpu_obs if len(set(g.get("chunks"))) > 1]
+    bias_shown &= all(biased(g.get("grad_rel_diff_dp_mean_vs_single"), g.get("grad_rel_diff_dp_sum_vs_single"))
                       for g in uneven_gpu)
     verdict = CONFIRMED if arithmetic_ok and bias_shown else (NUANCE if arithmetic_ok or bias_shown else REFUTED)
     return record("C6", obs, verdict, parts_not_run=parts_not_run)

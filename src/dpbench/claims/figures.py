@@ -1,11 +1,14 @@
-"""One figure per claim whose evidence is a comparison of numbers (C1, C6, C7, C8), drawn from the
-ledger's own section data, so a figure shows exactly what decided the verdict.
+"""The ledger's own figures, drawn from the sections' data, so that a figure shows exactly what
+decided a verdict: C1 device 0's excess against the output size, C6 the training differences
+with their intervals, C7 step time with cudnn.benchmark on and off, C8 speed-up against the
+global batch with the crossover marked, and where a DataParallel step's time goes.
 
-Every figure is always written (the pipeline declares them as outputs); a claim that did not run
-gets a figure that says why, like dpbench.plots' placeholders.
+Every figure is always written (the pipeline declares them as outputs); a claim that was not
+measured gets a figure that says why, like dpbench.plots' placeholders.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,73 +19,89 @@ from matplotlib.figure import Figure
 from dpbench import results
 from dpbench.plots import new_figure, palette, placeholder, save, style
 
-Section = dict[str, Any]
-ESTIMATE_PARTS = {"summed_grads": "summed gradients", "momentum": "momentum buffer",
-                  "input_batch": "input batch kept\nfor the others", "gathered_logits": "gathered logits"}
+Section = Any   # dpbench.claims.records.Section, or a plain dict of its fields
+STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
 
 
-def _data(s: Section, key: str) -> list | None:
-    """One entry of a section's data; None where the claim did not run."""
-    return (s.get("data") or {}).get(key)
+def _get(s: Section, key: str, default: Any = None) -> Any:
+    return s.get(key, default) if isinstance(s, dict) else getattr(s, key, default)
+
+
+def _data(s: Section, key: str) -> Any:
+    """One entry of a section's data; None where the claim was not measured."""
+    return (_get(s, "data") or {}).get(key)
 
 
 def _missing(s: Section, title: str) -> Figure:
-    return placeholder(title, s.get("not_run") or "no runs of this claim in the results")
+    return placeholder(title, _get(s, "not_run") or "nothing measured for this figure in these results")
 
 
 def c1_figure(s: Section) -> Figure:
-    title = "C1: what device 0 holds beyond the other devices (peak allocated, training steps)"
-    runs = _data(s, "runs")
-    if not runs:
+    title = "C1: device 0's excess memory against the output size (peak, training steps)"
+    cells = _data(s, "cells")
+    cells = [c for c in cells or [] if "num_classes" in c]
+    if not cells:
         return _missing(s, title)
-    df = pd.DataFrame(runs)
-    df["config"] = [f"batch {b}\non {g} GPUs" for b, g in zip(df["global_batch"], df["gpus"])]
-    order = list(dict.fromkeys(df.sort_values(["gpus", "global_batch"])["config"]))
+    df = pd.DataFrame(cells)
+    df = df[df["variant"] != "ddp"]
     variants = list(dict.fromkeys(df["variant"]))
-    fig, axes = new_figure(1, 2, legend=False)
+    fig, axes = new_figure(1, 2)
     left, right = axes[0]
-    sns.barplot(df, x="config", y="excess_mib", hue="variant", order=order, hue_order=variants,
-                palette=palette(variants), ax=left)
-    estimate = df.drop_duplicates("config").set_index("config")["estimate_total_mib"].reindex(order)
-    left.scatter(range(len(order)), estimate, marker="_", s=900, color="black", zorder=3,
-                 label="estimate from sizes")
-    left.set(xlabel="", ylabel="device 0 minus mean of the others (MiB)", title="measured")
-    top = max(df["excess_mib"].max(), estimate.max(), 0) * 1.7 or None   # room for the legend above the bars
-    left.set_ylim(top=top)
-    left.legend(loc="upper left", fontsize="small", framealpha=0.9, ncol=2)
-    parts = pd.DataFrame([r["estimate_mib"] for r in runs], index=df["config"]).groupby(level=0).first()
-    parts = parts.reindex(order).rename(columns=ESTIMATE_PARTS)
-    parts.plot.bar(stacked=True, ax=right, rot=0, color=sns.color_palette("colorblind", len(parts.columns)))
-    right.set(xlabel="", ylabel="MiB", title="estimate from sizes (fp32)", ylim=left.get_ylim())
-    right.legend(loc="upper left", fontsize="small", framealpha=0.9, ncol=2)
-    fig.suptitle(title)
+    for v, part in df.groupby("variant", sort=False):
+        part = part.sort_values("num_classes")
+        left.errorbar(part["num_classes"], part["excess_mib"], yerr=part["noise_mib"], marker="o",
+                      color=palette([v])[v], label=f"{v} (measured)", capsize=3)
+        if "estimate_total_mib" in part and part["estimate_total_mib"].notna().any():
+            left.plot(part["num_classes"], part["estimate_total_mib"], ls=":", marker="_", ms=12,
+                      color=palette([v])[v], label=f"{v} (from sizes)")
+    left.set(xscale="log", yscale="symlog", xlabel="outputs (num_classes)",
+             ylabel="device 0 minus mean of the others (MiB)", title="allocated, less resident data")
+    dp = df[df["variant"] == "dp"].sort_values("num_classes")
+    for kind, ls in (("allocated", "-"), ("reserved", "--"), ("nvml", ":")):
+        ratio = dp[f"dev0_{kind}_mib"] / dp[f"others_{kind}_mib"]
+        if ratio.notna().any():
+            right.plot(dp["num_classes"], ratio, ls=ls, marker="o", color="black", label=kind)
+    right.axhline(1.0, color="0.6", lw=0.8)
+    right.set(xscale="log", xlabel="outputs (num_classes)", ylabel="device 0 / others",
+              title="dp (loss on the gathered outputs)")
+    handles = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, loc="outside right center", frameon=False, fontsize="small")
+    fig.suptitle(title + (f"\n{', '.join(variants)}" if len(variants) > 1 else ""))
     return fig
 
 
 def c6_figure(s: Section) -> Figure:
-    title = "C6: |loss - single's loss| per step, mean of means vs sum/N"
+    title = "C6: training differences between reductions, paired by seed (95% CI)"
     training = _data(s, "training")
     if not training:
         return _missing(s, title)
-    fig, axes = new_figure(1, len(training))
-    for ax, t in zip(axes[0], training):
-        curves = pd.concat([pd.DataFrame({"step": range(len(t[f"{v}_vs_single"]["by_step"])),
-                                          "gap": t[f"{v}_vs_single"]["by_step"], "variant": v})
-                            for v in ("dp_mean", "dp_sum")])
-        curves = curves[curves["gap"] > 0]   # log scale: an exact match has no place on it
-        sns.lineplot(curves, x="step", y="gap", hue="variant", palette=palette(["dp_mean", "dp_sum"]),
-                     lw=1, ax=ax, legend=ax is axes[0][-1])
-        split = "uneven" if t["uneven"] else "even"
-        bn = ", BatchNorm eval" if t["bn_eval"] else ""
-        ax.set(yscale="log", xlabel="optimizer step", ylabel="|loss_global - single|",
-               title=f"{t['group']}: {t['gpus']} GPUs, {split} split{bn}")
-    sns.move_legend(axes[0][-1], "center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    t = training[0]
+    fig, axes = new_figure(1, 3, legend=False, sharey=False)
+    panels = [("final_loss", 1.0, "final loss difference"), ("test_acc", 100.0, "test accuracy difference (pp)")]
+    for ax, (metric, scale, label) in zip(axes[0][:2], panels):
+        pairs = [(p, d[metric]) for p, d in t["intervals"].items() if metric in d]
+        for i, (pair, ci) in enumerate(pairs):
+            lo = ci["lo"] if not math.isnan(ci["lo"]) else ci["mean"]
+            hi = ci["hi"] if not math.isnan(ci["hi"]) else ci["mean"]
+            ax.errorbar([ci["mean"] * scale], [i], xerr=[[(ci["mean"] - lo) * scale], [(hi - ci["mean"]) * scale]],
+                        fmt="o", color="black", capsize=4)
+        ax.axvline(0.0, color="0.5", lw=0.8)
+        ax.set_yticks(range(len(pairs)), [p.replace("-", " - ") for p, _ in pairs])
+        ax.set(xlabel=label, title=f"{t['group']}: batch {t['batch']} on {t['gpus']} GPUs")
+    ax = axes[0][2]
+    for v in ("dp_mean", "dp_sum"):
+        gap = t["gaps_first_seed"][v]["by_step"]
+        pts = [(i, g) for i, g in enumerate(gap) if g > 0]   # log scale: an exact match has no place on it
+        if pts:
+            ax.plot(*zip(*pts), lw=1, color=palette([v])[v], label=v)
+    ax.set(yscale="log", xlabel="optimizer step", ylabel="|loss - single|", title="per step, first seed")
+    ax.legend(frameon=False, fontsize="small")
     fig.suptitle(title)
     return fig
 
 
 def c7_figure(s: Section) -> Figure:
-    title = "C7: step time, cudnn.benchmark on vs off\n(median step, log scale)"
+    title = "C7: step time, cudnn.benchmark on vs off\n(median step over repeats, log scale)"
     training = _data(s, "training")
     if not training:
         return _missing(s, title)
@@ -104,45 +123,96 @@ def c7_figure(s: Section) -> Figure:
     return fig
 
 
+def _about(batch: float) -> str:
+    return f"{float(f'{batch:.2g}'):,.0f}"
+
+
 def c8_figure(s: Section) -> Figure:
-    title = "C8: images/s against one GPU (single), per recipe"
+    title = "C8: speed-up over one GPU against the global batch (range over repeats)"
     rows = _data(s, "rows")
     if not rows:
         return _missing(s, title)
     df = pd.DataFrame(rows)
-    single = df.drop_duplicates("group").assign(variant="single", gpus=1)
-    single["images_per_s"] = single["single_images_per_s"]
-    df = pd.concat([single, df], ignore_index=True)
-    variants = list(dict.fromkeys(df["variant"]))
-    groups = list(dict.fromkeys(df["group"]))
-    titles = df.drop_duplicates("group").set_index("group")["options"].to_dict()
-    fig, axes = new_figure(1, len(groups))
-    for ax, g in zip(axes[0], groups):
-        panel = df[df["group"] == g]
-        sns.barplot(panel, x="gpus", y="images_per_s", hue="variant", hue_order=variants,
-                    palette=palette(variants), ax=ax, legend=ax is axes[0][-1])
-        ax.set(title=f"{g.removeprefix('c8_')}: {titles[g]}", xlabel="GPUs", ylabel="images/s")
-    sns.move_legend(axes[0][-1], "center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    df = df[df["gpus"] > 1]
+    curves = _data(s, "curves") or []
+    series = list(dict.fromkeys(df["series"]))
+    batches = sorted(set(df["global_batch"]))
+    fig, axes = new_figure(1, len(series), sharey=True)
+    for ax, name in zip(axes[0], series):
+        part = df[df["series"] == name]
+        for variant, pts in part.groupby("variant", sort=False):
+            pts = pts.sort_values("global_batch")
+            ax.errorbar(pts["global_batch"], pts["speedup"],
+                        yerr=[pts["speedup"] - pts["speedup_lo"], pts["speedup_hi"] - pts["speedup"]],
+                        marker="o", capsize=3, color=palette([variant])[variant], label=f"{variant}, 2+ GPUs",
+                        ls="-" if len(pts) > 1 else "none")
+        for c in curves:
+            if c["series"] != name:
+                continue
+            for x in c["crossings"]:
+                ax.axvline(x["batch"], color=palette([c["variant"]])[c["variant"]], ls="--", lw=1)
+                ax.annotate(f"{c['variant']}: ~{_about(x['batch'])}", (x["batch"], 1.0), textcoords="offset points",
+                            xytext=(4, 6), fontsize="small", color=palette([c["variant"]])[c["variant"]])
+        ax.axhline(1.0, color="0.3", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [f"{b:,}" for b in batches])
+        ax.set_xlim(min(batches) / 1.5, max(batches) * 1.5)
+        groups = sorted(set(part["group"]))
+        ax.set(xlabel="global batch (images a step)", ylabel="images/s over one GPU",
+               title=name if len(groups) > 1 else f"{groups[0]}: {name}")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    fig.legend(uniq.values(), uniq.keys(), loc="outside right center", frameon=False, fontsize="small")
+    fig.suptitle(title + "\ndashed: where the speed-up crosses 1 (interpolated in log batch)")
+    return fig
+
+
+def c8_dp_step_figure(s: Section) -> Figure:
+    title = "Where a DataParallel step's time goes (C7 probe, ms per step)"
+    cause = _data(s, "dp_step")
+    if not cause:
+        return _missing(s, title + ": the C7 probe took no DataParallel step apart here")
+    rows = [("stock DP", cause["stages"]), ("DP, persistent\nreplica threads", cause["persistent_stages"])]
+    fig, axes = new_figure(1, 1)
+    ax = axes[0][0]
+    colors = sns.color_palette("colorblind", len(STAGES))
+    for i, (name, st) in enumerate(rows):
+        left = 0.0
+        for stage, col in zip(STAGES, colors):
+            v = st.get(stage, 0.0)
+            ax.barh(i, v, left=left, color=col, label=stage.replace("_", " ") if i == 0 else None)
+            left += v
+    ax.barh(len(rows), cause["single_ms"], color="0.6", label="one GPU, whole step")
+    ax.set_yticks(range(len(rows) + 1), [r[0] for r in rows] + ["one GPU"])
+    ax.invert_yaxis()
+    ax.set(xlabel="ms (each stage closed by a sync of every device)",
+           title=f"batch {cause['batch']} on {cause['gpus']} GPUs, cudnn.benchmark {cause['benchmark']}")
+    fig.legend(loc="outside right center", frameon=False, fontsize="small")
     fig.suptitle(title)
     return fig
 
 
+# Figure key -> how to draw it; a key's claim is the part before "_" (C8_dp_step -> C8).
 DRAW: dict[str, Callable[[Section], Figure]] = {"C1": c1_figure, "C6": c6_figure, "C7": c7_figure,
-                                                "C8": c8_figure}
+                                                "C8": c8_figure, "C8_dp_step": c8_dp_step_figure}
 
 
-def figure_name(cid: str) -> str:
-    return f"claim_{cid.lower()}.png"
+def claim_of(key: str) -> str:
+    return key.split("_")[0]
+
+
+def figure_name(key: str) -> str:
+    return f"claim_{key.lower()}.png"
 
 
 def draw(results_dir: Path | str, tag: str, sections: list[Section]) -> dict[str, str]:
-    """Writes every claim figure under results/<tag>/figures; returns claim id -> the path
+    """Writes every claim figure under results/<tag>/figures; returns figure key -> the path
     relative to the tag's folder, which is how claims.md links it."""
     out = results.figures_dir(results_dir, tag)
-    by_id = {s["id"]: s for s in sections}
+    by_id = {_get(s, "id"): s for s in sections}
     written = {}
     with style():
-        for cid, draw_one in DRAW.items():
-            save(draw_one(by_id.get(cid, {"id": cid})), out / figure_name(cid))
-            written[cid] = f"{out.name}/{figure_name(cid)}"
+        for key, draw_one in DRAW.items():
+            save(draw_one(by_id.get(claim_of(key), {"id": claim_of(key)})), out / figure_name(key))
+            written[key] = f"{out.name}/{figure_name(key)}"
     return written

@@ -1,16 +1,18 @@
-"""Ledger sections for the claims settled by probes alone (C2..C5), and the probe half of C6/C7.
+"""Ledger findings for the claims settled by probes alone (C2..C5), and the probe half of C6/C7.
 
-A section is a dict: verdict, summary (one line), evidence (lines), data, measured_on,
-not_run. The verdicts are the probes' own, computed there from their observations.
+The verdicts are the probes' own, computed there from their observations. The one-line
+summaries look observations up by their stable ids (dpbench.claims.records), never by the
+wording of their descriptions.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from dpbench.claims import NOT_RUN
+from dpbench.claims.records import Finding, Observation, ProbeRecord
 
 _QUOTED = {"error", "second_line", "warnings"}  # exact text a user would see
-_QUIET = {"what", "uuids", "rc"}
+_QUIET = {"uuids", "rc"}
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -25,64 +27,59 @@ def _fmt(key: str, value: Any) -> str:
     return str(value)
 
 
-def observation_line(o: dict[str, Any]) -> str:
-    extras = [f"{k} {_fmt(k, v)}" for k, v in o.items() if k not in _QUIET]
+def observation_line(o: Observation) -> str:
+    extras = [f"{k} {_fmt(k, v)}" for k, v in o.values.items() if k not in _QUIET]
     if o.get("rc"):
-        extras.append(f"exit code {o['rc']}")
-    return f"{o['what']}: " + "; ".join(extras)
+        extras.append(f"exit code {o.get('rc')}")
+    return f"{o.what}: " + "; ".join(extras)
 
 
-def find(probe: dict[str, Any], text: str, key: str | None = None) -> dict[str, Any]:
-    """The first observation whose `what` contains text (and that has `key`), else {}."""
-    return next((o for o in probe["observations"]
-                 if text in o["what"] and (key is None or key in o)), {})
-
-
-def probe_section(ev, cid: str, summarise: Callable[[dict], str]) -> dict[str, Any]:
-    probe = ev.probes.get(cid)
+def probe_finding(ev, cid: str, summarise: Callable[[ProbeRecord], str]) -> Finding:
+    probe: ProbeRecord | None = ev.probes.get(cid)
     if probe is None:
-        msg = f"not run here: no probe record claims/{cid}.json (python -m dpbench.claims.probe {cid})"
-        return {"verdict": NOT_RUN, "summary": msg, "evidence": [], "data": {}, "measured_on": [],
-                "not_run": msg}
-    lines = [observation_line(o) for o in probe["observations"]]
-    lines += [f"not run here: {part}" for part in probe.get("parts_not_run", [])]
-    not_run = f"not run here: {probe['not_run']}" if probe["not_run"] else None
-    return {"verdict": probe["verdict"], "summary": not_run or summarise(probe), "evidence": lines,
-            "data": {"probe": probe}, "measured_on": [ev.measured_on_probe(cid)], "not_run": not_run}
+        msg = f"{NOT_RUN}: no probe record claims/{cid}.json (python -m dpbench.claims.probe {cid})"
+        return Finding(verdict=NOT_RUN, summary=msg, not_run=msg)
+    lines = [observation_line(o) for o in probe.observations]
+    lines += [f"{NOT_RUN}: {part}" for part in probe.parts_not_run]
+    not_run = f"{NOT_RUN}: {probe.not_run}" if probe.not_run else None
+    return Finding(verdict=probe.verdict, summary=not_run or summarise(probe), evidence=lines,
+                   data={"probe": probe.to_json()}, measured_on=[ev.measured_on_probe(cid)], not_run=not_run)
 
 
-def _c2(p: dict) -> str:
-    wrong = find(p, "model on cuda:0, DataParallel", "error")
-    late = find(p, "CUDA_VISIBLE_DEVICES", "after")
-    plain = find(p, "plain fix")
-    return (f"{wrong.get('what', 'no wrong-device case erred')}: `{wrong.get('error', '')}` at "
-            f"{wrong.get('stage')}; CUDA_VISIBLE_DEVICES set after CUDA init leaves device_count "
+def _c2(p: ProbeRecord) -> str:
+    wrong = p.find("c2.wrap.model_not_on_first_id")
+    late = p.values("c2.cvd.set_after_cuda_init")
+    plain = p.values("c2.plain_fix")
+    errored = wrong is not None and wrong.get("error")
+    head = (f"{wrong.what}: `{wrong.get('error')}` at {wrong.get('stage')}" if errored
+            else "no wrong-device case erred")
+    return (f"{head}; CUDA_VISIBLE_DEVICES set after CUDA init leaves device_count "
             f"{late.get('before')} -> {late.get('after')}; model.to(device_ids[0]) "
             f"{'works' if plain.get('stage', 'x') is None else 'fails'}")
 
 
-def _c3(p: dict) -> str:
-    bad = find(p, "calls that misbehave").get("result", [])
-    zero = find(p, "wrapper.zero_grad()").get("result", "")
-    one_id = find(p, "construction (cuda:0, device_ids=[0])", "error").get("error")
+def _c3(p: ProbeRecord) -> str:
+    bad = p.values("c3.misbehaving_calls").get("result", [])
+    zero = (p.values("c3.cuda_all_ids.zero_grad") or p.values("c3.cpu.zero_grad")).get("result", "")
+    one_id = p.values("c3.cuda_one_id.construction").get("error")
     return (f"{len(bad)} calls on the wrapper misbehave (CPU and CUDA paths together); "
             f"wrapper.zero_grad(): {zero}"
             + (f"; one CUDA id: `{one_id}`" if one_id else ""))
 
 
-def _c4(p: dict) -> str:
-    article = find(p, "article's load")
-    exact = [o for o in p["observations"] if "round_trip_bit_exact" in o]
-    ok = sum(o["round_trip_bit_exact"] for o in exact)
+def _c4(p: ProbeRecord) -> str:
+    article = p.values("c4.article_load")
+    exact = [o for o in p.observations if "round_trip_bit_exact" in o.values]
+    ok = sum(bool(o.get("round_trip_bit_exact")) for o in exact)
     return (f"article's load: `{article.get('error', 'loads')}` {article.get('second_line', '')[:60]}...; "
             f"{ok}/{len(exact)} other loads round-trip bit for bit")
 
 
-def _c5(p: dict) -> str:
-    many = find(p, "batch 8 * n")
-    one = find(p, "device_ids=[0]")
-    default = find(p, "default filters", "shown")
-    always = find(p, "simplefilter('always')", "shown")
+def _c5(p: ProbeRecord) -> str:
+    many = p.values("c5.all_gpus")
+    one = p.values("c5.one_gpu")
+    default = p.values("c5.shown.default_filters")
+    always = p.values("c5.shown.always")
     return (f"exact article text: {many.get('exact_article_text')}; shape {many.get('shape')} on "
             f"{len(many.get('device_ids', []))} GPUs, {one.get('shape')} on one; shown "
             f"{default.get('shown')}x over {default.get('steps')} steps with default filters, "
@@ -96,21 +93,21 @@ def _gather_warnings_in_runs(ev) -> list[str]:
             for r in w.itertuples()]
 
 
-def c2(ev):
-    return probe_section(ev, "C2", _c2)
+def c2(ev) -> Finding:
+    return probe_finding(ev, "C2", _c2)
 
 
-def c3(ev):
-    return probe_section(ev, "C3", _c3)
+def c3(ev) -> Finding:
+    return probe_finding(ev, "C3", _c3)
 
 
-def c4(ev):
-    return probe_section(ev, "C4", _c4)
+def c4(ev) -> Finding:
+    return probe_finding(ev, "C4", _c4)
 
 
-def c5(ev):
-    s = probe_section(ev, "C5", _c5)
+def c5(ev) -> Finding:
+    f = probe_finding(ev, "C5", _c5)
     in_runs = _gather_warnings_in_runs(ev)
-    s["evidence"] += in_runs
-    s["runs_used"] = bool(in_runs)
-    return s
+    f.evidence += in_runs
+    f.runs_used = bool(in_runs)
+    return f

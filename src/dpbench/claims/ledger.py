@@ -19,6 +19,7 @@ from dpbench import results
 from dpbench.markdown import md_table
 from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
 from dpbench.claims import figures as claim_figures
+from dpbench.claims.records import Finding, ProbeRecord, Section
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
 # Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence
@@ -60,7 +61,16 @@ class Evidence:
         base = results.tag_dir(results_dir, tag)
         prov = base / "provenance.json"
         self.provenance = results.read_json(prov) if prov.exists() else {}
-        self.probes = {p.stem: results.read_json(p) for p in sorted((base / "claims").glob("C*.json"))}
+        self.probes = {p.stem: ProbeRecord.from_json(results.read_json(p))
+                       for p in sorted((base / "claims").glob("C*.json"))}
+        self._configs: dict[str, dict | None] = {}
+
+    def run_config(self, run_id: str) -> dict[str, Any] | None:
+        """The config a run actually trained with (its metrics.json), None where the record is absent."""
+        if run_id not in self._configs:
+            rec = results.read_metrics(results.run_dir(self.results_dir, self.tag, run_id))
+            self._configs[run_id] = (rec or {}).get("config")
+        return self._configs[run_id]
 
     def claim_groups(self, cid: str) -> list[str]:
         """The experiment's groups for a claim: those named `<cid>_...` (c1_memory_b512 -> C1)."""
@@ -78,7 +88,7 @@ class Evidence:
 
     def gpus_found(self) -> int:
         """GPUs seen here: the probes' count, else the largest GPU count an ok CUDA run used."""
-        seen = [p["ran_on"]["gpus_visible"] for p in self.probes.values()]
+        seen = [p.ran_on.get("gpus_visible", 0) for p in self.probes.values()]
         s = self.tables["summary"]
         seen += s[(s["status"] == results.STATUS_OK) & (s["device_type"] == "cuda")]["gpus"].tolist()
         return int(max(seen, default=0))
@@ -96,7 +106,7 @@ class Evidence:
             reasons = sorted({f"{r.status}: {r.reason}" for r in not_ok.itertuples()})
             parts.append(f"{len(not_ok)} runs {'/'.join(sorted(set(not_ok['status'])))}, e.g. "
                          + "; ".join(f'"{r}"' for r in reasons[:3]))
-        return "not run here: " + ("; ".join(parts) or "the runs lack the numbers this claim needs")
+        return f"{NOT_RUN}: " + ("; ".join(parts) or "the runs lack the numbers this claim needs")
 
     def measured_on_runs(self) -> str:
         p = self.provenance
@@ -111,7 +121,7 @@ class Evidence:
                                     names or "no GPU", p.get("driver") and f"driver {p['driver']}")
 
     def measured_on_probe(self, cid: str) -> str:
-        r = self.probes[cid]["ran_on"]
+        r = self.probes[cid].ran_on
         where = f"{r['gpus_visible']}x {r['gpu_names'][0]}" if r["gpus_visible"] else "CPU only"
         return "probe: " + _versions(r["torch"], r["cuda"] if r["gpus_visible"] else None, r.get("cudnn"),
                                      where, f"Python {r.get('python')}")
@@ -128,36 +138,37 @@ def _versions(torch, cuda, cudnn, *rest) -> str:
     return ", ".join(str(p) for p in parts if p)
 
 
-def render_md(tag: str, sections: list[dict[str, Any]]) -> str:
+def render_md(tag: str, sections: list[Section]) -> str:
     out = [f"# Claims ledger: {tag}", "",
            "Each verdict is computed from the evidence below: probes in `claims/C*.json`, "
            "runs of `experiments/claims.yaml` in the tidy tables.", "",
            md_table(["id", "claim", "verdict", "evidence"],
-                    [[s["id"], s["title"], s["verdict"], s["summary"]] for s in sections])]
+                    [[s.id, s.title, s.verdict, s.summary] for s in sections])]
     for s in sections:
-        out += ["", f"## {s['id']}: {s['title']}", "", f"**Claim.** {s['claim']}", "",
-                f"**Verdict: {s['verdict']}.**", ""]
-        if s["not_run"]:
-            out += [f"**Not run here:** {s['not_run'].removeprefix('not run here: ')}", ""]
-        if s["evidence"]:
-            out += ["**Evidence.**", ""] + [f"- {line}" for line in s["evidence"]] + [""]
-        out += [f"![{s['id']}: {Path(f).stem}]({f})" for f in s["figures"]] + ([""] if s["figures"] else [])
-        out += [f"**Measured on.** {'; '.join(s['measured_on']) or 'nothing measured here'}", ""]
-        out += [f"**What to do.** {s['advice']}", ""]
+        out += ["", f"## {s.id}: {s.title}", "", f"**Claim.** {s.claim}", "",
+                f"**Verdict: {s.verdict}.**", ""]
+        if s.not_run:
+            out += [f"**Not measured here:** {s.not_run.removeprefix(NOT_RUN + ': ')}", ""]
+        if s.evidence:
+            out += ["**Evidence.**", ""] + [f"- {line}" for line in s.evidence] + [""]
+        out += [f"![{s.id}: {Path(f).stem}]({f})" for f in s.figures] + ([""] if s.figures else [])
+        out += [f"**Measured on.** {'; '.join(s.measured_on) or 'nothing measured here'}", ""]
+        out += [f"**What to do.** {s.advice}", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
-def build_sections(ev: Evidence) -> list[dict[str, Any]]:
-    builders = {"C1": from_runs.c1, "C2": from_probes.c2, "C3": from_probes.c3, "C4": from_probes.c4,
-                "C5": from_probes.c5, "C6": from_runs.c6, "C7": from_runs.c7, "C8": from_runs.c8}
+BUILDERS = {"C1": from_runs.c1, "C2": from_probes.c2, "C3": from_probes.c3, "C4": from_probes.c4,
+            "C5": from_probes.c5, "C6": from_runs.c6, "C7": from_runs.c7, "C8": from_runs.c8}
+
+
+def build_sections(ev: Evidence) -> list[Section]:
     built = []
     for cid in CLAIM_IDS:
-        s = builders[cid](ev)
-        built.append({"id": cid, "title": CLAIMS[cid][0], "claim": CLAIMS[cid][1],
-                      "verdict": s.get("verdict", NOT_RUN), "summary": s.get("summary") or s["not_run"],
-                      "evidence": s.get("evidence", []), "data": s.get("data", {}),
-                      "measured_on": s.get("measured_on", []), "advice": ADVICE[cid],
-                      "not_run": s.get("not_run"), "figures": ev.figures(cid) if s.get("runs_used") else []})
+        f: Finding = BUILDERS[cid](ev)
+        built.append(Section(id=cid, title=CLAIMS[cid][0], claim=CLAIMS[cid][1], verdict=f.verdict,
+                             summary=f.summary or f.not_run or "", advice=f.advice or ADVICE[cid],
+                             evidence=f.evidence, data=f.data, measured_on=f.measured_on, not_run=f.not_run,
+                             figures=ev.figures(cid) if f.runs_used else [], runs_used=f.runs_used))
     return built
 
 
@@ -167,12 +178,12 @@ def write_ledger(results_dir: Path | str, tag: str,
     built = build_sections(ev)
     drawn = claim_figures.draw(results_dir, tag, built)
     for s in built:
-        s["figures"][:0] = [drawn[s["id"]]] if s["id"] in drawn else []
+        s.figures[:0] = [path for key, path in drawn.items() if claim_figures.claim_of(key) == s.id]
     base = results.tag_dir(results_dir, tag)
     md_path, json_path = base / "claims.md", base / "claims.json"
     results.write_atomic(md_path, render_md(tag, built))
     results.write_json(json_path, {"tag": tag, "experiment": str(experiment_path),
-                                   "probes": sorted(ev.probes), "claims": built})
+                                   "probes": sorted(ev.probes), "claims": [s.to_json() for s in built]})
     return md_path, json_path
 
 

@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="where to write the probe's JSON record")
     args = ap.parse_args(argv)
     rec = importlib.import_module(f"dpbench.claims.{MODULES[args.claim]}").run()
-    write_json(args.out, rec)
-    print(f"{args.claim}: {rec['verdict']}" + (f" ({rec['not_run']})" if rec["not_run"] else ""))
+    write_json(args.out, rec.to_json())
+    print(f"{args.claim}: {rec.verdict}" + (f" ({rec.not_run})" if rec.not_run else ""))
 
 
 if __name__ == "__main__":

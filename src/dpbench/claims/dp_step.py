@@ -1,0 +1,238 @@
+"""Where a DataParallel training step's time goes, and DataParallel with persistent replica threads.
+
+    python -m dpbench.claims.dp_step --benchmark off [--batch 512] [--steps 15]
+
+Runs in a process of its own (the C7 probe starts one per cudnn.benchmark setting): cuDNN's
+autotuning state and the per-thread library handles must start fresh. Prints one JSON line.
+
+One step of stock nn.DataParallel is taken apart into the calls its forward makes (scatter,
+replicate, parallel_apply, gather), the loss, backward (which sums the replicas' gradients
+onto device 0) and the optimizer step, each closed by a synchronisation of every device, so a
+stage's time is its own (the synchronisations make the staged step a little slower than a
+plain one, which is timed separately). `PersistentThreadsDataParallel` is a diagnostic: the same
+DataParallel, except that parallel_apply runs the replicas on long-lived threads, one per
+device, instead of starting new threads every step. If it closes the gap to one GPU, the cost
+is the fresh threads (their per-thread cuDNN/cuBLAS state), not scatter, gather or replication.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import statistics
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from dpbench.model import resnet18
+
+STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
+WARMUP = 3
+# Stock DataParallel with cudnn.benchmark on takes most of a second a step: fewer timed steps.
+SLOW_STEP_MS = 200.0
+FEW_STEPS = 5
+
+
+class ReplicaThreads:
+    """torch.nn.parallel.parallel_apply on long-lived threads: one per device, the same every step."""
+
+    def __init__(self, n: int):
+        self._jobs: list[queue.Queue] = [queue.Queue() for _ in range(n)]
+        self._done: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._serve, args=(q,), daemon=True,
+                                          name=f"replica-{i}") for i, q in enumerate(self._jobs)]
+        for t in self._threads:
+            t.start()
+
+    def _serve(self, jobs: queue.Queue) -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            i, fn = job
+            try:
+                self._done.put((i, fn(), None))
+            except BaseException as exc:   # handed to the caller, as parallel_apply does
+                self._done.put((i, None, exc))
+
+    def apply(self, modules: Sequence[nn.Module], inputs: Sequence[Any], kwargs_tup: Sequence[dict] | None,
+              devices: Sequence[int]) -> list[Any]:
+        kwargs_tup = kwargs_tup or [{}] * len(modules)
+        # The caller's grad mode and autocast state, as parallel_apply passes them on (the
+        # autocast dtype too: a new thread would otherwise fall back to float16).
+        grad = torch.is_grad_enabled()
+        cast, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+        streams = [torch.cuda.current_stream(d) for d in devices]
+
+        def job(module, x, kwargs, device, stream) -> Callable[[], Any]:
+            def run():
+                torch.set_grad_enabled(grad)
+                with torch.cuda.device(device), torch.cuda.stream(stream), \
+                        torch.autocast("cuda", dtype=dtype, enabled=cast):
+                    return module(*(x if isinstance(x, (list, tuple)) else (x,)), **kwargs)
+            return run
+
+        for i, args in enumerate(zip(modules, inputs, kwargs_tup, devices, streams)):
+            self._jobs[i].put((i, job(*args)))
+        out, error = {}, None
+        for _ in modules:
+            i, value, exc = self._done.get()
+            out[i] = value
+            error = error or exc
+        if error is not None:
+            raise error
+        return [out[i] for i in range(len(modules))]
+
+    def close(self) -> None:
+        for q in self._jobs:
+            q.put(None)
+
+
+class PersistentThreadsDataParallel(nn.DataParallel):
+    """nn.DataParallel whose replicas run on the same threads every step (a diagnostic)."""
+
+    def __init__(self, module: nn.Module, device_ids: list[int] | None = None, **kwargs):
+        super().__init__(module, device_ids, **kwargs)
+        self.replica_threads = ReplicaThreads(len(self.device_ids))
+
+    def parallel_apply(self, replicas, inputs, kwargs):
+        return self.replica_threads.apply(replicas, inputs, kwargs, self.device_ids[:len(replicas)])
+
+
+def _sync(devices: list[int]) -> None:
+    for d in devices:
+        torch.cuda.synchronize(d)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+class Bench:
+    """One model, optimizer and batch; steps of each kind timed on the host after a sync of every device."""
+
+    def __init__(self, batch: int, devices: list[int], seed: int = 0):
+        torch.manual_seed(seed)
+        self.devices, self.batch = devices, batch
+        self.model = resnet18().cuda(devices[0]).train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+        g = torch.Generator(device=f"cuda:{devices[0]}").manual_seed(seed)
+        self.x = torch.randn(batch, 3, 32, 32, device=f"cuda:{devices[0]}", generator=g)
+        self.y = torch.randint(0, 10, (batch,), device=f"cuda:{devices[0]}", generator=g)
+
+    def step(self, net: nn.Module) -> float:
+        _sync(self.devices)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(net(self.x), self.y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        _sync(self.devices)
+        return (time.perf_counter() - t0) * 1e3
+
+    def staged_step(self, dp: nn.DataParallel) -> dict[str, float]:
+        """DataParallel.forward's calls one by one (the order it makes them), then loss, backward, step."""
+        ms: dict[str, float] = {}
+        _sync(self.devices)
+        t = time.perf_counter()
+
+        def mark(stage: str) -> None:
+            nonlocal t
+            _sync(self.devices)
+            now = time.perf_counter()
+            ms[stage], t = (now - t) * 1e3, now
+
+        inputs, kwargs = dp.scatter((self.x,), {}, dp.device_ids)
+        mark("scatter")
+        replicas = dp.replicate(dp.module, dp.device_ids[:len(inputs)])
+        mark("replicate")
+        outputs = dp.parallel_apply(replicas, inputs, kwargs)
+        mark("replica_threads")
+        out = dp.gather(outputs, dp.output_device)
+        mark("gather")
+        loss = F.cross_entropy(out, self.y)
+        mark("loss")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()   # replicate's backward sums the replicas' gradients onto device 0
+        mark("backward")
+        self.opt.step()
+        mark("optimizer")
+        ms["total"] = sum(ms[s] for s in STAGES)
+        return ms
+
+    def timed(self, net: nn.Module, steps: int) -> dict[str, Any]:
+        for _ in range(WARMUP):
+            first = self.step(net)
+        n = FEW_STEPS if first > SLOW_STEP_MS else steps
+        times = [self.step(net) for _ in range(n)]
+        med = _median(times)
+        return {"step_ms": round(med, 3), "images_per_s": round(self.batch / med * 1e3, 1),
+                "timed_steps": n, "step_ms_min": round(min(times), 3), "step_ms_max": round(max(times), 3)}
+
+    def staged(self, dp: nn.DataParallel, steps: int) -> dict[str, Any]:
+        first = [self.staged_step(dp) for _ in range(WARMUP)][-1]
+        n = FEW_STEPS if first["total"] > SLOW_STEP_MS else steps
+        rows = [self.staged_step(dp) for _ in range(n)]
+        return {**{s: round(_median([r[s] for r in rows]), 3) for s in (*STAGES, "total")}, "timed_steps": n}
+
+
+class _Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def replica_autocast_dtype(devices: list[int]) -> dict[str, str]:
+    """The dtype a replica computes in when the caller asked autocast for bfloat16."""
+    out = {}
+    for name, cls in (("stock", nn.DataParallel), ("persistent_threads", PersistentThreadsDataParallel)):
+        net = cls(_Linear().cuda(devices[0]), device_ids=devices)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out[name] = str(net(torch.randn(8 * len(devices), 64, device=f"cuda:{devices[0]}")).dtype)
+        if isinstance(net, PersistentThreadsDataParallel):
+            net.replica_threads.close()
+    return out
+
+
+def measure(benchmark: bool, batch: int, steps: int) -> dict[str, Any]:
+    torch.backends.cudnn.benchmark = benchmark
+    n = torch.cuda.device_count()
+    devices = list(range(min(n, 2)))
+    bench = Bench(batch, devices)
+    stock = nn.DataParallel(bench.model, device_ids=devices)
+    persistent = PersistentThreadsDataParallel(bench.model, device_ids=devices)
+    result = {"benchmark": benchmark, "batch": batch, "gpus": len(devices),
+              "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+              "timing": "host clock, every device synchronised after each step (and stage)"}
+    result["single"] = bench.timed(bench.model, steps)   # first: the main thread's own cuDNN state
+    result["dp"] = bench.timed(stock, steps)
+    result["dp_persistent_threads"] = bench.timed(persistent, steps)
+    result["dp_stages"] = bench.staged(stock, steps)
+    result["dp_persistent_threads_stages"] = bench.staged(persistent, steps)
+    persistent.replica_threads.close()
+    result["replica_autocast_dtype"] = replica_autocast_dtype(devices)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--benchmark", choices=["on", "off"], required=True, help="cudnn.benchmark")
+    ap.add_argument("--batch", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per kind (fewer where a step is slow)")
+    args = ap.parse_args(argv)
+    if torch.cuda.device_count() < 2:
+        print(json.dumps({"skipped": f"needs CUDA with 2 GPUs (found {torch.cuda.device_count()})"}))
+        return 0
+    print(json.dumps(measure(args.benchmark == "on", args.batch, args.steps)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
