@@ -1,13 +1,17 @@
-"""The one owner of the results layout.
+"""The one owner of the results layout: every path of a result set, and the readers.
 
-    results/<tag>/runs/<run_id>/metrics.json   one run's record (written last, atomically)
-    results/<tag>/runs/<run_id>/steps.csv      one row per optimizer step
-    results/<tag>/{summary,memory,warnings,steps,accuracy}.csv   tidy tables over all runs
-    results/<tag>/figures/*.png, summary.md, claims.{md,json}, report.html
-    results/compare/<baseline>_vs_<candidate>.{md,json}
+    <root>/<tag>/runs/<run_id>/metrics.json   one run's record (written last, atomically)
+    <root>/<tag>/runs/<run_id>/steps.csv      one row per optimizer step
+    <root>/<tag>/{summary,memory,warnings,steps,accuracy,medians}.csv   tidy tables over all runs
+    <root>/<tag>/provenance.json              where the runs came from (one value, or a list)
+    <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records)
+    <root>/<tag>/figures/<name>.png, logs/<name>.log, report.html
+    <root>/compare/<baseline>_vs_<candidate>.{md,json}
 
-Collect, plots, claims and compare read and write through this module, so none of them
-re-learns the layout or the column names.
+`ResultSet(root, tag)` answers every path and reads the tables, records and provenance;
+collect, plots, summary, claims and compare ask it, so none of them re-learns the layout or
+the column names. The module-level functions are the same answers for callers that hold a
+(root, tag) pair.
 """
 from __future__ import annotations
 
@@ -15,11 +19,25 @@ import csv
 import json
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 METRICS = "metrics.json"
 STEPS = "steps.csv"
+PROVENANCE = "provenance.json"
+SUMMARY_MD = "summary.md"
+CLAIMS_MD, CLAIMS_JSON = "claims.md", "claims.json"
+REPORT_HTML = "report.html"
+COMPARE_DIR = "compare"
+
+# The pipeline's figures (file stems under figures/, in drawing order). Planning needs the
+# names without drawing anything: plots.py draws exactly these.
+FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "loss_vs_single",
+                "accuracy", "warnings")
+# The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
+# before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
+CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
 
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 
@@ -46,6 +64,11 @@ RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COL
 # ratio of medians (speed-up, efficiency against `reference`), with its bootstrap interval.
 CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
                 "quantity", "n", "reference", "value", "ci_low", "ci_high"]
+
+# Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
+TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
+                "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
+                "dataset", "device_type")
 
 TABLES = {
     "summary": SUMMARY_COLUMNS,
@@ -75,34 +98,181 @@ def _slug(value: Any) -> str:
 
 
 def tag_dir(root: Path | str, tag: str) -> Path:
-    return Path(root) / tag
+    return ResultSet(root, tag).dir
 
 
 def runs_dir(root: Path | str, tag: str) -> Path:
-    return tag_dir(root, tag) / "runs"
+    return ResultSet(root, tag).runs_dir
 
 
 def run_dir(root: Path | str, tag: str, rid: str) -> Path:
-    return runs_dir(root, tag) / rid
+    return ResultSet(root, tag).run_dir(rid)
 
 
 def table_path(root: Path | str, tag: str, name: str) -> Path:
-    if name not in TABLES:
-        raise KeyError(f"unknown table {name!r}; known: {sorted(TABLES)}")
-    return tag_dir(root, tag) / f"{name}.csv"
+    return ResultSet(root, tag).table_path(name)
 
 
 def provenance_path(root: Path | str, tag: str) -> Path:
-    return tag_dir(root, tag) / "provenance.json"
+    return ResultSet(root, tag).provenance_path
 
 
 def figures_dir(root: Path | str, tag: str) -> Path:
-    return tag_dir(root, tag) / "figures"
+    return ResultSet(root, tag).figures_dir
+
+
+def claim_figure_name(key: str) -> str:
+    return f"claim_{key.lower()}.png"
+
+
+def compare_dir(root: Path | str) -> Path:
+    return Path(root) / COMPARE_DIR
 
 
 def compare_paths(root: Path | str, baseline: str, candidate: str) -> tuple[Path, Path]:
-    folder, stem = Path(root) / "compare", f"{baseline}_vs_{candidate}"   # tags hold dots: no with_suffix
+    """The regression check's report (markdown, json) of two tags under one root."""
+    folder, stem = compare_dir(root), f"{baseline}_vs_{candidate}"   # tags hold dots: no with_suffix
     return folder / f"{stem}.md", folder / f"{stem}.json"
+
+
+class ResultSet:
+    """One result set, <root>/<tag>: every path in it, and its readers.
+
+    Paths are answered whether or not the file exists yet (the pipeline declares them before
+    anything is written); readers raise FileNotFoundError for a missing table or provenance and
+    return None for a run that has not finished."""
+
+    def __init__(self, root: Path | str, tag: str):
+        self.root, self.tag = Path(root), str(tag)
+
+    @classmethod
+    def at(cls, folder: Path | str) -> "ResultSet":
+        """The result set whose folder this is (<root>/<tag>)."""
+        folder = Path(folder)
+        return cls(folder.parent, folder.name)
+
+    def __repr__(self) -> str:
+        return f"ResultSet({str(self.root)!r}, {self.tag!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResultSet) and (self.root, self.tag) == (other.root, other.tag)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.tag))
+
+    # -- paths ------------------------------------------------------------------------------
+    @property
+    def dir(self) -> Path:
+        return self.root / self.tag
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.dir / "runs"
+
+    def run_dir(self, rid: str) -> Path:
+        return self.runs_dir / rid
+
+    def metrics_path(self, rid: str) -> Path:
+        return self.run_dir(rid) / METRICS
+
+    def steps_path(self, rid: str) -> Path:
+        return self.run_dir(rid) / STEPS
+
+    def table_path(self, name: str) -> Path:
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; known: {sorted(TABLES)}")
+        return self.dir / f"{name}.csv"
+
+    def table_paths(self) -> dict[str, Path]:
+        return {name: self.table_path(name) for name in TABLES}
+
+    @property
+    def provenance_path(self) -> Path:
+        return self.dir / PROVENANCE
+
+    @property
+    def summary_md(self) -> Path:
+        return self.dir / SUMMARY_MD
+
+    @property
+    def claims_md(self) -> Path:
+        return self.dir / CLAIMS_MD
+
+    @property
+    def claims_json(self) -> Path:
+        return self.dir / CLAIMS_JSON
+
+    @property
+    def probes_dir(self) -> Path:
+        return self.dir / "claims"
+
+    def probe_path(self, claim: str) -> Path:
+        """A claim probe's record, claims/<Cn>.json."""
+        return self.probes_dir / f"{claim}.json"
+
+    def probe_paths(self) -> dict[str, Path]:
+        """The probe records present, by claim id."""
+        if not self.probes_dir.is_dir():
+            return {}
+        return {p.stem: p for p in sorted(self.probes_dir.glob("C*.json"))}
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.dir / "figures"
+
+    def figure_path(self, name: str) -> Path:
+        return self.figures_dir / f"{name}.png"
+
+    def figure_paths(self) -> dict[str, Path]:
+        """The pipeline's figures, by name (FIGURE_NAMES)."""
+        return {name: self.figure_path(name) for name in FIGURE_NAMES}
+
+    def claim_figure_path(self, key: str) -> Path:
+        return self.figures_dir / claim_figure_name(key)
+
+    def claim_figure_paths(self) -> dict[str, Path]:
+        """The claims ledger's figures, by key (CLAIM_FIGURE_KEYS)."""
+        return {key: self.claim_figure_path(key) for key in CLAIM_FIGURE_KEYS}
+
+    def relative(self, path: Path | str) -> str:
+        """A path inside the result set as its own files link it (figures/x.png from claims.md)."""
+        return Path(path).relative_to(self.dir).as_posix()
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.dir / "logs"
+
+    def log_path(self, name: str) -> Path:
+        """logs/<name>.log: a run's log (name = its run id) or a step's (collect, plots, ...)."""
+        return self.logs_dir / f"{name}.log"
+
+    @property
+    def report_html(self) -> Path:
+        return self.dir / REPORT_HTML
+
+    def compare_paths(self, candidate: str) -> tuple[Path, Path]:
+        """The regression check of `candidate` against this result set (the baseline)."""
+        return compare_paths(self.root, self.tag, candidate)
+
+    # -- readers ----------------------------------------------------------------------------
+    def table(self, name: str):
+        """A tidy table as a pandas DataFrame (read_table's rule: TEXT_COLUMNS as str)."""
+        return read_table(self.root, self.tag, name)
+
+    def metrics(self, rid: str) -> dict[str, Any] | None:
+        """A run's record, or None while it has not finished."""
+        return read_metrics(self.run_dir(rid))
+
+    def record(self, rid: str) -> "RunRecord | None":
+        raw = self.metrics(rid)
+        return None if raw is None else RunRecord.from_json(raw)
+
+    def runs(self) -> Iterator[tuple[dict[str, Any], Path]]:
+        """(record, run folder) of every finished run, sorted by run id."""
+        return iter_runs(self.runs_dir)
+
+    def provenance(self) -> dict[str, Any]:
+        return read_json(self.provenance_path)
 
 
 # -- atomic writes: a reader never sees a half-written file -------------------------------
@@ -178,12 +348,84 @@ def iter_runs(folder: Path | str) -> Iterable[tuple[dict[str, Any], Path]]:
 
 
 def read_table(root: Path | str, tag: str, name: str):
-    """A tidy table as a pandas DataFrame (empty, with its columns, when the file is empty)."""
+    """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
+    One rule for text: TEXT_COLUMNS read as str, '' where empty (never NaN); the other columns
+    are as pandas reads them (numbers, or whatever a damaged file holds, for the caller to judge)."""
     import pandas as pd
 
-    # Text columns stay text: an empty options label or reason is "", not NaN.
-    text = {c: str for c in ("run_id", "options", "reason", "message", "location", "category",
-                             "status", "variant", "scaling", "setup", "quantity", "reference")
-            if c in TABLES[name]}
+    text = {c: str for c in TEXT_COLUMNS if c in TABLES[name]}
     return pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""],
                        dtype=text).fillna({c: "" for c in text})
+
+
+# -- typed records --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The top-level fields of a run's metrics.json. Records written before a field existed
+    read with its default: strong scaling, the config's seed (or 0), not deterministic, and a
+    per-GPU batch of global batch / gpus."""
+    run_id: str
+    status: str
+    reason: str = ""
+    variant: str = ""
+    gpus: int = 0
+    repeat: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    deterministic: bool = False
+    scaling: str = "strong"
+    per_gpu_batch: float | None = None
+    device_type: str = ""
+    steps: int = 0
+    wall_s: float | None = None
+    final_loss: float | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+        if not isinstance(data, dict) or "run_id" not in data or "status" not in data:
+            raise ValueError("not a run record (no run_id or status)")
+        cfg = data.get("config") or {}
+        gpus = data.get("gpus", cfg.get("gpus", 0))
+        weak = cfg.get("per_gpu_batch") is not None
+        per_gpu = data.get("per_gpu_batch")
+        if per_gpu is None and cfg.get("global_batch") is not None and gpus:
+            per_gpu = cfg["per_gpu_batch"] if weak else cfg["global_batch"] / gpus
+        return cls(
+            run_id=data["run_id"], status=data["status"], reason=data.get("reason") or "",
+            variant=data.get("variant", cfg.get("variant", "")), gpus=gpus,
+            repeat=data.get("repeat", cfg.get("repeat", 0)),
+            options=dict(data.get("options") or cfg.get("options") or {}),
+            seed=data.get("seed", cfg.get("seed", 0)),
+            deterministic=bool(data.get("deterministic", cfg.get("deterministic", False))),
+            scaling=data.get("scaling") or ("weak" if weak else "strong"),
+            per_gpu_batch=per_gpu, device_type=data.get("device_type") or "",
+            steps=data.get("steps") or 0, wall_s=data.get("wall_s"),
+            final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
+
+
+# -- provenance.json: each key one value, or the sorted distinct values when runs disagree -----
+
+# Keys whose value in one run is itself a list: there, a list of lists means the runs disagreed.
+LIST_VALUED_PROVENANCE = ("gpu_names", "hosts")
+
+
+def provenance_values(provenance: dict[str, Any], key: str) -> list[Any]:
+    """The distinct values a provenance.json key took over the runs ([] when absent)."""
+    if key not in provenance or provenance[key] is None:
+        return []
+    value = provenance[key]
+    if key in LIST_VALUED_PROVENANCE:
+        return list(value) if value and all(isinstance(v, list) for v in value) else [value]
+    return list(value) if isinstance(value, list) else [value]
+
+
+def gpu_models(provenance: dict[str, Any]) -> list[str]:
+    """The GPU models any run saw, sorted (the hardware, whatever each run's GPU count)."""
+    return sorted({str(name) for names in provenance_values(provenance, "gpu_names") for name in names})
