@@ -18,7 +18,7 @@ configfile: "config.yaml"
 
 config.update(pipeline.load_experiment(config, workflow.basedir))
 PLAN = pipeline.make_plan(config)
-BASE = PLAN.base
+RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
 ENV = pipeline.environment_fingerprint()
@@ -32,6 +32,8 @@ TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
 ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
 if "gpu" not in workflow.global_resources:   # no --resources gpu=N: the GPUs this machine shows
     workflow.register_resource("gpu", PLAN.gpus_visible)
+if "cpu_timing" not in workflow.global_resources:   # the CPU plan's timed runs, one at a time
+    workflow.register_resource("cpu_timing", 1)
 
 onstart:
     print(PLAN.banner(), file=sys.stderr)
@@ -49,9 +51,9 @@ rule all:
 
 rule train:
     output:
-        f"{BASE}/runs/{{run_id}}/metrics.json",
+        str(RS.metrics_path("{run_id}")),
     log:
-        f"{BASE}/logs/{{run_id}}.log",
+        str(RS.log_path("{run_id}")),
     params:
         run=lambda w: PLAN.run_json(w.run_id),
         env=ENV,   # a new torch, CUDA or GPU reruns the runs instead of keeping stale ones
@@ -59,6 +61,7 @@ rule train:
         **PY,
     resources:
         gpu=lambda w: PLAN.gpus_for(w.run_id),
+        cpu_timing=lambda w: PLAN.cpu_timing_for(w.run_id),
     threads: lambda w: PLAN.threads_for(w.run_id)
     conda:
         ENVFILE
@@ -69,12 +72,12 @@ rule train:
 
 rule collect:
     input:
-        expand(f"{BASE}/runs/{{run_id}}/metrics.json", run_id=sorted(PLAN.runs)),
+        [str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
     output:
         *TABLES.values(),
-        provenance=f"{BASE}/provenance.json",
+        provenance=str(RS.provenance_path),
     log:
-        f"{BASE}/logs/collect.log",
+        str(RS.log_path("collect")),
     params:
         where=lambda w, output: pipeline.tag_args(output[0]),
         **PY,
@@ -91,7 +94,7 @@ rule plots:
         **{name: report(path, caption=f"report/{name}.rst", category="Figures")
            for name, path in FIGURES.items()},
     log:
-        f"{BASE}/logs/plots.log",
+        str(RS.log_path("plots")),
     params:
         where=TAG_OF_INPUT,
         **PY,
@@ -104,11 +107,11 @@ rule plots:
 rule summary:
     input:
         *TABLES.values(),
-        f"{BASE}/provenance.json",
+        str(RS.provenance_path),
     output:
-        report(f"{BASE}/summary.md", caption="report/summary_table.rst", category="Summary"),
+        report(str(RS.summary_md), caption="report/summary_table.rst", category="Summary"),
     log:
-        f"{BASE}/logs/summary.log",
+        str(RS.log_path("summary")),
     params:
         where=TAG_OF_INPUT,
         **PY,
@@ -120,9 +123,9 @@ rule summary:
 
 rule probe:
     output:
-        f"{BASE}/claims/{{claim}}.json",
+        str(RS.probe_path("{claim}")),
     log:
-        f"{BASE}/logs/probe-{{claim}}.log",
+        str(RS.log_path("probe-{claim}")),
     params:
         **PY,
     resources:
@@ -136,16 +139,16 @@ rule probe:
 rule claims:
     input:
         *TABLES.values(),   # first: TAG_OF_INPUT reads the result set from input[0]
-        f"{BASE}/provenance.json",
+        str(RS.provenance_path),
         pipeline.probe_files(PLAN),
         *FIGURES.values(),   # claims.md links some of them
     output:
-        md=report(f"{BASE}/claims.md", caption="report/claims.rst", category="Claims"),
-        json=f"{BASE}/claims.json",
+        md=report(str(RS.claims_md), caption="report/claims.rst", category="Claims"),
+        json=str(RS.claims_json),
         figures=[report(path, caption="report/claim_figures.rst", category="Claims")
                  for path in pipeline.claim_figure_files(PLAN).values()],
     log:
-        f"{BASE}/logs/claims.log",
+        str(RS.log_path("claims")),
     params:
         where=TAG_OF_INPUT,
         groups=PLAN.matrix_json(),   # the groups as planned here, --config overrides included
@@ -160,7 +163,7 @@ rule compare:
     # No outputs: always runs when asked for, and its exit status is the verdict (with
     # compare.fail_on_regression) while the report it writes stays in place.
     log:
-        f"{config['results_dir']}/compare/compare.log",
+        str(pipeline.compare_log(config)),
     params:
         args=lambda w: pipeline.compare_args(config, PLAN.tag),
         **PY,
