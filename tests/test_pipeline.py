@@ -1,4 +1,5 @@
-"""The pipeline end to end on the CPU plan, in a temporary folder, through the real Snakemake."""
+"""The pipeline end to end on the CPU plan, in a temporary folder, through the real Snakemake
+(slow: `python -m pytest -m slow`), and the checks that a bad config stops before training."""
 import shutil
 import subprocess
 import sys
@@ -10,7 +11,6 @@ import pytest
 
 from dpbench import gpu_lease, results
 from dpbench.plan import Plan
-from dpbench.plots import FIGURES
 
 REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -24,17 +24,28 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     return proc
 
 
-@pytest.fixture(scope="module")
-def workflow(tmp_path_factory):
-    """A copy of the workflow with the smoke experiment run once (the CPU plan)."""
-    wd = tmp_path_factory.mktemp("wf")
+def copy_workflow(wd: Path) -> Path:
     for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    return wd
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    """A copy of the workflow with the smoke experiment run once (the CPU plan)."""
+    wd = copy_workflow(tmp_path_factory.mktemp("wf"))
     first = snakemake(wd, "--config", "experiment=smoke")
     return wd, first
 
 
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory) -> Path:
+    """A copy of the workflow for dry runs (nothing trains)."""
+    return copy_workflow(tmp_path_factory.mktemp("dry"))
+
+
+@pytest.mark.slow
 def test_cpu_plan_says_what_it_skips_and_writes_every_table_and_figure(workflow):
     wd, first = workflow
     assert "no CUDA device visible: running the CPU plan" in first.stderr
@@ -51,7 +62,7 @@ def test_cpu_plan_says_what_it_skips_and_writes_every_table_and_figure(workflow)
         assert (base / f"{name}.csv").read_text().splitlines()[0].split(",") == results.TABLES[name]
     steps = pd.read_csv(base / "steps.csv")
     assert set(steps.run_id) == {"single-g1-r0", "ddp-g1-r0", "ddp-g2-r0"}
-    for fig in FIGURES:
+    for fig in results.FIGURE_NAMES:
         assert (base / "figures" / f"{fig}.png").read_bytes()[:8] == PNG
     text = (base / "summary.md").read_text()
     assert "ddp on 2" in text and "needs CUDA" in text
@@ -59,12 +70,14 @@ def test_cpu_plan_says_what_it_skips_and_writes_every_table_and_figure(workflow)
     assert prov["tag"] == "smoke" and prov["torch"]
 
 
+@pytest.mark.slow
 def test_a_second_run_has_nothing_to_do(workflow):
     wd, _ = workflow
     again = snakemake(wd, "--config", "experiment=smoke")
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+@pytest.mark.slow
 def test_one_run_reruns_alone_as_a_target(workflow):
     wd, _ = workflow
     target = "results/smoke/runs/single-g1-r0/metrics.json"
@@ -76,6 +89,7 @@ def test_one_run_reruns_alone_as_a_target(workflow):
     assert (wd / "results/smoke/runs/ddp-g2-r0/metrics.json").stat().st_mtime == other
 
 
+@pytest.mark.slow
 def test_changing_one_variants_options_runs_only_its_runs(workflow):
     wd, _ = workflow
     (wd / "ddp_lr.yaml").write_text(
@@ -88,12 +102,14 @@ def test_changing_one_variants_options_runs_only_its_runs(workflow):
     assert planned == {"ddp-g1-lr0p05-r0", "ddp-g2-lr0p05-r0"}
 
 
+@pytest.mark.slow
 def test_the_report_renders(workflow):
     wd, _ = workflow
     snakemake(wd, "--report", "results/smoke/report.html", "--config", "experiment=smoke")
     assert (wd / "results/smoke/report.html").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_lint_passes(workflow):
     wd, _ = workflow
     out = snakemake(wd, "--lint", "--config", "experiment=smoke", check=False)
@@ -105,17 +121,15 @@ def test_lint_passes(workflow):
     (["train={'precision': 'fp8'}"], "fp8"),                    # a bad value
     (["matrix=[{'name': 'x', 'variants': ['dp'], 'options': {'batchnorm': 'sync'}}]"], "batchnorm"),
 ])
-def test_bad_config_stops_before_training_and_names_the_key(workflow, override, expected):
-    wd, _ = workflow
-    out = snakemake(wd, "-n", "--config", "experiment=smoke", *override, check=False)
+def test_bad_config_stops_before_training_and_names_the_key(dry, override, expected):
+    out = snakemake(dry, "-n", "--config", "experiment=smoke", *override, check=False)
     assert out.returncode != 0
     assert expected in out.stdout + out.stderr
     assert "rule train" not in out.stdout
 
 
-def test_compare_without_a_baseline_says_how(workflow):
-    wd, _ = workflow
-    out = snakemake(wd, "compare", "--config", "experiment=smoke", check=False)
+def test_compare_without_a_baseline_says_how(dry):
+    out = snakemake(dry, "compare", "--config", "experiment=smoke", check=False)
     assert out.returncode != 0 and "baseline=<tag>" in out.stdout + out.stderr
 
 

@@ -1,15 +1,63 @@
-"""The resolved configuration of one training run.
+"""The resolved configuration of one training run, and the schema that defines its keys.
 
-The pipeline validates experiment files against `experiments/schema.yaml`; this dataclass is
-what one run actually uses, and it is stored whole in the run's metrics.json.
+The experiment schema (experiments/schema.yaml, shipped in the package as dpbench/schema.yaml)
+is the one source of the run options, their allowed values and limits: the pipeline validates
+experiment files against it, and RunConfig.validate checks a run against its `train` definition.
+RunConfig is what one run actually uses, stored whole in the run's metrics.json.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
-from . import VARIANTS
+import yaml
+
+SCHEMA_FILE = "schema.yaml"
+# RunConfig keys that are not options of the schema's `train`: the plan sets them per run.
+PLAN_KEYS = ("variant", "gpus", "repeat", "options", "max_cpu_ranks")
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The experiment schema, as shipped in the package."""
+    return yaml.safe_load((resources.files("dpbench") / SCHEMA_FILE).read_text())
+
+
+def train_schema() -> dict[str, dict[str, Any]]:
+    """The schema of each run option (the `train` definition's properties)."""
+    return schema()["definitions"]["train"]["properties"]
+
+
+def variants() -> tuple[str, ...]:
+    return tuple(schema()["definitions"]["variant"]["enum"])
+
+
+def check_value(key: str, value: Any, spec: dict[str, Any]) -> str | None:
+    """What is wrong with `value` under a schema property (enum, type, limits), or None."""
+    if "enum" in spec:
+        return None if value in spec["enum"] else " | ".join(map(str, spec["enum"]))
+    types = spec.get("type", [])
+    types = [types] if isinstance(types, str) else list(types)
+    if value is None:
+        return None if "null" in types or not types else f"a {' or '.join(types)}"
+    checks = {"boolean": lambda v: isinstance(v, bool),
+              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+              "string": lambda v: isinstance(v, str)}
+    wanted = [t for t in types if t != "null"]
+    if wanted and not any(checks[t](value) for t in wanted if t in checks):
+        return f"a {' or '.join(wanted)}" + (" or null" if "null" in types else "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in spec and value < spec["minimum"]:
+            return f"a value >= {spec['minimum']}"
+        if "exclusiveMinimum" in spec and value <= spec["exclusiveMinimum"]:
+            return f"a value > {spec['exclusiveMinimum']}"
+        if "maximum" in spec and value > spec["maximum"]:
+            return f"a value <= {spec['maximum']}"
+    return None
 
 
 @dataclass
@@ -61,32 +109,26 @@ class RunConfig:
     save_checkpoint: bool = False       # write the final weights (bare model) to model.pt
 
     def validate(self) -> None:
-        """Problems a run cannot recover from, named with the way out."""
+        """Problems a run cannot recover from, named with the way out. Allowed values and limits
+        of the run options are the schema's; the rules between keys are here."""
         def bad(key, value, allowed):
             raise ValueError(f"run config: {key}={value!r} is not allowed; use {allowed}")
 
-        if self.variant not in VARIANTS:
-            bad("variant", self.variant, " | ".join(VARIANTS))
-        for key, allowed in (("dataset", ("synthetic", "cifar10")), ("feed", ("gpu", "torch", "fixed")),
-                             ("lr_schedule", ("cosine", "onecycle", "constant")),
-                             ("precision", ("fp32", "bf16")), ("batchnorm", ("train", "eval", "sync")),
-                             ("device", ("auto", "cuda", "cpu")),
-                             ("compile", ("none", "default", "max-autotune", "reduce-overhead"))):
-            if getattr(self, key) not in allowed:
-                bad(key, getattr(self, key), " | ".join(allowed))
+        if self.variant not in variants():
+            bad("variant", self.variant, " | ".join(variants()))
+        for key, spec in train_schema().items():
+            problem = check_value(key, getattr(self, key), spec)
+            if problem:
+                bad(key, getattr(self, key), problem)
         if self.gpus < 1:
             bad("gpus", self.gpus, "an integer >= 1")
         if self.variant == "single" and self.gpus != 1:
             bad("gpus", self.gpus, "1 for the single variant")
         if self.global_batch < self.gpus:
             bad("global_batch", self.global_batch, f"at least gpus={self.gpus} (one sample per device)")
-        if self.max_steps is None and self.epochs < 1:
-            bad("epochs", self.epochs, "an integer >= 1, or set max_steps")
         if self.per_gpu_batch is not None and self.global_batch != self.per_gpu_batch * self.gpus:
             bad("global_batch", self.global_batch,
                 f"per_gpu_batch x gpus = {self.per_gpu_batch * self.gpus} (weak scaling), or drop per_gpu_batch")
-        if self.num_classes < 10:
-            bad("num_classes", self.num_classes, "an integer >= 10 (CIFAR-10 has 10 labels)")
         if self.batchnorm == "sync" and self.variant != "ddp":
             bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
 

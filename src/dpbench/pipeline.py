@@ -1,17 +1,27 @@
 """What the Snakefile needs, kept out of it so it can be tested: the experiment config
-(merged and validated), the plan, and the files each rule reads and writes."""
+(merged, coerced and validated), the plan, and the files each rule reads and writes.
+
+Nothing here imports torch, seaborn or matplotlib: planning (`snakemake -n`, every job of a
+cluster executor, a login node) stays fast and needs none of them.
+"""
 from __future__ import annotations
 
 import copy
+import difflib
+import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from . import results
+from .config import schema
 from .plan import Plan, environment_fingerprint, plan_gpus
 
-SCHEMA = "experiments/schema.yaml"
+SCHEMA = "experiments/schema.yaml"   # where a user reads the keys (the package ships the same file)
 TABLE_NAMES = list(results.TABLES)
+# The working forms of command-line values, shown when one does not validate.
+CLI_FORMS = "--config repeats=1 gpus=[1,2] tag=quick 'train={max_steps: 3, dataset: synthetic}'"
 
 
 class ConfigError(ValueError):
@@ -28,11 +38,108 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+# -- the schema, walked: command-line strings to the schema's types, unknown keys named ------
+
+def _resolve(spec: dict) -> dict:
+    ref = spec.get("$ref")
+    if ref:
+        node: Any = schema()
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part]
+        return {**node, **{k: v for k, v in spec.items() if k != "$ref"}}
+    return spec
+
+
+_INT, _FLOAT = re.compile(r"[+-]?\d+"), re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?inf|nan")
+
+
+def _from_text(text: str, types: list[str]) -> Any:
+    """A command-line string as the first schema type it reads as; unchanged if none."""
+    word = text.strip()
+    if "null" in types and word.lower() in ("null", "none", "~", ""):
+        return None
+    if "boolean" in types and word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    if "integer" in types and _INT.fullmatch(word):
+        return int(word)
+    if "number" in types and _FLOAT.fullmatch(word.lower()):
+        return int(word) if _INT.fullmatch(word) else float(word)
+    return text
+
+
+def coerce(value: Any, spec: dict | None = None) -> Any:
+    """`value` with every string the schema wants as a number, boolean, null or list item
+    converted. Snakemake passes `gpus=[1,2]`'s items and the numbers inside `train={...}` as
+    strings; YAML files are typed already and pass through unchanged."""
+    spec = _resolve(spec if spec is not None else schema())
+    if isinstance(value, dict):
+        props = spec.get("properties", {})
+        return {k: coerce(v, props[k]) if k in props else v for k, v in value.items()}
+    if isinstance(value, list) and "items" in spec:
+        return [coerce(v, spec["items"]) for v in value]
+    if isinstance(value, str):
+        types = spec.get("type", [])
+        types = [types] if isinstance(types, str) else list(types)
+        if "enum" in spec:
+            if value in spec["enum"]:
+                return value
+            types = sorted({type(e).__name__.replace("int", "integer").replace("bool", "boolean")
+                            for e in spec["enum"] if not isinstance(e, str)})
+        if types and "string" not in types:
+            return _from_text(value, types)
+    return value
+
+
+def unknown_keys(value: Any, spec: dict | None = None, where: str = "") -> list[tuple[str, str, list[str]]]:
+    """(where, key, known keys) for each key that an object of the schema does not allow."""
+    spec = _resolve(spec if spec is not None else schema())
+    found = []
+    if isinstance(value, dict) and "properties" in spec:
+        props = spec["properties"]
+        for key, item in value.items():
+            if key in props:
+                found += unknown_keys(item, props[key], f"{where}{key}.")
+            elif spec.get("additionalProperties") is False:
+                found.append((where.rstrip(".") or "top level", key, sorted(props)))
+    elif isinstance(value, list) and "items" in spec:
+        for i, item in enumerate(value):
+            found += unknown_keys(item, spec["items"], f"{where.rstrip('.')}[{i}].")
+    return found
+
+
+def _typo_message(unknown: list[tuple[str, str, list[str]]]) -> str:
+    lines = []
+    for where, key, known in unknown:
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        lines.append(f"unknown config key {key!r} ({where}){hint}")
+    lines.append(f"Keys, allowed values and defaults: {SCHEMA}")
+    return "\n".join(lines)
+
+
+def _validation_message(merged: dict) -> str | None:
+    """The first schema violation in two lines (the key, the problem, the working form), or None."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(merged))
+    if error is None:
+        return None
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return (f"config key {path or '(top level)'}: {error.message}\n"
+            f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
+
+
 def load_experiment(config: dict, basedir: str | Path) -> dict:
     """experiments/<experiment>.yaml, overridden by what the user gave (config file, --config),
-    validated against the schema with its defaults filled in."""
+    coerced to the schema's types and validated against it with its defaults filled in. Train
+    keys the user gave (config files, --config) are not the CPU plan's to replace."""
     from snakemake.utils import validate
 
+    config = coerce(config)
+    unknown = unknown_keys(config)
+    if unknown:   # first and short: before a validator dumps the schema
+        raise ConfigError(_typo_message(unknown))
     name = config.get("experiment", "scaling")
     path = Path(basedir) / "experiments" / f"{name}.yaml"
     if path.exists():
@@ -44,10 +151,16 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
         raise ConfigError(f"experiment {name!r}: no file {path}; known experiments: {', '.join(known)} "
                           f"(or give a complete experiment with --configfile)")
     merged = deep_merge(base or {}, config)
-    try:
-        validate(merged, str(Path(basedir) / SCHEMA))
-    except Exception as exc:   # Snakemake's message names the key; add where to look
-        raise ConfigError(f"{exc}\nAllowed keys and values: {SCHEMA}") from None
+    unknown = unknown_keys(merged)
+    if unknown:
+        raise ConfigError(_typo_message(unknown) + f" (in {path.name})")
+    problem = _validation_message(merged)
+    if problem:
+        raise ConfigError(problem)
+    validate(merged, str(Path(__file__).with_name("schema.yaml")))   # fills in the defaults
+    if config.get("train"):   # what the user asked for by name is not the CPU plan's to replace
+        merged["cpu_plan"]["train"] = {k: v for k, v in merged["cpu_plan"]["train"].items()
+                                       if k not in config["train"]}
     return merged
 
 
@@ -61,40 +174,39 @@ def make_plan(config: dict) -> Plan:
 
 
 def table_files(plan: Plan) -> dict[str, str]:
-    return {name: str(results.table_path(plan.config["results_dir"], plan.tag, name))
-            for name in TABLE_NAMES}
+    return {name: str(path) for name, path in plan.results.table_paths().items()}
 
 
 def figure_files(plan: Plan) -> dict[str, str]:
-    from .plots import FIGURES
-    fig_dir = results.figures_dir(plan.config["results_dir"], plan.tag)
-    return {name: str(fig_dir / f"{name}.png") for name in FIGURES}
+    return {name: str(path) for name, path in plan.results.figure_paths().items()}
 
 
 def claim_figure_files(plan: Plan) -> dict[str, str]:
-    """The claims ledger's own figures (dpbench.claims.figures), drawn with claims.md."""
-    from .claims.figures import DRAW, figure_name
-    fig_dir = results.figures_dir(plan.config["results_dir"], plan.tag)
-    return {cid: str(fig_dir / figure_name(cid)) for cid in DRAW}
+    """The claims ledger's own figures, drawn with claims.md."""
+    return {key: str(path) for key, path in plan.results.claim_figure_paths().items()}
 
 
 def probe_files(plan: Plan) -> list[str]:
-    return [f"{plan.base}/claims/{claim}.json" for claim in plan.config["probes"]]
+    return [str(plan.results.probe_path(claim)) for claim in plan.config["probes"]]
 
 
 def final_targets(plan: Plan) -> list[str]:
     targets = list(table_files(plan).values()) + list(figure_files(plan).values())
-    targets += [f"{plan.base}/summary.md"]
+    targets += [str(plan.results.summary_md)]
     if plan.config["probes"]:
-        targets += [f"{plan.base}/claims.md", f"{plan.base}/claims.json"]
+        targets += [str(plan.results.claims_md), str(plan.results.claims_json)]
     return targets
 
 
-def tag_args(table_file: str) -> str:
+def tag_args(path: str) -> str:
     """`--results-dir R --tag T` for a file directly under R/T/ (a table, provenance.json)."""
     import shlex
-    tag_dir = Path(table_file).parent
-    return f"--results-dir {shlex.quote(str(tag_dir.parent))} --tag {shlex.quote(tag_dir.name)}"
+    rs = results.ResultSet.at(Path(path).parent)
+    return f"--results-dir {shlex.quote(str(rs.root))} --tag {shlex.quote(rs.tag)}"
+
+
+def compare_log(config: dict) -> Path:
+    return results.compare_dir(config["results_dir"]) / "compare.log"
 
 
 def compare_args(config: dict, tag: str) -> str:
@@ -118,6 +230,6 @@ def compare_args(config: dict, tag: str) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-__all__ = ["ConfigError", "load_experiment", "make_plan", "table_files", "figure_files",
+__all__ = ["ConfigError", "load_experiment", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
            "claim_figure_files", "probe_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]

@@ -1,37 +1,65 @@
 """The experiment matrix: from a validated experiment config to one RunConfig per run id.
 
 Groups in `matrix` expand to variants x gpus x repeats; `options` are per-group overrides that
-also label the runs. Without CUDA the CPU plan applies: its `train` overrides win (synthetic
-data, a small step budget), the same run ids are kept, and what cannot run there is recorded
-as skipped by the engine with its reason.
+also label the runs. Without CUDA the CPU plan applies: its `train` settings (synthetic data, a
+small step and evaluation budget) replace the experiment's, except keys the user gave
+(pipeline.load_experiment takes those out of it); the same run ids are kept, what cannot run
+there is recorded as skipped by the engine with its reason, and its timed runs take one
+`cpu_timing` slot each, so that no two of them share the machine.
+
+Planning imports no torch: GPUs are counted through NVML and the tag comes from torch's
+version file.
 """
 from __future__ import annotations
 
-import os
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
-from . import results
+from . import DP_VARIANTS, results
 from .config import RunConfig
 
 
 def visible_gpus() -> int:
-    """CUDA devices this process may use, counted without initialising CUDA."""
+    """CUDA devices this process may use, counted through NVML (no torch, no CUDA context):
+    CUDA_VISIBLE_DEVICES when set (a scheduler's grant), else every GPU the driver shows."""
     from .gpu_lease import pool
+    from .nvml import gpu_count
+    return len(pool()) if gpu_count() else 0
+
+
+def torch_version() -> dict[str, str | None]:
+    """torch's version facts without importing torch: its version.py, read as text. The
+    installed distribution's metadata lacks the local part (2.14.1, not 2.14.1+cu130) for some
+    wheels, so it is only the fallback."""
+    import ast
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    facts: dict[str, str | None] = {"__version__": None, "git_version": None, "cuda": None}
     try:
-        import torch
-        if not torch.cuda.is_available():
-            return 0
-    except ImportError:
-        return 0
-    return len(pool())
+        spec = importlib.util.find_spec("torch")
+        origin = spec.origin if spec else None
+        if origin:
+            for node in ast.parse(Path(origin).with_name("version.py").read_text()).body:
+                target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
+                if isinstance(target, ast.Name) and target.id in facts and isinstance(node.value, ast.Constant):
+                    facts[target.id] = node.value.value
+    except (OSError, SyntaxError, ValueError, ImportError):
+        pass
+    if facts["__version__"] is None:
+        try:
+            facts["__version__"] = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            facts["__version__"] = "none"
+    return {"version": facts["__version__"], "git": facts["git_version"], "cuda": facts["cuda"]}
 
 
 def default_tag(experiment: str) -> str:
     """torch-<version> for the default experiment; others get their name in front, so that two
     experiments never mix their runs in one folder."""
-    import torch
-    tag = f"torch-{torch.__version__}"
+    tag = f"torch-{torch_version()['version']}"
     return tag if experiment == "scaling" else f"{experiment}-{tag}"
 
 
@@ -67,8 +95,12 @@ class Plan:
         return self.config.get("tag") or default_tag(self.config["experiment"])
 
     @property
+    def results(self) -> results.ResultSet:
+        return results.ResultSet(self.config["results_dir"], self.tag)
+
+    @property
     def base(self) -> str:
-        return str(results.tag_dir(self.config["results_dir"], self.tag))
+        return str(self.results.dir)
 
     @cached_property
     def runs(self) -> dict[str, RunConfig]:
@@ -126,22 +158,61 @@ class Plan:
         return json.dumps(self.run(run_id).to_dict(), sort_keys=True)
 
     def gpus_for(self, run_id: str) -> int:
-        """The `gpu` resource of a run: what it occupies (all of them when timing exclusively)."""
+        """The `gpu` resource of a run: what it occupies (all of them when timing exclusively).
+        A run that will be recorded as skipped asks for none: a cluster could otherwise hold it
+        queued for GPUs it never uses, or forever when no node has that many."""
         rc = self.run(run_id)
-        if self.cpu or rc.gpus > self.gpus_visible:
+        if self.cpu or rc.device == "cpu" or self.skipped(rc):
             return 0
         return self.gpus_visible if self.config["exclusive_timing"] else rc.gpus
 
+    def skipped(self, rc: RunConfig) -> bool:
+        """Whether the engine will record this run as skipped where the plan is made for (the
+        planning side of `dpbench.launch.skip_reason`, from the planned GPU count)."""
+        from . import DP_VARIANTS
+        dp = rc.variant in DP_VARIANTS
+        if (rc.compile != "none" and dp) or (rc.batchnorm == "sync" and (self.cpu or rc.device == "cpu")):
+            return True
+        if rc.device == "cpu":
+            return dp
+        if self.cpu:
+            return dp or rc.device == "cuda" or (rc.variant == "ddp" and rc.gpus > rc.max_cpu_ranks)
+        return rc.gpus > self.gpus_visible
+
     def threads_for(self, run_id: str) -> int:
+        """CPU cores of a run: one per DDP rank, plus its loader workers; one for a run that will
+        be recorded as skipped (on SLURM, --cpus-per-task beyond a node's CPUs never starts)."""
         rc = self.run(run_id)
+        if self.skipped(rc):
+            return 1
         ranks = rc.gpus if rc.variant == "ddp" else 1
         return max(1, ranks) + (rc.workers if rc.feed == "torch" else 0)
+
+    def cpu_timing_for(self, run_id: str) -> int:
+        """The `cpu_timing` resource of a run: 1 for a CPU-plan run that trains (its timing is
+        only worth something alone on the machine), 0 for GPU runs and for runs that the
+        engine records as skipped."""
+        rc = self.run(run_id)
+        if not self.cpu or rc.variant in DP_VARIANTS or (rc.variant == "ddp" and rc.gpus > rc.max_cpu_ranks):
+            return 0
+        return 1
+
+    def cpu_replaced(self) -> dict[str, tuple]:
+        """The experiment's train settings that the CPU plan replaced: key -> (asked, used)."""
+        asked = self.config.get("train", {})
+        used = self.config["cpu_plan"]["train"]
+        return {k: (asked[k], used[k]) for k in sorted(used) if k in asked and asked[k] != used[k]}
 
     def banner(self) -> str:
         n = len(self.runs)
         if self.cpu:
-            return (f"dpbench: no CUDA device visible: running the CPU plan ({n} runs): single and "
-                    f"ddp on gloo with synthetic data and a small step budget; the DataParallel "
+            datasets = " and ".join(sorted({rc.dataset for rc in self.runs.values()})) or "no"
+            replaced = self.cpu_replaced()
+            what = ("; it replaced the experiment's " + ", ".join(
+                f"{k}={a} (now {u})" for k, (a, u) in replaced.items()) if replaced else "")
+            return (f"dpbench: no CUDA device visible: running the CPU plan ({n} runs) on {datasets} "
+                    f"data with cpu_plan.train's budget{what}.\n"
+                    f"dpbench: single and ddp on gloo, one timed run at a time; the DataParallel "
                     f"variants and ddp beyond {self.config['cpu_plan']['max_ranks']} processes are "
                     f"recorded as skipped with the reason. Results: {self.base}")
         skipped = sorted({rc.gpus for rc in self.runs.values() if rc.gpus > self.gpus_visible})
@@ -152,10 +223,8 @@ class Plan:
 
 def environment_fingerprint() -> str:
     """What decides results besides the config: a change reruns the runs (Snakemake params)."""
-    import torch
-    from .measure import nvml
-    lib = nvml() if torch.cuda.is_available() else None
-    gpus = sorted({lib.nvmlDeviceGetName(lib.nvmlDeviceGetHandleByIndex(i))
-                   for i in range(lib.nvmlDeviceGetCount())}) if lib else []
-    return (f"torch={torch.__version__} git={torch.version.git_version} cuda={torch.version.cuda} "
-            f"gpus={','.join(map(str, gpus)) or 'none'} python={os.sys.version.split()[0]}")
+    from .nvml import gpu_names
+    torch = torch_version()
+    gpus = sorted(set(gpu_names()))
+    return (f"torch={torch['version']} git={torch['git']} cuda={torch['cuda']} "
+            f"gpus={','.join(gpus) or 'none'} python={sys.version.split()[0]}")

@@ -1,0 +1,294 @@
+"""Planning without running: the experiment config (coerced, validated, typos named first), the
+plan (seeds, the CPU plan, the default experiment's two kinds of run), the result-set paths,
+and `snakemake -n` without torch, seaborn or matplotlib."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dpbench import VARIANTS, cli, config, pipeline, results
+from dpbench.config import RunConfig
+from dpbench.plan import Plan, default_tag, environment_fingerprint, torch_version
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")
+
+# Makes importing the heavy packages fail in every Python process that starts with it on its
+# path, while their files stay findable (the tag is read from torch's version file).
+BLOCKER = f"""
+import importlib.abc, importlib.machinery, sys
+HEAVY = {HEAVY!r}
+class _Refuse(importlib.abc.Loader):
+    def create_module(self, spec):
+        raise ImportError(f"planning must not import {{spec.name}}")
+    def exec_module(self, module):
+        raise ImportError(f"planning must not import {{module.__name__}}")
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in HEAVY:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None:
+            spec.loader = _Refuse()
+        return spec
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def snakemake_dry(wd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", *args],
+                          cwd=wd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory) -> Path:
+    """A copy of the workflow, never run: dry runs only."""
+    wd = tmp_path_factory.mktemp("plan")
+    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    return wd
+
+
+# -- torch-free planning --------------------------------------------------------------------
+
+def test_a_dry_run_of_the_default_experiment_imports_no_torch_seaborn_or_matplotlib(wd, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCKER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(wd / "src")]))
+    check = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
+    assert check.returncode != 0 and "planning must not import torch" in check.stderr   # the hook works
+    start = time.perf_counter()
+    proc = snakemake_dry(wd, "--config", "gpus_available=2", env=env)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rule train" in proc.stdout and "must not import" not in proc.stdout + proc.stderr
+    print(f"snakemake -n of the default experiment, torch blocked: {elapsed:.1f} s")
+
+
+def test_the_default_tag_and_fingerprint_match_what_torch_says():
+    import torch
+    assert torch_version()["version"] == torch.__version__          # the local part (+cu130) too
+    assert default_tag("scaling") == f"torch-{torch.__version__}"
+    assert default_tag("smoke") == f"smoke-torch-{torch.__version__}"
+    assert environment_fingerprint().startswith(
+        f"torch={torch.__version__} git={torch.version.git_version} cuda={torch.version.cuda} gpus=")
+
+
+def test_the_figure_names_are_the_ones_the_figures_modules_draw():
+    from dpbench.claims import figures as claim_figures
+    from dpbench.plots import FIGURES
+    assert tuple(FIGURES) == results.FIGURE_NAMES
+    assert tuple(claim_figures.DRAW) == results.CLAIM_FIGURE_KEYS
+    assert all(claim_figures.figure_name(k) == results.claim_figure_name(k) for k in results.CLAIM_FIGURE_KEYS)
+
+
+# -- one source for the run options ---------------------------------------------------------
+
+def test_every_run_config_field_is_a_schema_option_and_back():
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    options = set(config.train_schema())
+    assert fields - set(config.PLAN_KEYS) == options
+    assert set(config.PLAN_KEYS) <= fields
+    assert config.variants() == VARIANTS
+
+
+def test_run_config_checks_values_against_the_schema():
+    with pytest.raises(ValueError, match=r"precision='fp8' is not allowed; use fp32 \| bf16"):
+        RunConfig.from_dict({"precision": "fp8"})
+    with pytest.raises(ValueError, match="workers=65 .* <= 64"):
+        RunConfig.from_dict({"workers": 65})
+    with pytest.raises(ValueError, match="lr=0 .* > 0"):
+        RunConfig.from_dict({"lr": 0})
+    with pytest.raises(ValueError, match="max_steps='3'"):
+        RunConfig.from_dict({"max_steps": "3"})
+    RunConfig.from_dict({"max_steps": None, "bucket_cap_mb": 12.5, "lr": 1})
+
+
+def test_the_package_ships_the_schema_the_readme_names():
+    assert (REPO / "src/dpbench/schema.yaml").resolve() == (REPO / "experiments/schema.yaml").resolve()
+    assert config.schema() == __import__("yaml").safe_load((REPO / "experiments/schema.yaml").read_text())
+
+
+# -- command-line values, typos ---------------------------------------------------------------
+
+def test_command_line_strings_become_the_schemas_types():
+    given = {"repeats": 1, "gpus": ["1", "2"], "tag": "12", "exclusive_timing": "true",
+             "train": {"max_steps": "3", "lr": "0.05", "channels_last": "false", "bucket_cap_mb": "null",
+                       "dataset": "synthetic", "per_gpu_batch": "64"},
+             "matrix": [{"name": "m", "gpus": ["2"], "options": {"epochs": "1"}}],
+             "compare": {"threshold": "0.1"}}
+    got = pipeline.coerce(given)
+    assert got["gpus"] == [1, 2] and got["tag"] == "12" and got["exclusive_timing"] is True
+    assert got["train"] == {"max_steps": 3, "lr": 0.05, "channels_last": False, "bucket_cap_mb": None,
+                            "dataset": "synthetic", "per_gpu_batch": 64}
+    assert got["matrix"] == [{"name": "m", "gpus": [2], "options": {"epochs": 1}}]
+    assert got["compare"]["threshold"] == 0.1
+    assert pipeline.coerce({"gpus": ["two"]}) == {"gpus": ["two"]}   # left for the validator to name
+
+
+def test_load_experiment_accepts_command_line_lists_and_numbers():
+    cfg = pipeline.load_experiment({"experiment": "smoke", "gpus": ["1", "2"], "repeats": 1, "tag": "quick",
+                                    "train": {"max_steps": "3"}}, REPO)
+    assert cfg["gpus"] == [1, 2] and cfg["train"]["max_steps"] == 3 and cfg["tag"] == "quick"
+
+
+@pytest.mark.parametrize("over, first, hint", [
+    ({"repets": 1}, "unknown config key 'repets' (top level); did you mean 'repeats'?", "experiments/schema.yaml"),
+    ({"train": {"max_step": 3}}, "unknown config key 'max_step' (train); did you mean 'max_steps'?", "schema"),
+    ({"gpus": ["0"]}, "config key gpus[0]: 0 is less than the minimum of 1", "gpus=[1,2]"),
+    ({"train": {"max_steps": "three"}}, "config key train.max_steps: 'three' is not of type", "'train={max_steps: 3"),
+])
+def test_a_bad_key_or_value_is_named_first_in_two_lines(over, first, hint):
+    with pytest.raises(pipeline.ConfigError) as err:
+        pipeline.load_experiment({"experiment": "smoke", **over}, REPO)
+    lines = str(err.value).splitlines()
+    assert lines[0].startswith(first) and len(lines) <= 2 and hint in lines[-1], str(err.value)
+
+
+def test_a_typo_through_snakemake_is_short(wd):
+    proc = snakemake_dry(wd, "--config", "experiment=smoke", "repets=1")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "did you mean 'repeats'?" in text
+    assert len([line for line in text.splitlines() if line.strip()]) <= 10, text
+
+
+def test_command_line_lists_and_numbers_work_through_snakemake(wd):
+    proc = snakemake_dry(wd, "--config", "experiment=smoke", "repeats=1", "gpus=[1,2]", "tag=quick",
+                         "train={max_steps: 3}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "results/quick/runs/ddp-g2-r0/metrics.json" in proc.stdout
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+def _plan(visible: int, **over) -> Plan:
+    cfg = pipeline.load_experiment({"experiment": "smoke", **over}, REPO)
+    return pipeline.make_plan(dict(cfg, gpus_available=visible))
+
+
+def test_repeats_get_distinct_seeds_by_default_and_one_seed_when_fixed():
+    plan = _plan(2, repeats=3, train={"seed": 7})
+    assert [plan.runs[f"ddp-g2-r{r}"].seed for r in range(3)] == [7, 8, 9]
+    assert plan.runs["single-g1-r1"].seed == plan.runs["dp-g2-r1"].seed == 8   # a repeat shares its seed
+    fixed = _plan(2, repeats=3, seeds="fixed", train={"seed": 7})
+    assert {rc.seed for rc in fixed.runs.values()} == {7}
+
+
+def test_the_default_experiment_makes_fast_and_deterministic_runs():
+    plan = pipeline.make_plan(dict(pipeline.load_experiment({}, REPO), gpus_available=2))
+    fast = [rc for rc in plan.runs.values() if not rc.deterministic]
+    det = [rc for rc in plan.runs.values() if rc.deterministic]
+    assert {rc.variant for rc in fast} == {rc.variant for rc in det} == set(VARIANTS)
+    assert {rc.gpus for rc in det} == {1, 2} and {rc.repeat for rc in det} == {0, 1}
+    assert "ddp-g2-deterministictrue-r1" in plan.runs and "ddp-g2-r2" in plan.runs
+    assert all(rc.dataset == "cifar10" for rc in plan.runs.values())
+
+
+def test_the_cpu_plan_says_what_it_replaced_and_runs_timed_jobs_one_at_a_time():
+    plan = _plan(0)
+    text = plan.banner()
+    assert "CPU plan" in text and "on synthetic data" in text
+    assert "global_batch=128 (now 32)" in text and "max_steps=12 (now 5)" in text
+    assert all(rc.eval_samples == 256 for rc in plan.runs.values())
+    assert plan.cpu_timing_for("single-g1-r0") == plan.cpu_timing_for("ddp-g2-r0") == 1
+    assert plan.cpu_timing_for("dp-g2-r0") == 0                     # recorded as skipped at once
+    assert _plan(2).cpu_timing_for("single-g1-r0") == 0             # GPU runs are not CPU-timed
+
+
+def test_the_cpu_plan_honours_what_the_user_asked_for_by_name():
+    plan = _plan(0, train={"dataset": "cifar10", "max_steps": "3"})
+    assert {rc.dataset for rc in plan.runs.values()} == {"cifar10"}
+    assert {rc.max_steps for rc in plan.runs.values()} == {3}
+    assert {rc.eval_samples for rc in plan.runs.values()} == {256}
+    text = plan.banner()
+    assert "on cifar10 data" in text and "dataset=" not in text and "max_steps=" not in text
+
+
+# -- the result set ---------------------------------------------------------------------------
+
+def test_a_result_set_answers_every_path(tmp_path):
+    rs = results.ResultSet(tmp_path, "torch-2.14.1+cu130")
+    d = tmp_path / "torch-2.14.1+cu130"
+    assert rs.dir == d and results.ResultSet.at(d) == rs
+    assert rs.metrics_path("ddp-g2-r0") == d / "runs/ddp-g2-r0/metrics.json"
+    assert rs.steps_path("ddp-g2-r0") == d / "runs/ddp-g2-r0/steps.csv"
+    assert rs.table_path("summary") == d / "summary.csv" == results.table_path(tmp_path, rs.tag, "summary")
+    assert set(rs.table_paths()) == set(results.TABLES)
+    assert rs.provenance_path == d / "provenance.json" and rs.summary_md == d / "summary.md"
+    assert (rs.claims_md, rs.claims_json) == (d / "claims.md", d / "claims.json")
+    assert rs.probe_path("C2") == d / "claims/C2.json" and rs.probe_paths() == {}
+    assert rs.figure_path("memory") == d / "figures/memory.png"
+    assert rs.claim_figure_path("C8_dp_step") == d / "figures/claim_c8_dp_step.png"
+    assert rs.relative(rs.claim_figure_path("C1")) == "figures/claim_c1.png"
+    assert rs.log_path("ddp-g2-r0") == d / "logs/ddp-g2-r0.log" and rs.report_html == d / "report.html"
+    assert rs.compare_paths("b") == (tmp_path / "compare/torch-2.14.1+cu130_vs_b.md",
+                                     tmp_path / "compare/torch-2.14.1+cu130_vs_b.json")
+    with pytest.raises(KeyError, match="unknown table"):
+        rs.table_path("nope")
+    assert rs.metrics("ddp-g2-r0") is None and rs.record("ddp-g2-r0") is None
+    results.write_json(rs.metrics_path("ddp-g2-r0"), {"run_id": "ddp-g2-r0", "status": "ok"})
+    results.write_json(rs.probe_path("C3"), {})
+    assert [rec["run_id"] for rec, _ in rs.runs()] == ["ddp-g2-r0"] and list(rs.probe_paths()) == ["C3"]
+
+
+def test_an_old_record_reads_with_defaults_and_a_new_one_as_written():
+    old = {"run_id": "ddp-g2-r1", "status": "ok", "variant": "ddp", "gpus": 2, "repeat": 1, "options": {},
+           "config": {"global_batch": 512, "seed": 3}}
+    rec = results.RunRecord.from_json(old)
+    assert (rec.seed, rec.deterministic, rec.scaling, rec.per_gpu_batch, rec.reason) == (3, False, "strong", 256.0, "")
+    new = dict(old, seed=4, deterministic=True, scaling="weak", per_gpu_batch=64,
+               config={"global_batch": 128, "per_gpu_batch": 64})
+    rec = results.RunRecord.from_json(new)
+    assert (rec.seed, rec.deterministic, rec.scaling, rec.per_gpu_batch, rec.ok) == (4, True, "weak", 64, True)
+    weak_old = dict(old, config={"global_batch": 128, "per_gpu_batch": 64})
+    assert results.RunRecord.from_json(weak_old).scaling == "weak"
+    with pytest.raises(ValueError, match="not a run record"):
+        results.RunRecord.from_json({"status": "ok"})
+
+
+def test_provenance_values_are_one_value_or_a_list():
+    prov = {"torch": "2.14.1", "cpu_threads": [1, 2], "gpu_names": ["H200", "H200"], "driver": None}
+    assert results.provenance_values(prov, "torch") == ["2.14.1"]
+    assert results.provenance_values(prov, "cpu_threads") == [1, 2]
+    assert results.provenance_values(prov, "gpu_names") == [["H200", "H200"]]
+    assert results.provenance_values(prov, "driver") == results.provenance_values(prov, "nope") == []
+    assert results.provenance_values({"gpu_names": [["H200"], ["H200", "H200"]]}, "gpu_names") == \
+        [["H200"], ["H200", "H200"]]
+    assert results.gpu_models({"gpu_names": [["B200"], ["H200", "H200"]]}) == ["B200", "H200"]
+    assert results.gpu_models({"gpu_names": []}) == []
+
+
+def test_tables_read_text_columns_as_text(tmp_path):
+    rs = results.ResultSet(tmp_path, "t")
+    results.write_csv(rs.table_path("summary"), results.SUMMARY_COLUMNS,
+                      [{"run_id": "single-g1-r0", "variant": "single", "gpus": 1, "repeat": 0, "status": "ok",
+                        "images_per_s": 10.5, "precision": "", "device_type": ""}])
+    df = rs.table("summary")
+    assert df.loc[0, "options"] == "" and df.loc[0, "reason"] == "" and df.loc[0, "precision"] == ""
+    assert df.loc[0, "images_per_s"] == 10.5 and df.loc[0, "gpus"] == 1
+
+
+# -- the dpbench command ----------------------------------------------------------------------
+
+def test_the_dpbench_command_runs_each_tool_and_returns_its_exit_code(tmp_path, capsys):
+    import torch
+    assert cli.main(["tag", "smoke"]) == 0 and capsys.readouterr().out.strip() == f"smoke-torch-{torch.__version__}"
+    assert cli.main([]) == 2
+    with pytest.raises(SystemExit) as err:
+        cli.main(["bogus"])
+    assert err.value.code == 2
+    assert set(cli.COMMANDS) == {"train", "collect", "plots", "summary", "claims", "probe", "compare"}
+    out = tmp_path / "run"
+    cfg = {"dataset": "synthetic", "synthetic_size": 24, "synthetic_test_size": 8, "global_batch": 12,
+           "max_steps": 1, "warmup_steps": 0, "eval_each_epoch": False, "variant": "dp", "device": "cpu"}
+    assert cli.main(["train", "--config", json.dumps(cfg), "--out", str(out)]) == 0   # dp: skipped on CPU
+    assert results.read_json(out / results.METRICS)["status"] == results.STATUS_SKIPPED
+    assert cli.main(["collect", "--results-dir", str(tmp_path), "--tag", "none"]) in (0, 1, 2)
