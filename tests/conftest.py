@@ -1,5 +1,4 @@
 import json
-import os
 import pickle
 from pathlib import Path
 

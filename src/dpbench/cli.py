@@ -1,0 +1,70 @@
+"""The `dpbench` command: one entry point for the package's tools.
+
+    dpbench train --config '{"variant": "ddp", "gpus": 2}' --out results/x/runs/ddp-g2-r0
+    dpbench collect --results-dir results --tag TAG      (the tidy tables, provenance.json)
+    dpbench plots   --results-dir results --tag TAG      (figures/*.png)
+    dpbench summary --results-dir results --tag TAG      (summary.md)
+    dpbench claims  --results-dir results --tag TAG      (claims.md, claims.json)
+    dpbench probe C2 --out results/TAG/claims/C2.json    (one claim probe)
+    dpbench compare --baseline TAG --candidate TAG       (the regression check)
+    dpbench tag [EXPERIMENT]                             (the default results tag here)
+
+Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
+its exit status is the command's. Modules load only when their subcommand runs, so that
+`dpbench collect` or `dpbench tag` never imports torch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module with main(argv), what it does)
+COMMANDS = {
+    "train": ("dpbench.launch", "one training run (the pipeline's train rule)"),
+    "collect": ("dpbench.collect", "runs' records -> the tidy tables and provenance.json"),
+    "plots": ("dpbench.plots", "the figures of one result set"),
+    "summary": ("dpbench.summarize", "summary.md of one result set"),
+    "claims": ("dpbench.claims.ledger", "the claims ledger (claims.md, claims.json)"),
+    "probe": ("dpbench.claims.probe", "one claim probe's record"),
+    "compare": ("dpbench.compare", "the regression check of two result sets"),
+}
+
+
+def tag_main(argv: list[str]) -> int:
+    from .plan import default_tag
+    parser = argparse.ArgumentParser(prog="dpbench tag",
+                                     description="The results tag an experiment gets by default here.")
+    parser.add_argument("experiment", nargs="?", default="scaling")
+    print(default_tag(parser.parse_args(argv).experiment))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(
+        prog="dpbench", description="Data-parallel training benchmark: run, collect, draw, compare.",
+        epilog="`dpbench COMMAND --help` shows a command's options.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    sub.add_parser("tag", help="the default results tag here (torch-<version>)", add_help=False)
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "tag":
+        return tag_main(rest)
+    if command not in COMMANDS:
+        parser.parse_args([command])   # argparse's own message and exit status 2
+    module = importlib.import_module(COMMANDS[command][0])
+    prog, sys.argv[0] = sys.argv[0], f"dpbench {command}"   # the module's argparse names itself so
+    try:
+        code = module.main(rest)
+    finally:
+        sys.argv[0] = prog
+    return 0 if code is None else int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
