@@ -336,8 +336,9 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
         rec.steps.append({"epoch": epoch + 1, "step": step, "loss_global": loss_global[i],
                           "loss_reported": loss_reported[i], "lr": lrs[i], "step_ms": step_ms[i]})
         # Timed: full global batches after the warm-up. An epoch's short last batch is a new
-        # shape (with cudnn.benchmark, a new round of autotuning) and would skew the rate.
-        if step >= cfg.warmup_steps and n == cfg.global_batch:
+        # shape (with cudnn.benchmark, a new round of autotuning) and would skew the rate. A
+        # compiled run's first step is its compilation: never timed, whatever the warm-up.
+        if step >= max(cfg.warmup_steps, cfg.compile != "none") and n == cfg.global_batch:
             rec.timed_ms.append(step_ms[i])
             rec.timed_batches.append(n)
     bad = [r["step"] for r in rec.steps[first:] if not math.isfinite(r["loss_global"])]

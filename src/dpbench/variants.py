@@ -6,6 +6,7 @@ so curves compare step by step whatever the variant reports.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +48,23 @@ def reduce_replica_losses(name: str, per_replica: torch.Tensor, global_batch: in
     return per_replica.sum() / global_batch
 
 
+def ddp_kwargs(options: dict) -> dict:
+    """DistributedDataParallel's keyword arguments for the run's knobs.
+
+    Only what differs from PyTorch's default is passed: recent PyTorch deprecates
+    `broadcast_buffers` (any value given warns) in favour of `forward_sync_buffers`, and a
+    warning on every run would pollute the runs' warning records. Turning buffer syncing off
+    uses the new name where it exists; it still syncs buffers once at construction, which every
+    rank's identical seeded initialisation makes a no-op here.
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    kwargs = dict(options)
+    if kwargs.pop("broadcast_buffers", True) is False:
+        new_name = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+        kwargs["forward_sync_buffers" if new_name else "broadcast_buffers"] = False
+    return kwargs
+
+
 class Variant:
     """Wraps a model (already on its first device) for one variant; `losses` runs a forward."""
 
@@ -62,14 +80,21 @@ class Variant:
             from torch.nn.parallel import DistributedDataParallel as DDP
             on_cuda = devices[0].type == "cuda"
             self.module = DDP(model, device_ids=[devices[0].index] if on_cuda else None,
-                              **(ddp_options or {}))
+                              **ddp_kwargs(ddp_options or {}))
         else:
             self.module = model
 
     def compile(self, mode: str) -> None:
         """torch.compile the module the forward runs through (DDP included: its optimizer
-        splits the graph at bucket boundaries so that communication still overlaps)."""
-        self.module = torch.compile(self.module, **({} if mode == "default" else {"mode": mode}))
+        splits the graph at bucket boundaries so that communication still overlaps).
+
+        dynamic=False: an epoch's short last batch compiles a graph of its own instead of
+        turning the full batch's graph into a shape-generic one, so every timed (full) step
+        runs the graph specialised for its shape."""
+        if self.name not in ("single", "ddp"):
+            raise ValueError(f"torch.compile is supported for single and ddp, not {self.name}")
+        self.module = torch.compile(self.module, dynamic=False,
+                                    **({} if mode == "default" else {"mode": mode}))
 
     def losses(self, x: torch.Tensor, y: torch.Tensor, global_batch: int) -> StepLosses:
         if self.name in ("dp_mean", "dp_sum"):

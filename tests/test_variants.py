@@ -1,0 +1,250 @@
+"""DDP's knobs, torch.compile and the timed steps, on the CPU (gloo).
+
+The Variant-level tests use a tiny model under a one-rank gloo group, so that they check what
+DistributedDataParallel was really given; the engine-level tests go through the real CLI.
+"""
+import csv
+import functools
+import math
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from dpbench import results, train
+from dpbench.config import RunConfig
+from dpbench.variants import Variant, ddp_kwargs
+
+from conftest import run_engine
+
+CPU = [torch.device("cpu")]
+
+
+class Tiny(nn.Module):
+    """Conv, BatchNorm (buffers to broadcast) and a linear head: DDP's whole surface, in
+    milliseconds."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def tiny(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return Tiny()
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    """A one-rank gloo group: enough to construct DDP and run its reducer."""
+    store = tempfile.NamedTemporaryFile(delete=False)
+    dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+    Path(store.name).unlink(missing_ok=True)
+
+
+# -- the knobs reach DDP ---------------------------------------------------------------------------
+
+def test_run_config_knobs_reach_ddp(one_rank_group):
+    cfg = RunConfig(variant="ddp", bucket_cap_mb=1.5, gradient_as_bucket_view=True,
+                    static_graph=True, broadcast_buffers=False)
+    ddp = Variant("ddp", tiny(), CPU, 1, train.ddp_options(cfg)).module
+    assert ddp.bucket_bytes_cap == int(1.5 * 1024 * 1024)
+    assert ddp.gradient_as_bucket_view is True
+    assert ddp.static_graph is True
+    assert ddp.broadcast_buffers is False
+
+
+def test_default_knobs_are_pytorchs_and_warn_nothing(one_rank_group):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ddp = Variant("ddp", tiny(), CPU, 1, train.ddp_options(RunConfig(variant="ddp"))).module
+    assert [str(w.message) for w in caught] == []   # e.g. no deprecation of broadcast_buffers
+    assert ddp.bucket_bytes_cap == 25 * 1024 * 1024
+    assert (ddp.gradient_as_bucket_view, ddp.static_graph, ddp.broadcast_buffers) == (False, False, True)
+
+
+def test_only_buffer_syncing_off_is_passed_on():
+    assert ddp_kwargs({"broadcast_buffers": True, "static_graph": True}) == {"static_graph": True}
+    off = ddp_kwargs({"broadcast_buffers": False})
+    assert list(off.values()) == [False] and set(off) <= {"broadcast_buffers", "forward_sync_buffers"}
+
+
+@pytest.mark.parametrize("knobs", [{}, {"gradient_as_bucket_view": True, "static_graph": True,
+                                        "bucket_cap_mb": 0.001}])
+def test_ddp_step_with_knobs_matches_single(one_rank_group, knobs):
+    """Whatever the knobs, one DDP rank takes the same step as the bare model (bucket size 1 KB:
+    one bucket per parameter tensor)."""
+    x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 10, (6,))
+    grads = []
+    for name, opts in (("single", None), ("ddp", knobs)):
+        model = tiny()
+        v = Variant(name, model, CPU, 1, opts)
+        for _ in range(2):   # static_graph records the graph in the first step
+            for p in model.parameters():
+                p.grad = None
+            v.losses(x, y, len(y)).optimised.backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+# -- torch.compile ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["single", "ddp"])
+def test_compiled_variant_computes_what_eager_does(one_rank_group, name):
+    """Inductor on the CPU (C++ kernels through the system compiler; a minute without its cache),
+    the full batch then a short one: both shapes give eager's loss and gradients."""
+    opts = {"gradient_as_bucket_view": True, "static_graph": True} if name == "ddp" else None
+    eager_model, compiled_model = tiny(), tiny()
+    eager = Variant(name, eager_model, CPU, 1, opts)
+    compiled = Variant(name, compiled_model, CPU, 1, opts)
+    compiled.compile("default")
+    torch.manual_seed(1)
+    for n in (8, 3, 8):
+        x, y = torch.randn(n, 3, 8, 8), torch.randint(0, 10, (n,))
+        for model, v in ((eager_model, eager), (compiled_model, compiled)):
+            for p in model.parameters():
+                p.grad = None
+            loss = v.losses(x, y, n)
+            loss.optimised.backward()
+            model.last = (loss.reported.item(), [p.grad.clone() for p in model.parameters()])
+        assert math.isclose(eager_model.last[0], compiled_model.last[0], rel_tol=1e-4, abs_tol=1e-5)
+        for a, b in zip(eager_model.last[1], compiled_model.last[1]):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dp", "dp_mean", "dp_sum"])
+def test_compile_with_dataparallel_is_a_skipped_record(tmp_path, name):
+    rec = run_engine(tmp_path / name, variant=name, compile="default")
+    assert rec["status"] == "skipped"
+    assert "torch.compile" in rec["reason"] and "single or ddp" in rec["reason"]
+    assert rec["config"]["compile"] == "default"
+
+
+@pytest.mark.slow
+def test_compiled_run_keeps_compilation_out_of_the_timed_steps(tmp_path, monkeypatch):
+    """The engine's compile path, with a cheap backend (the real one is the slow test below):
+    the first step is recorded as compile_s and never timed, even with no warm-up."""
+    import dpbench.variants
+    monkeypatch.setattr(dpbench.variants.torch, "compile",
+                        functools.partial(torch.compile, backend="aot_eager"))
+    rec = run_engine(tmp_path / "run", variant="single", compile="default", warmup_steps=0,
+                     max_steps=3, eval_each_epoch=False, eval_samples=4)
+    assert rec["status"] == "ok", rec["reason"]
+    tp = rec["throughput"]
+    assert tp["compile_s"] is not None and tp["compile_s"] > 0
+    assert tp["timed_steps"] == 2                         # steps 1 and 2; step 0 compiled
+    assert rec["provenance"]["compile"] == "default"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant,gpus", [("single", 1), ("ddp", 2)])
+def test_compile_default_through_the_engine(tmp_path, variant, gpus):
+    """ResNet18 compiled by inductor on the CPU, single and ddp on 2 gloo ranks (minutes on a
+    small machine)."""
+    rec = run_engine(tmp_path / variant, variant=variant, gpus=gpus, compile="default",
+                     global_batch=8, max_steps=3, warmup_steps=1, eval_each_epoch=False,
+                     eval_samples=4, gradient_as_bucket_view=True, static_graph=True)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["throughput"]["compile_s"] > 0 and rec["throughput"]["timed_steps"] == 2
+    assert rec["provenance"]["compile"] == "default"
+
+
+# -- the engine records the knobs ------------------------------------------------------------------
+
+def test_ddp_knobs_on_two_gloo_ranks_are_recorded(tmp_path):
+    knobs = dict(bucket_cap_mb=1, gradient_as_bucket_view=True, static_graph=True,
+                 broadcast_buffers=False)
+    rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=2, warmup_steps=0,
+                     eval_each_epoch=False, eval_samples=4, **knobs)
+    assert rec["status"] == "ok", rec["reason"]
+    assert {k: rec["config"][k] for k in knobs} == knobs
+    assert not [w for w in rec["warnings"] if "broadcast_buffers" in w["message"]]
+
+
+# -- images/s and the step-time median agree -------------------------------------------------------
+
+def test_short_last_batch_is_not_timed_and_images_per_s_agrees_with_p50(tmp_path):
+    """14 images at global batch 4: each epoch is 4, 4, 4 and a short 2. Only the full
+    batches after the warm-up are timed, so images/s is the batch over the timed steps' mean
+    time, and that mean lies within the timed steps' spread around the p50."""
+    rec = run_engine(tmp_path / "run", variant="single", synthetic_size=14, global_batch=4,
+                     epochs=2, warmup_steps=1, eval_each_epoch=False, eval_samples=4)
+    assert rec["status"] == "ok", rec["reason"]
+    with open(tmp_path / "run" / results.STEPS) as f:
+        steps = list(csv.DictReader(f))
+    assert len(steps) == 8
+    timed = [float(s["step_ms"]) for s in steps if int(s["step"]) >= 1 and int(s["step"]) % 4 != 3]
+    tp = rec["throughput"]
+    assert tp["timed_steps"] == len(timed) == 5
+    mean_ms = 4 * 1e3 / tp["images_per_s"]
+    assert math.isclose(mean_ms, sum(timed) / len(timed), rel_tol=1e-9)
+    assert min(timed) <= tp["step_ms_p50"] <= max(timed)
+    assert abs(mean_ms - tp["step_ms_p50"]) <= max(timed) - min(timed)
+
+
+# -- the perf experiment and its targets -----------------------------------------------------------
+
+def _perf_targets():
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "tools" / "device" / "perf_targets.py"
+    spec = importlib.util.spec_from_file_location("perf_targets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _perf_plan(gpus: int):
+    from dpbench import pipeline
+    root = Path(__file__).resolve().parents[1]
+    return pipeline.make_plan(pipeline.load_experiment({"experiment": "perf", "gpus_available": gpus}, root))
+
+
+def test_perf_experiment_plans_every_target_cell_once(tmp_path):
+    """A summary.csv made from the perf plan on 2 GPUs: every target finds its runs and exactly
+    one baseline, and the ratios are what the numbers say."""
+    pt = _perf_targets()
+    plan = _perf_plan(2)
+    assert len(plan.runs) == 18 and all(rc.gpus <= 2 for rc in plan.runs.values())
+    rows = []
+    for rid, rc in plan.runs.items():
+        ips = 20000.0 if rc.variant == "single" else 39000.0
+        rows.append({"run_id": rid, "variant": rc.variant, "gpus": rc.gpus, "repeat": rc.repeat,
+                     "options": results.options_label(rc.options), "status": "ok", "reason": "",
+                     "images_per_s": ips, "step_ms_p50": rc.global_batch / ips * 1e3,
+                     "global_batch": rc.global_batch, "precision": rc.precision, "feed": rc.feed,
+                     "scaling": rc.scaling})
+    with open(tmp_path / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    cells = pt.load_cells(tmp_path)
+    targets = pt.target_rows(cells)
+    assert {r["target"] for r in targets} == {t[0] for t in pt.TARGETS}
+    assert all(r["measured"] is not None for r in targets), [r for r in targets if r["measured"] is None]
+    strong = [r for r in targets if r["target"].startswith("ddp fp32, 2 GPUs, strong")]
+    assert sorted(r["setting"] for r in strong) == ["bucket 25 MB, knobs off", "bucket 25 MB, views + static graph"]
+    assert all(math.isclose(r["measured"], 39000 / 40000) and r["verdict"] == "pass" for r in strong)
+    epoch = next(r for r in targets if r["target"].startswith("single bf16") and r["kind"] == "epoch")
+    assert math.isclose(epoch["measured"], 2.5) and epoch["verdict"] == "FAIL"
+    assert len([r for r in pt.sweep_rows(cells) if r["layout"] == "bf16 + channels_last"]) == 6
+    assert all(abs(r["gap"]) < 1e-9 for r in pt.agreement_rows(cells))
+    assert "| ddp fp32, 2 GPUs, weak" in pt.markdown(tmp_path, cells)
+
+
+def test_perf_experiment_on_the_cpu_folds_batches_and_compile_away():
+    plan = _perf_plan(0)
+    assert all(rc.compile == "none" and rc.global_batch == 32 and rc.dataset == "synthetic"
+               for rc in plan.runs.values())
+    assert len(plan.runs) == 14
