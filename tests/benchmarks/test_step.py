@@ -1,14 +1,17 @@
-"""One training step per variant, timed by pytest-benchmark (skipped unless asked for).
+"""One training step per variant and recipe on CUDA, timed by pytest-benchmark (skipped unless
+asked for, and skipped without CUDA: a CPU step says nothing about the GPU code paths).
 
-    python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \
+    python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \\
         --benchmark-save="torch-$(python -c 'import torch; print(torch.__version__)')"
-    python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \
+    python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \\
         --benchmark-compare --benchmark-compare-fail=median:10%
 
-On a GPU machine the dp variants use every visible GPU; without CUDA they are skipped, and
-single and ddp (one gloo rank) run on the CPU with a small batch.
+The dp variants use every visible GPU; ddp runs one rank (its reducer, buckets and all-reduce
+hooks are in the step). Recipes: fp32 (TF32 convolutions, contiguous), bf16 autocast +
+channels_last, and for ddp the latter with gradient_as_bucket_view + static_graph.
 """
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -20,42 +23,57 @@ from dpbench.model import resnet18
 from dpbench.variants import Variant
 
 CUDA = torch.cuda.is_available()
-BATCH = 512 if CUDA else 16
+BATCH = 512
+RECIPES = {
+    "fp32": {"bf16": False, "channels_last": False, "ddp": {}},
+    "bf16_cl": {"bf16": True, "channels_last": True, "ddp": {}},
+    "bf16_cl_views": {"bf16": True, "channels_last": True,
+                      "ddp": {"gradient_as_bucket_view": True, "static_graph": True}},
+}
+CASES = [(v, r) for v in VARIANTS for r in RECIPES if r != "bf16_cl_views" or v == "ddp"]
+
+pytestmark = pytest.mark.skipif(not CUDA, reason="the step benchmarks time the CUDA code paths; "
+                                                  "no CUDA device is visible")
 
 
 @pytest.fixture(scope="module")
 def process_group():
     """A one-rank group, so that DDP's step (bucketing, all-reduce hooks) is in the timing."""
     store = tempfile.NamedTemporaryFile(delete=False)
-    dist.init_process_group("nccl" if CUDA else "gloo", init_method=f"file://{store.name}",
-                            rank=0, world_size=1)
+    dist.init_process_group("nccl", init_method=f"file://{store.name}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
     Path(store.name).unlink(missing_ok=True)   # the FileStore may have removed it already
 
 
-@pytest.mark.parametrize("name", VARIANTS)
-def test_one_training_step(benchmark, name, request):
-    if name in DP_VARIANTS and not CUDA:
-        pytest.skip("nn.DataParallel needs CUDA devices")
+@pytest.mark.parametrize("name,recipe", CASES, ids=[f"{v}-{r}" for v, r in CASES])
+def test_one_training_step(benchmark, name, recipe, request):
+    spec = RECIPES[recipe]
     if name == "ddp":
         request.getfixturevalue("process_group")
-    n = torch.cuda.device_count() if CUDA and name in DP_VARIANTS else 1
-    devices = [torch.device("cuda", i) for i in range(n)] if CUDA else [torch.device("cpu")]
+    n = torch.cuda.device_count() if name in DP_VARIANTS else 1
+    devices = [torch.device("cuda", i) for i in range(n)]
+    torch.backends.cudnn.benchmark = False   # the engine's default; the engine's runs say what it buys
     torch.manual_seed(0)
     model = resnet18().to(devices[0])
-    variant = Variant(name, model, devices)
+    memory_format = torch.channels_last if spec["channels_last"] else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
+    variant = Variant(name, model, devices, 1, spec["ddp"] if name == "ddp" else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    x = torch.randn(BATCH, 3, 32, 32, device=devices[0])
+    x = torch.randn(BATCH, 3, 32, 32, device=devices[0]).contiguous(memory_format=memory_format)
     y = torch.randint(0, 10, (BATCH,), device=devices[0])
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if spec["bf16"] else nullcontext
 
     def step():
+        with autocast():
+            losses = variant.losses(x, y, BATCH)
         opt.zero_grad(set_to_none=True)
-        variant.losses(x, y, BATCH).optimised.backward()
+        losses.optimised.backward()
         opt.step()
-        if CUDA:
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
 
-    step()   # warm-up: allocator, cuDNN plans
-    benchmark.extra_info.update(variant=name, devices=n, batch=BATCH, torch=torch.__version__)
-    benchmark.pedantic(step, rounds=10 if CUDA else 3, warmup_rounds=2 if CUDA else 0)
+    for _ in range(3):   # warm-up: allocator, cuDNN plans, DDP's bucket rebuild and static graph
+        step()
+    benchmark.extra_info.update(variant=name, recipe=recipe, devices=n, batch=BATCH,
+                                torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+    benchmark.pedantic(step, rounds=20, warmup_rounds=2)
