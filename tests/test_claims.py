@@ -10,7 +10,7 @@ from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims import c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
 from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe
-from dpbench.claims.figures import DRAW, figure_name
+from dpbench.claims.figures import DRAW
 from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, group_labels, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
 
@@ -168,9 +168,9 @@ def test_the_cudnn_benchmark_group_has_its_off_leg():
     assert from_runs._twin(Ev, "c7_benchmark_on", "cudnn_benchmark") == "c8_fp32_b512"
 
 
-def test_ledger_figures_are_figures_the_plots_draw():
-    from dpbench.plots import FIGURES as drawn
-    assert {name for names in FIGURES.values() for name in names} <= set(drawn)
+def test_ledger_figures_are_figures_the_plots_draw_and_its_own_are_planned():
+    assert {name for names in FIGURES.values() for name in names} <= set(results.FIGURE_NAMES)
+    assert tuple(DRAW) == results.CLAIM_FIGURE_KEYS
 
 
 # -- planted evidence ----------------------------------------------------------------------
@@ -271,16 +271,17 @@ class FakeTag:
         self.steps += [{"run_id": rid, "epoch": 1, "step": i, "loss_global": v} for i, v in enumerate(values)]
 
     def write(self, root, tag, probes):
+        rs = results.ResultSet(root, tag)
         for name, rows in [("summary", self.summary), ("memory", self.memory), ("steps", self.steps),
                            ("warnings", self.warnings)]:
-            results.write_csv(results.table_path(root, tag, name), results.TABLES[name], rows)
-        results.write_json(results.tag_dir(root, tag) / "provenance.json",
+            results.write_csv(rs.table_path(name), results.TABLES[name], rows)
+        results.write_json(rs.provenance_path,
                            {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900,
                             "gpu_names": ["NVIDIA H200"] * 2, "driver": "580.159.04", "tag": tag})
         for rid, cfg in self.configs.items():
-            results.write_json(results.run_dir(root, tag, rid) / results.METRICS, {"run_id": rid, "config": cfg})
+            results.write_json(rs.metrics_path(rid), {"run_id": rid, "config": cfg})
         for cid, rec in probes.items():
-            results.write_json(results.tag_dir(root, tag) / "claims" / f"{cid}.json", rec.to_json())
+            results.write_json(rs.probe_path(cid), rec.to_json())
 
 
 def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, momentum=0.9, repeats=2):
@@ -369,7 +370,7 @@ def ledger(tmp_path, tag, probes):
 
 
 def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
-    fig = results.figures_dir(tmp_path, "t") / "warnings.png"   # drawn by the plots rule, before
+    fig = results.ResultSet(tmp_path, "t").figure_path("warnings")   # drawn by the plots rule, before
     fig.parent.mkdir(parents=True)
     fig.write_bytes(b"png")
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
@@ -377,7 +378,7 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     assert claims["C8"]["figures"][:2] == ["figures/claim_c8.png", "figures/claim_c8_dp_step.png"]
     for cid in ("C1", "C6", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
         assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
-        assert (results.tag_dir(tmp_path, "t") / claims[cid]["figures"][0]).stat().st_size > 10_000
+        assert (results.ResultSet(tmp_path, "t").dir / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS
     verdicts = {cid: c["verdict"] for cid, c in claims.items()}
     assert verdicts == {"C1": NUANCE, "C2": NUANCE, "C3": REFUTED, "C4": NUANCE, "C5": CONFIRMED,
@@ -587,4 +588,4 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
                for e in claims["C6"]["evidence"])
     assert "**Not measured here:** needs 2 GPUs (found 0)" in md
     for key in DRAW:   # every figure written, saying why where nothing was measured
-        assert (results.figures_dir(tmp_path, "t") / figure_name(key)).exists()
+        assert results.ResultSet(tmp_path, "t").claim_figure_path(key).exists()

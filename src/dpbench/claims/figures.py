@@ -192,7 +192,8 @@ def c8_dp_step_figure(s: Section) -> Figure:
     return fig
 
 
-# Figure key -> how to draw it; a key's claim is the part before "_" (C8_dp_step -> C8).
+# Figure key -> how to draw it; a key's claim is the part before "_" (C8_dp_step -> C8). The
+# keys are results.CLAIM_FIGURE_KEYS, which the pipeline plans with (without this module).
 DRAW: dict[str, Callable[[Section], Figure]] = {"C1": c1_figure, "C6": c6_figure, "C7": c7_figure,
                                                 "C8": c8_figure, "C8_dp_step": c8_dp_step_figure}
 
@@ -202,17 +203,18 @@ def claim_of(key: str) -> str:
 
 
 def figure_name(key: str) -> str:
-    return f"claim_{key.lower()}.png"
+    return results.claim_figure_name(key)
 
 
 def draw(results_dir: Path | str, tag: str, sections: list[Section]) -> dict[str, str]:
     """Writes every claim figure under results/<tag>/figures; returns figure key -> the path
     relative to the tag's folder, which is how claims.md links it."""
-    out = results.figures_dir(results_dir, tag)
+    rs = results.ResultSet(results_dir, tag)
     by_id = {_get(s, "id"): s for s in sections}
     written = {}
     with style():
         for key, draw_one in DRAW.items():
-            save(draw_one(by_id.get(claim_of(key), {"id": claim_of(key)})), out / figure_name(key))
-            written[key] = f"{out.name}/{figure_name(key)}"
+            path = rs.claim_figure_path(key)
+            save(draw_one(by_id.get(claim_of(key), {"id": claim_of(key)})), path)
+            written[key] = rs.relative(path)
     return written

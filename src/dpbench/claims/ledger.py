@@ -44,32 +44,29 @@ def group_labels(experiment_path: Path | str) -> dict[str, str]:
     return {name: g["label"] for name, g in experiment_groups(experiment_path).items()}
 
 
-def _table(root: Path | str, tag: str, name: str) -> pd.DataFrame:
-    if not results.table_path(root, tag, name).exists():
+def _table(rs: results.ResultSet, name: str) -> pd.DataFrame:
+    if not rs.table_path(name).exists():
         return pd.DataFrame(columns=results.TABLES[name])
-    return results.read_table(root, tag, name)
+    return rs.table(name)
 
 
 class Evidence:
     """Everything a verdict may look at, for one tag."""
 
     def __init__(self, results_dir: Path | str, tag: str, experiment_path: Path | str):
+        self.rs = results.ResultSet(results_dir, tag)
         self.results_dir, self.tag = Path(results_dir), tag
         self.groups = experiment_groups(experiment_path)
-        self.tables = {name: _table(results_dir, tag, name)
-                       for name in ("summary", "memory", "steps", "warnings")}
-        base = results.tag_dir(results_dir, tag)
-        prov = base / "provenance.json"
-        self.provenance = results.read_json(prov) if prov.exists() else {}
-        self.probes = {p.stem: ProbeRecord.from_json(results.read_json(p))
-                       for p in sorted((base / "claims").glob("C*.json"))}
+        self.tables = {name: _table(self.rs, name) for name in ("summary", "memory", "steps", "warnings")}
+        self.provenance = self.rs.provenance() if self.rs.provenance_path.exists() else {}
+        self.probes = {cid: ProbeRecord.from_json(results.read_json(path))
+                       for cid, path in self.rs.probe_paths().items()}
         self._configs: dict[str, dict | None] = {}
 
     def run_config(self, run_id: str) -> dict[str, Any] | None:
         """The config a run actually trained with (its metrics.json), None where the record is absent."""
         if run_id not in self._configs:
-            rec = results.read_metrics(results.run_dir(self.results_dir, self.tag, run_id))
-            self._configs[run_id] = (rec or {}).get("config")
+            self._configs[run_id] = (self.rs.metrics(run_id) or {}).get("config")
         return self._configs[run_id]
 
     def claim_groups(self, cid: str) -> list[str]:
@@ -129,8 +126,8 @@ class Evidence:
     def figures(self, cid: str) -> list[str]:
         """The tag's figures (dpbench.plots.FIGURES) that bear on this claim, where drawn, relative
         to the tag's folder (where claims.md is)."""
-        fdir = results.figures_dir(self.results_dir, self.tag)
-        return [f"{fdir.name}/{name}.png" for name in FIGURES.get(cid, ()) if (fdir / f"{name}.png").exists()]
+        paths = [self.rs.figure_path(name) for name in FIGURES.get(cid, ())]
+        return [self.rs.relative(p) for p in paths if p.exists()]
 
 
 def _versions(torch, cuda, cudnn, *rest) -> str:
@@ -179,8 +176,7 @@ def write_ledger(results_dir: Path | str, tag: str,
     drawn = claim_figures.draw(results_dir, tag, built)
     for s in built:
         s.figures[:0] = [path for key, path in drawn.items() if claim_figures.claim_of(key) == s.id]
-    base = results.tag_dir(results_dir, tag)
-    md_path, json_path = base / "claims.md", base / "claims.json"
+    md_path, json_path = ev.rs.claims_md, ev.rs.claims_json
     results.write_atomic(md_path, render_md(tag, built))
     results.write_json(json_path, {"tag": tag, "experiment": str(experiment_path),
                                    "probes": sorted(ev.probes), "claims": [s.to_json() for s in built]})
