@@ -434,6 +434,14 @@ def test_c8_points_within_the_repeats_spread_are_not_called_faster(tmp_path):
     assert p["speedup_lo"] < 1 < p["speedup_hi"]
 
 
+def test_c8_says_when_dp_replicas_did_not_compute_in_bf16(tmp_path):
+    steps = dp_step_observations() + [obs("c7.dp_step.replica_autocast_dtype", "dtype",
+                                          stock="torch.float16", persistent_threads="torch.bfloat16")]
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
+    assert "its bf16 points ran in torch.float16" in f.summary
+    assert "ran in torch" not in _c8(tmp_path / "ok").summary
+
+
 def test_c8_cause_follows_the_step_breakdown(tmp_path):
     probes = fake_gpu_probes(dp_step=dp_step_observations(stock=25.0, persistent=24.0))
     f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))

@@ -647,10 +647,24 @@ def c8(ev) -> Finding:
     lines += [f"crossover: {_curve_text(c)}" for c in curves if c["variant"] == "ddp" or c["gpus"] == 1]
     if cause:
         lines.append("where a DataParallel step's time goes (C7 probe): " + _cause_text(cause))
+    dtype = _replica_dtype(ev)
+    if dtype and any(p["series"].startswith("bf16") for p in dp):
+        note = (f"DataParallel's replica threads computed in {dtype} when autocast asked for torch.bfloat16 "
+                f"(C7 probe): its bf16 points ran in {dtype}")
+        lines.append(note)
+        parts.append(note)
     measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause else [])
     return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
                    data={"rows": points, "curves": curves, "dp_step": cause}, runs_used=True,
                    advice=_c8_advice(dp_curves, alone, cause), measured_on=measured_on)
+
+
+def _replica_dtype(ev) -> str | None:
+    """The dtype stock DataParallel's replicas computed in under autocast(bfloat16), where it was
+    not bfloat16 (a new thread starts with autocast's default dtype); None otherwise."""
+    p: ProbeRecord | None = ev.probes.get("C7")
+    got = p.values("c7.dp_step.replica_autocast_dtype").get("stock") if p else None
+    return got if got and got != "torch.bfloat16" else None
 
 
 def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str:
