@@ -1,128 +1,295 @@
-"""Figures and summary.md from small fake tidy tables (no training, no GPU)."""
+"""Figures and summary.md from fake run records (no training, no GPU).
+
+The mixed experiment below is what a user's own experiment looks like: several option sets
+(fp32 and bf16 + channels_last, global batch 512 and 1024, one weak-scaling group), 1-4 GPUs,
+throughputs that differ fourfold between option sets, skipped and failed cells, one cell with a
+single repeat, and 1-GPU variants whose loss equals single's. Every figure is checked as a
+reader would: every plotted point inside its axes, no empty panel, no overlapping titles.
+"""
 from __future__ import annotations
 
+import itertools
 import math
 
+import matplotlib
 import matplotlib.image
+import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import Collection, LineCollection, PathCollection
+from matplotlib.patches import Rectangle
 
 from dpbench import results
-from dpbench.plots import FIGURES, draw_all
 from dpbench.markdown import md_table
-from dpbench.summarize import write_summary_md
+from dpbench.plots import DRAW, FIGURES, draw_all, load_tables, save, style
+from dpbench.summarize import render_summary, write_summary_md
+from fakes import SYNTHETIC_PROVENANCE, dp_warning, fake_result_set
 
-TAG = "fake"
+matplotlib.use("Agg")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-DP_WARNING = ("Was asked to gather along dimension 0, but all input tensors were scalars; "
-              "will instead unsqueeze and return a vector.")
 SKIP_REASON = "needs 4 GPUs, 2 visible"
 
-# images/s per (variant, gpus), one value per repeat. single's median is 1000 and ddp-g2's
-# 1770, so the summary must say 1.77×.
-IMAGES_PER_S = {("single", 1): [990.0, 1010.0], ("dp", 1): [960.0, 980.0],
-                ("dp", 2): [1400.0, 1440.0], ("ddp", 1): [985.0, 995.0],
-                ("ddp", 2): [1760.0, 1780.0]}
-PROVENANCE = {"torch": "2.14.1+cu130", "cuda": "13.0", "cudnn": 91900, "nccl": "2.28.9",
-              "driver": "580.159.04", "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
-              "python": "3.11.7", "hostname": "node-7", "git_sha": "abc1234", "tag": TAG,
-              "n_runs": 11}
+
+def drift(scale):
+    """A loss that strays from single's by a visible, known amount."""
+    return lambda s, r: 2.3 * math.exp(-s / 15) + 0.01 * r + scale * math.sin(s / 3)
 
 
-def key(variant, gpus, repeat):
-    return {"run_id": results.run_id(variant, gpus, repeat), "variant": variant, "gpus": gpus,
-            "repeat": repeat, "options": ""}
-
-
-def device_mib(variant, gpus):
-    """DataParallel's device 0 carries the master copy: 2100 MiB against 1200 elsewhere."""
-    if variant == "dp" and gpus > 1:
-        return [2100.0] + [1200.0] * (gpus - 1)
-    return [1300.0] * gpus
-
-
-def fake_rows():
-    rows = {name: [] for name in results.TABLES}
-    for (variant, gpus), speeds in IMAGES_PER_S.items():
-        for repeat, ips in enumerate(speeds):
-            k = key(variant, gpus, repeat)
-            mib = device_mib(variant, gpus)
-            ratio = mib[0] / (sum(mib[1:]) / len(mib[1:])) if gpus > 1 else None
-            rows["summary"].append({**k, "status": "ok", "images_per_s": ips,
-                                    "step_ms_p50": 128e3 / ips, "peak_mem_mib": max(mib),
-                                    "mem_dev0_over_mean_others": ratio, "final_loss": 0.9,
-                                    "test_acc": 0.6, "global_batch": 128, "device_type": "cuda"})
-            rows["memory"] += [{**k, "device": d, "allocated_mib": m} for d, m in enumerate(mib)]
-            rows["steps"] += [{**k, "epoch": 1 + s // 20, "step": s, "lr": 0.1,
-                               "loss_global": 2.3 * math.exp(-s / 15) + 0.01 * repeat,
-                               "loss_reported": 2.3 * math.exp(-s / 15)} for s in range(40)]
-            rows["accuracy"] += [{**k, "epoch": e, "test_acc": 0.3 + 0.1 * e,
-                                  "test_loss": 2 - e / 2} for e in (1, 2)]
-            if variant == "dp" and gpus > 1:
-                rows["warnings"].append({**k, "category": "UserWarning", "message": DP_WARNING,
-                                         "count": 98, "first_step": 0, "rank": 0,
-                                         "location": "torch/nn/parallel/_functions.py:70"})
-    rows["summary"].append({**key("ddp", 4, 0), "status": "skipped", "reason": SKIP_REASON})
-    return rows
-
-
-def write_tables(root, rows, provenance=None):
-    for name, columns in results.TABLES.items():
-        results.write_csv(results.table_path(root, TAG, name), columns, rows.get(name, []))
-    if provenance is not None:
-        results.write_json(results.tag_dir(root, TAG) / "provenance.json", provenance)
+FP32, FP32_1K = {"global_batch": 512}, {"global_batch": 1024}
+BF16 = {"global_batch": 512, "precision": "bf16", "channels_last": True}
+BF16_1K = {"global_batch": 1024, "precision": "bf16", "channels_last": True}
+WEAK = {"per_gpu_batch": 256}
+MIXED = [
+    dict(variant="single", options=FP32, images_per_s=[21700.0, 21800.0, 21900.0]),
+    dict(variant="dp", gpus=1, options=FP32, images_per_s=[21500.0, 21600.0]),
+    dict(variant="dp", gpus=2, options=FP32, images_per_s=[10200.0, 9300.0], memory=[2007, 1308],
+         warnings=[dp_warning(98)], loss=drift(0.01)),
+    dict(variant="dp_mean", gpus=2, options=FP32, images_per_s=[10000.0], memory=[2007, 1308],
+         warnings=[dp_warning(3)], loss=drift(0.02)),
+    dict(variant="ddp", gpus=1, options=FP32, images_per_s=[21000.0, 21200.0]),
+    dict(variant="ddp", gpus=2, options=FP32, images_per_s=[36500.0, 35700.0],
+         memory=[1716, 1716], loss=drift(0.005)),
+    dict(variant="ddp", gpus=3, options=FP32, status="failed", images_per_s=None, memory=[],
+         reason="NCCL error: rank 2 crashed"),
+    dict(variant="dp", gpus=4, options=FP32, status="skipped", images_per_s=None,
+         reason=SKIP_REASON),
+    dict(variant="dp", gpus=2, options=FP32_1K, images_per_s=[15000.0, 15500.0],
+         memory=[3500, 2300], loss=drift(0.01)),
+    dict(variant="ddp", gpus=2, options=FP32_1K, images_per_s=[40000.0, 41000.0],
+         memory=[2900, 2900], loss=drift(0.005)),
+    dict(variant="single", options=BF16, images_per_s=[51000.0, 52000.0]),
+    dict(variant="dp", gpus=1, options=BF16, images_per_s=[50500.0, 50000.0]),
+    dict(variant="ddp", gpus=2, options=BF16, images_per_s=[88000.0, 90000.0], memory=[900, 900],
+         loss=drift(0.005)),
+    dict(variant="ddp", gpus=2, options=BF16_1K, images_per_s=[93000.0, 94000.0],
+         memory=[1500, 1500], loss=drift(0.005)),
+    dict(variant="single", options=WEAK, per_gpu_batch=256, images_per_s=[20000.0, 20400.0]),
+    dict(variant="ddp", gpus=4, options=WEAK, per_gpu_batch=256, images_per_s=[70000.0, 71000.0],
+         memory=[1200] * 4, loss=drift(0.005)),
+]
+# A small strong-scaling experiment: single's median is 1000 images/s and ddp-g2's 1770, so the
+# summary must say 1.77× and 88%.
+SIMPLE = [
+    dict(variant="single", images_per_s=[990.0, 1010.0]),
+    dict(variant="dp", gpus=1, images_per_s=[960.0, 980.0]),
+    dict(variant="dp", gpus=2, images_per_s=[1400.0, 1440.0], memory=[2100, 1200],
+         warnings=[dp_warning()]),
+    dict(variant="ddp", gpus=1, images_per_s=[985.0, 995.0]),
+    dict(variant="ddp", gpus=2, images_per_s=[1760.0, 1780.0]),
+    dict(variant="ddp", gpus=4, status="skipped", images_per_s=None, reason=SKIP_REASON),
+]
 
 
 @pytest.fixture(scope="module")
-def fake_results(tmp_path_factory):
-    root = tmp_path_factory.mktemp("results")
-    write_tables(root, fake_rows(), PROVENANCE)
-    return root, draw_all(root, TAG), write_summary_md(root, TAG)
+def mixed(tmp_path_factory):
+    rs = fake_result_set(tmp_path_factory.mktemp("mixed"), MIXED)
+    tables = load_tables(rs.root, rs.tag)
+    with style():
+        figures = {name: DRAW[name](tables) for name in FIGURES}
+    for fig in figures.values():   # geometry only: a low resolution renders faster
+        fig.set_dpi(50)
+        FigureCanvasAgg(fig).draw()
+    return rs, figures
 
 
-def assert_every_figure(root, paths):
+@pytest.fixture(scope="module")
+def simple(tmp_path_factory):
+    rs = fake_result_set(tmp_path_factory.mktemp("simple"), SIMPLE)
+    return rs, draw_all(rs.root, rs.tag), write_summary_md(rs.root, rs.tag)
+
+
+# -- geometry checks ------------------------------------------------------------------------
+
+def display_points(artist) -> np.ndarray:
+    """Where an artist's data land on the canvas, in pixels."""
+    if isinstance(artist, Rectangle):   # a bar's value is the middle of its top edge
+        (x0, y0), (x1, y1) = artist.get_bbox().get_points()
+        return artist.get_data_transform().transform([[(x0 + x1) / 2, y1]])
+    if isinstance(artist, LineCollection):
+        segs = [s for s in artist.get_segments() if len(s)]
+        pts = np.concatenate(segs) if segs else np.empty((0, 2))
+        return artist.get_transform().transform(pts)
+    if isinstance(artist, PathCollection):
+        return artist.get_offset_transform().transform(artist.get_offsets())
+    if isinstance(artist, Collection):
+        return np.concatenate([artist.get_transform().transform(p.vertices)
+                               for p in artist.get_paths()] or [np.empty((0, 2))])
+    xy = artist.get_xydata()
+    return artist.get_transform().transform(xy[np.isfinite(xy).all(axis=1)])
+
+
+def data_artists(ax):
+    return list(ax.lines) + list(ax.collections) + [p for p in ax.patches if isinstance(p, Rectangle)]
+
+
+def outside_points(ax, tol: float = 1.0) -> list:
+    box = ax.bbox
+    bad = []
+    for artist in data_artists(ax):
+        for x, y in display_points(artist):
+            if not (box.x0 - tol <= x <= box.x1 + tol and box.y0 - tol <= y <= box.y1 + tol):
+                bad.append((type(artist).__name__, ax.get_title(), x, y))
+    return bad
+
+
+def title_boxes(fig):
+    renderer = fig.canvas.get_renderer()
+    texts = [ax.title for ax in fig.axes if ax.get_title()]
+    if fig._suptitle is not None:
+        texts.append(fig._suptitle)
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_every_point_lies_inside_its_axes(mixed, name):
+    _, figures = mixed
+    fig = figures[name]
+    for ax in fig.axes:
+        assert outside_points(ax) == [], f"{name}: points outside the axes"
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_no_panel_is_empty(mixed, name):
+    _, figures = mixed
+    for ax in figures[name].axes:
+        assert ax.axison and data_artists(ax), f"{name}: empty panel {ax.get_title()!r}"
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_titles_never_overlap_and_stay_on_the_canvas(mixed, name):
+    _, figures = mixed
+    fig = figures[name]
+    boxes = title_boxes(fig)
+    canvas = fig.bbox
+    for text, box in boxes:
+        assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1 + 1, f"{name}: {text!r} cut off"
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        assert not box_a.overlaps(box_b), f"{name}: {a!r} overlaps {b!r}"
+
+
+def panel_titles(fig):
+    return [ax.get_title().replace("\n", " ") for ax in fig.axes]
+
+
+def test_panels_come_from_the_data_and_say_the_options_in_words(mixed):
+    _, figures = mixed
+    titles = panel_titles(figures["throughput"])
+    assert titles == ["fp32, batch 512", "fp32, batch 1024", "fp32, 256 per GPU",
+                      "bf16 + channels_last, batch 512", "bf16 + channels_last, batch 1024"]
+    memory = panel_titles(figures["memory"])
+    # no 1-GPU run at batch 1024, no 3-GPU ok run: no such panel
+    assert "fp32, batch 1024 · 1 GPU" not in memory and not any("3 GPUs" in t for t in memory)
+    assert "fp32, 256 per GPU · 4 GPUs" in memory
+    assert not any("=" in t for f in figures.values() for t in panel_titles(f))
+
+
+def test_every_throughput_panel_has_an_ideal_line_or_says_why(mixed):
+    _, figures = mixed
+    for ax in figures["throughput"].axes:
+        ideal = [line for line in ax.lines if line.get_linestyle() in ("--", ":")
+                 or line.get_marker() == "_"]
+        assert ideal, ax.get_title()
+
+
+def test_scaling_efficiency_shows_strong_and_weak(mixed):
+    _, figures = mixed
+    titles = panel_titles(figures["scaling_efficiency"])
+    assert "strong scaling · fp32, batch 512" in titles
+    # ddp at 1024 on 2 GPUs has no single at 1024 but one at 512: a weak panel holds it
+    assert "weak scaling · fp32, 512 per GPU" in titles
+    assert "weak scaling · bf16 + channels_last, 512 per GPU" in titles
+    assert not any("batch 1024" in t and t.startswith("strong") for t in titles)
+    for ax in figures["scaling_efficiency"].axes:
+        assert any(np.allclose(line.get_ydata(), 1.0) for line in ax.lines), ax.get_title()
+
+
+def test_throughput_axes_are_independent_when_ranges_differ(mixed):
+    _, figures = mixed
+    tops = {ax.get_title(): ax.get_ylim()[1] for ax in figures["throughput"].axes}
+    assert tops["bf16 + channels_last, batch 1024"] > 94000
+    assert tops["fp32, batch 1024"] < 60000
+
+
+def test_curves_equal_to_single_are_named(mixed):
+    _, figures = mixed
+
+    def notes(fig, title):
+        ax = next(a for a in fig.axes if a.get_title() == title)
+        return " ".join(t.get_text() for t in ax.texts)
+
+    assert "identical to single (0 at every step): dp, ddp" in \
+        notes(figures["loss_vs_single"], "fp32, batch 512 · 1 GPU")
+    # the mean over repeats: single's three repeats against dp's two differ, bf16's two do not
+    assert "identical to single: dp" in notes(figures["loss_curves"],
+                                              "bf16 + channels_last, batch 512 · 1 GPU")
+    assert "no single run at global batch 1024" in notes(figures["loss_curves"],
+                                                         "fp32, batch 1024 · 2 GPUs")
+
+
+def test_warnings_span_two_decades_on_a_log_axis(mixed):
+    _, figures = mixed
+    assert {ax.get_yscale() for ax in figures["warnings"].axes} == {"log"}
+
+
+def test_mixed_summary_names_strong_and_weak(mixed):
+    rs, _ = mixed
+    text = render_summary(rs.root, rs.tag)
+    assert "## Strong and weak scaling" in text
+    assert "### bf16 + channels_last, batch 1024" in text
+    # ddp on 2 GPUs at 1024: weak against single at 512, 40,500 / (2 × 21,800)
+    assert f"weak scaling: {40500 / 21800:.2f}× single at global batch 512 (the per-GPU batch), " \
+           f"efficiency {40500 / 43600:.0%}" in text
+    assert "no single baseline" not in text
+    assert "n=1, no interval" in text          # dp_mean ran once
+    assert "`ddp-g3-global_batch512-r0`" in text and SKIP_REASON in text
+
+
+# -- files, bytes, placeholders and the simple summary ---------------------------------------
+
+def assert_every_figure(rs, paths):
     assert [p.name for p in paths] == [f"{name}.png" for name in FIGURES]
     for path in paths:
-        assert path.parent == results.figures_dir(root, TAG)
+        assert path.parent == results.figures_dir(rs.root, rs.tag)
         assert path.read_bytes().startswith(PNG_SIGNATURE)
         height, width = matplotlib.image.imread(path).shape[:2]
         assert height > 100 and width > 100
 
 
-def test_every_figure_is_a_png(fake_results):
-    root, paths, _ = fake_results
-    assert_every_figure(root, paths)
+def test_every_figure_is_a_png_with_the_same_bytes_for_the_same_data(simple, tmp_path):
+    rs, paths, _ = simple
+    assert_every_figure(rs, paths)
+    tables = load_tables(rs.root, rs.tag)
+    for name in ("throughput", "memory"):   # drawn again from the same tables
+        with style():
+            save(DRAW[name](tables), tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").read_bytes() == \
+            (results.figures_dir(rs.root, rs.tag) / f"{name}.png").read_bytes()
 
 
-def test_same_data_gives_same_bytes(fake_results):
-    root, paths, _ = fake_results
-    first = [p.read_bytes() for p in paths]
-    assert [p.read_bytes() for p in draw_all(root, TAG)] == first
-
-
-@pytest.mark.parametrize("rows, provenance", [
-    ({"summary": [{**key("ddp", 2, 0), "status": "skipped", "reason": SKIP_REASON},
-                  {**key("dp", 2, 0), "status": "skipped", "reason": SKIP_REASON}]}, PROVENANCE),
-    ({}, None),
+@pytest.mark.parametrize("spec", [
+    [dict(variant="ddp", gpus=2, status="skipped", images_per_s=None, reason=SKIP_REASON),
+     dict(variant="dp", gpus=2, status="skipped", images_per_s=None, reason=SKIP_REASON)],
+    [],
 ], ids=["all-skipped", "empty"])
-def test_figures_and_summary_without_ok_runs(tmp_path, rows, provenance):
-    write_tables(tmp_path, rows, provenance)
-    assert_every_figure(tmp_path, draw_all(tmp_path, TAG))
-    text = write_summary_md(tmp_path, TAG).read_text()
+def test_figures_and_summary_without_ok_runs(tmp_path, spec):
+    rs = fake_result_set(tmp_path, spec)
+    assert_every_figure(rs, draw_all(rs.root, rs.tag))
+    text = write_summary_md(rs.root, rs.tag).read_text()
     assert "No successful runs." in text
-    assert (SKIP_REASON in text) == bool(rows)
+    assert (SKIP_REASON in text) == bool(spec)
 
 
-def test_summary_md_headline_reasons_and_provenance(fake_results):
-    _, _, summary_md = fake_results
+def test_summary_md_headline_intervals_reasons_and_provenance(simple):
+    _, _, summary_md = simple
     text = summary_md.read_text()
-    assert text.startswith(f"# dpbench results: {TAG}\n")
+    assert text.startswith("# dpbench results: fake\n")
     speedup = 1770.0 / 1000.0  # medians of ddp-g2 and single
-    assert f"ddp on 2 GPUs: {speedup:.2f}× single" in text
-    assert "scaling efficiency 88%" in text  # 1.77 / 2
-    assert "device 0 holds 1.75× the mean" in text  # dp-g2: 2100 / 1200
+    assert f"ddp on 2 GPUs: 1,770 images/s (95% CI 1,760–1,780); strong scaling: " \
+           f"{speedup:.2f}× single at global batch 128, efficiency 88% (95% CI" in text
+    assert "device 0 holds 1.75×" in text     # dp-g2: 2100 / 1200
     assert f"- {SKIP_REASON}: `ddp-g4-r0`" in text
-    assert "| torch" in text and "2.14.1+cu130" in text
-    assert text.count(DP_WARNING) == 1 and "×196 in 2 run(s)" in text
+    assert "| torch" in text and SYNTHETIC_PROVENANCE["torch"] in text
+    assert text.count(dp_warning()["message"]) == 1 and "×196 in 2 run(s)" in text
 
 
 def test_md_table_escapes_pipes_and_aligns():
@@ -139,16 +306,7 @@ def test_gpu_provenance_shows_models_and_the_most_gpus_a_run_saw():
 
 
 def test_summary_of_cpu_runs_says_gpu_counts_are_processes(tmp_path):
-    from dpbench import results as R
-    from dpbench.summarize import render_summary
-    cols = R.SUMMARY_COLUMNS
-    row = dict.fromkeys(cols, "")
-    row.update(run_id="single-g1-r0", variant="single", gpus=1, repeat=0, status="ok",
-               images_per_s=50.0, device_type="cpu")
-    R.write_csv(R.table_path(tmp_path, "t", "summary"), cols, [row])
-    R.write_csv(R.table_path(tmp_path, "t", "warnings"), R.WARNING_COLUMNS, [])
-    R.write_json(R.provenance_path(tmp_path, "t"), {"torch": "x"})
-    assert "ran on the CPU" in render_summary(tmp_path, "t")
-    row["device_type"] = "cuda"
-    R.write_csv(R.table_path(tmp_path, "t", "summary"), cols, [row])
-    assert "ran on the CPU" not in render_summary(tmp_path, "t")
+    rs = fake_result_set(tmp_path / "cpu", [dict(variant="single", device_type="cpu")])
+    assert "ran on the CPU" in render_summary(rs.root, rs.tag)
+    rs = fake_result_set(tmp_path / "gpu", [dict(variant="single", device_type="cuda")])
+    assert "ran on the CPU" not in render_summary(rs.root, rs.tag)

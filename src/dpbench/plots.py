@@ -3,62 +3,47 @@
     python -m dpbench.plots --results-dir results --tag TAG
 
 Every figure in FIGURES is always written, because the pipeline declares them as outputs:
-when there is nothing to draw, the figure says why in its centre. The bytes are stable for
-the same data: figures are drawn on the Agg canvas without pyplot (no global state), with
-fixed panel sizes and dpi, from sorted tables, and without the Software/date metadata.
+when there is nothing to draw, the figure says why in its centre. Panels come from the data
+present (an option set or GPU count without ok runs gets no panel), titles say the option set
+in words, and each panel's y range holds all of its points. The look (sizes, colours, grids)
+is dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
 """
 from __future__ import annotations
 
 import argparse
-import io
-from contextlib import contextmanager
+import math
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
 
 from dpbench import results
-from dpbench.summarize import (VARIANTS, gpus_label, load_table, ok_runs, only_ok, ordered,
-                               variant_order, with_efficiency)
+from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, fit_y, new_figure, note,
+                              palette, panel_grid, panel_title, placeholder, save, style,
+                              thousands)
+from dpbench.tables import (STRONG, WEAK, describe, gpus_label, labels, load_table, median_ci,
+                            ok_runs, only_ok, ordered, ratio_ci, reference_batch, single_pools,
+                            variant_order, with_efficiency, without_batch)
 
-PANEL_IN = (4.2, 3.2)     # inches per facet
-LEGEND_IN = 1.5           # inches kept for the legend right of the panels
-DPI = 110
-PALETTE = dict(zip(VARIANTS, sns.color_palette("colorblind", len(VARIANTS))))
-OTHER_COLOR = "0.45"      # variants this module does not know yet
-SPREAD = ("pi", 100)      # min..max over repeats: deterministic, unlike bootstrapped CIs
+__all__ = ["FIGURES", "DRAW", "draw_all", "style", "new_figure", "palette", "placeholder", "save"]
+
 CURVE_POINTS = 50         # loss curves are smoothed to about this many independent points
+LOG_SPAN = 50.0           # a panel whose values span more than this factor gets a log y axis
+IDENTICAL = 1e-12         # a difference this small (relative) counts as none
 
 Tables = dict[str, pd.DataFrame]
+IDEAL_STYLE = {STRONG: dict(ls="--", lw=1, color=REFERENCE_COLOR, marker="_", ms=12),
+               WEAK: dict(ls=":", lw=1.4, color=REFERENCE_COLOR, marker="_", ms=12)}
+IDEAL_LABEL = {STRONG: "ideal, strong:\nGPUs × single at the\nsame global batch",
+               WEAK: "ideal, weak:\nGPUs × single at the\nper-GPU batch"}
 
 
-# -- figure scaffolding ---------------------------------------------------------------------
-
-def palette(variants: list[str]) -> dict[str, object]:
-    return {v: PALETTE.get(v, OTHER_COLOR) for v in variants}
-
-
-def new_figure(n_rows: int = 1, n_cols: int = 1, legend: bool = True) -> tuple[Figure, list]:
-    width = PANEL_IN[0] * n_cols + (LEGEND_IN if legend else 0)
-    fig = Figure(figsize=(width, PANEL_IN[1] * n_rows), dpi=DPI, layout="constrained")
-    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharey=True)
-    return fig, axes
-
-
-def placeholder(title: str, message: str) -> Figure:
-    """A figure that says why there is nothing to draw."""
-    fig, axes = new_figure(legend=False)
-    ax = axes[0][0]
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, transform=ax.transAxes)
-    fig.suptitle(title)
-    return fig
-
+# -- shared pieces --------------------------------------------------------------------------
 
 def why_empty(summary: pd.DataFrame, detail: str) -> str:
     """Why a figure is empty: no ok runs at all (and what happened instead), else `detail`."""
@@ -70,62 +55,25 @@ def why_empty(summary: pd.DataFrame, detail: str) -> str:
     return "no successful runs\n(" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
 
 
-def facets(df: pd.DataFrame, col: str | None, row: str | None = "options"
-           ) -> tuple[Figure, Iterator[tuple[Axes, pd.DataFrame]]]:
-    """A grid with one panel per (row value, col value), each titled; None means one row/col.
-
-    Returns the figure and an iterator of (axes, the panel's rows).
-    """
-    rows = ordered(df[row]) if row else [None]
-    cols = ordered(df[col]) if col else [None]
-    fig, axes = new_figure(len(rows), len(cols))
-
-    def panels():
-        for i, r in enumerate(rows):
-            for j, c in enumerate(cols):
-                mask = pd.Series(True, index=df.index)
-                if row:
-                    mask &= df[row] == r
-                if col:
-                    mask &= df[col] == c
-                ax = axes[i][j]
-                ax.set_title(panel_title(row, r, col, c))
-                yield ax, df[mask]
-
-    return fig, panels()
+def facet_order(df: pd.DataFrame) -> list[str]:
+    """Panel labels, each once: plain settings first (fewest options besides the batch), then
+    by their words; strong before weak; batches in increasing order."""
+    def key(r):
+        rest = without_batch(r["options"])
+        batch = r["global_batch"] if r["scaling"] == STRONG else r["per_gpu_batch"]
+        words = describe(rest, r.get("precision") or None)
+        return (len(rest), words, r["scaling"] != STRONG, batch, r["label"])
+    firsts = df.drop_duplicates("label").to_dict("records")
+    return [r["label"] for r in sorted(firsts, key=key)]
 
 
-def panel_title(row: str | None, r: object, col: str | None, c: object) -> str:
-    def label(key, value):
-        return gpus_label(value) if key == "gpus" else str(value)
-    return " · ".join(label(k, v) for k, v in ((col, c), (row, r)) if k and v != "")
+def with_run_info(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """A per-run table with its runs' label, setup, batch and scaling from the summary."""
+    info = summary[["run_id", "label", "setup", "global_batch", "per_gpu_batch", "scaling",
+                    "precision"]]
+    return table.drop(columns=[c for c in info.columns if c != "run_id" and c in table.columns]) \
+        .merge(info, on="run_id", how="inner")
 
-
-def add_legend(fig: Figure, variants: list[str], bars: bool = False,
-               extra: tuple[Line2D, ...] = ()) -> None:
-    """One legend for the whole figure, so every panel keeps its full width."""
-    def handle(v):
-        if bars:
-            return Patch(color=PALETTE.get(v, OTHER_COLOR), label=v)
-        return Line2D([], [], color=PALETTE.get(v, OTHER_COLOR), marker="o", label=v)
-    fig.legend(handles=[handle(v) for v in variants] + list(extra), loc="outside right center",
-               frameon=False, title="variant")
-
-
-@contextmanager
-def style() -> Iterator[None]:
-    """dpbench's look, as context managers: the caller's matplotlib settings stay untouched."""
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
-        yield
-
-
-def save(fig: Figure, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    results.write_atomic(path, buf.getvalue())
-
-
-# -- throughput and scaling -----------------------------------------------------------------
 
 def dodge(df: pd.DataFrame, variants: list[str], width: float = 0.3) -> pd.Series:
     """gpus shifted a little per variant, so repeats of different variants do not overlap."""
@@ -134,25 +82,86 @@ def dodge(df: pd.DataFrame, variants: list[str], width: float = 0.3) -> pd.Serie
     return df["gpus"] + df["variant"].map(shift)
 
 
-def points_and_median(ax: Axes, df: pd.DataFrame, y: str, variants: list[str]) -> None:
-    """Every repeat as a point, and a line through the medians."""
-    data = df.assign(x=dodge(df, variants))
-    common = dict(data=data, x="x", y=y, hue="variant", hue_order=variants,
-                  palette=palette(variants), ax=ax, legend=False)
-    sns.scatterplot(alpha=0.6, s=22, **common)
-    sns.lineplot(estimator="median", errorbar=None, linewidth=1.5, **common)
-    ax.set_xticks(sorted(df["gpus"].unique()))
+def points_medians_intervals(ax: Axes, runs: pd.DataFrame, med: pd.DataFrame, y: str,
+                             variants: list[str]) -> list[float]:
+    """Every repeat as a faint point, the medians joined by a line, the intervals as error bars.
+    Returns every y value drawn (for the axis range)."""
+    drawn: list[float] = []
+    pts = runs.assign(x=dodge(runs, variants)).dropna(subset=[y])
+    for v in variants:
+        p, m = pts[pts["variant"] == v], med[med["variant"] == v].dropna(subset=[y])
+        if len(p):
+            ax.scatter(p["x"], p[y], s=16, alpha=0.45, color=color(v), linewidths=0, zorder=2)
+            drawn += list(p[y])
+        if len(m):
+            m = m.sort_values("gpus").assign(x=dodge(m, variants))
+            ax.plot(m["x"], m[y], color=color(v), lw=1.5, marker="o", ms=4, zorder=3)
+            drawn += list(m[y])
+            lo, hi = m[f"{y}_ci_low"], m[f"{y}_ci_high"]
+            has = lo.notna() & hi.notna()
+            if has.any():
+                ax.errorbar(m["x"][has], m[y][has],
+                            yerr=[(m[y] - lo)[has].clip(lower=0), (hi - m[y])[has].clip(lower=0)],
+                            fmt="none", ecolor=color(v), elinewidth=1.2, capsize=3, zorder=3)
+                drawn += list(lo[has]) + list(hi[has])
+    return drawn
+
+
+def panel_medians(runs: pd.DataFrame, y: str, pools: dict | None = None,
+                  kind: str | None = None) -> pd.DataFrame:
+    """Per (variant, gpus) of a panel's runs: the median of y with its interval; with `pools`
+    and `kind`, y is that kind's efficiency, a ratio of medians against the single runs."""
+    rows = []
+    for (v, k), grp in runs.groupby(["variant", "gpus"], sort=True):
+        if pools is None:
+            m, lo, hi = median_ci(grp[y])
+        else:
+            r = grp.iloc[0]
+            pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
+            m, lo, hi = ratio_ci(grp["images_per_s"], pool, k) if pool is not None else (math.nan,) * 3
+        rows.append({"variant": v, "gpus": k, y: m, f"{y}_ci_low": lo, f"{y}_ci_high": hi})
+    return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high"])
+
+
+def gpu_ticks(ax: Axes, gpus) -> None:
+    ticks = sorted({int(g) for g in gpus})
+    ax.set_xticks(ticks)
+    ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
     ax.set_xlabel("GPUs")
 
 
-def ideal_line(ax: Axes, panel: pd.DataFrame, gpus: list[int]) -> None:
-    """single's median × gpus (nothing when the panel has no single run to scale)."""
-    single = panel.loc[panel["variant"] == "single", "images_per_s"]
-    if not single.empty:
-        ax.plot(gpus, [single.median() * g for g in gpus], ls="--", lw=1, color="0.3")
+def span_is_wide(values: list[float]) -> bool:
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    return bool(pos) and max(pos) / min(pos) > LOG_SPAN
 
 
-IDEAL = Line2D([], [], ls="--", lw=1, color="0.3", label="ideal\n(single × GPUs)")
+def interval_words(med: pd.DataFrame, y: str) -> str:
+    """What the error bars are, or that there are none with a single repeat."""
+    if len(med) and med[f"{y}_ci_low"].notna().any():
+        return "bars: 95% bootstrap CI of the median"
+    return "n=1 per point: no interval"
+
+
+# -- throughput and scaling -----------------------------------------------------------------
+
+def ideal_points(panel: pd.DataFrame, pools: dict, kind: str) -> tuple[list[int], list[float]]:
+    """Where `kind` is how the panel's runs were planned: a line from one GPU, GPUs × single at
+    the panel's fixed batch. Otherwise one mark per multi-GPU count, against single at the batch
+    that kind asks for (which varies with the count). ([], []) without such single runs."""
+    r0, xs, ys = panel.iloc[0], [], []
+    if kind == r0["scaling"]:
+        pool = pools.get((r0["setup"], reference_batch(kind, r0["global_batch"], r0["per_gpu_batch"])))
+        if pool is not None:
+            xs = sorted({1} | {int(g) for g in panel["gpus"]})
+            ys = [float(np.median(pool)) * k for k in xs]
+        return xs, ys
+    for k, rows in panel[panel["gpus"] > 1].groupby("gpus", sort=True):
+        r = rows.iloc[0]
+        pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
+        if pool is not None:
+            xs.append(int(k))
+            ys.append(float(np.median(pool)) * int(k))
+    return xs, ys
 
 
 def plot_throughput(t: Tables) -> Figure:
@@ -160,18 +169,67 @@ def plot_throughput(t: Tables) -> Figure:
     ok = ok_runs(t["summary"]).dropna(subset=["images_per_s"])
     if ok.empty:
         return placeholder(title, why_empty(t["summary"], "no images/s measured"))
+    pools = single_pools(ok)
     variants = variant_order(ok["variant"])
-    gpus = sorted(set(ok["gpus"]) | {1})
-    fig, panels = facets(ok, col="options", row=None)
-    for ax, panel in panels:
-        points_and_median(ax, panel, "images_per_s", variants)
-        ideal_line(ax, panel, gpus)
-        ax.set_xticks(gpus)
+    order = facet_order(ok)
+    fig, axes = panel_grid(len(order))
+    tops, bottoms, kinds_drawn, meds, logs = [], [], set(), [], []
+    for ax, lab in zip(axes, order):
+        panel = ok[ok["label"] == lab]
+        meds.append(panel_medians(panel, "images_per_s"))
+        values = points_medians_intervals(ax, panel, meds[-1], "images_per_s", variants)
+        xs_all = set(panel["gpus"])
+        for kind in (STRONG, WEAK):
+            xs, ys = ideal_points(panel, pools, kind)
+            if xs:
+                line = dict(IDEAL_STYLE[kind], **({} if kind == panel["scaling"].iloc[0] else {"ls": "none"}))
+                ax.plot(xs, ys, **line, zorder=1)
+                values += ys
+                xs_all |= set(xs)
+                kinds_drawn.add(kind)
+        if not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)):
+            note(ax, "no single run at this batch:\nno ideal line", where="bottom")
+        gpu_ticks(ax, xs_all)
         ax.set_ylabel("images/s")
-        ax.set_ylim(bottom=0)
-    add_legend(fig, variants, extra=(IDEAL,))
-    fig.suptitle(f"{title}\n(points: repeats, line: median)")
+        panel_title(ax, lab)
+        logs.append(span_is_wide(values))
+        tops.append(max(values))
+        bottoms.append(min(values) if logs[-1] else 0.0)
+    fit_y(axes, tops, bottoms, log=logs)
+    for ax, is_log in zip(axes, logs):
+        ax.set_ylabel("images/s (log scale)" if is_log else "images/s")
+    for ax in axes:
+        thousands(ax)
+    add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=IDEAL_LABEL[k])
+                                     for k in (STRONG, WEAK) if k in kinds_drawn])
+    figure_title(fig, f"{title} (points: repeats; line: medians; "
+                 f"{interval_words(pd.concat(meds), 'images_per_s')})")
     return fig
+
+
+def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
+                      ) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
+    """(kind, title, runs, medians) of every scaling panel with data: a strong panel holds one
+    global batch of one setup, a weak panel one per-GPU batch (so its runs come from option sets
+    of different global batches)."""
+    panels = []
+    for kind in (STRONG, WEAK):
+        col, q = ("global_batch" if kind == STRONG else "per_gpu_batch"), f"efficiency_{kind}"
+        runs = eff_runs[(eff_runs["variant"] != "single") & eff_runs[q].notna()]
+        entries = []
+        for key in runs[["setup", col]].drop_duplicates().to_dict("records"):
+            r = runs[(runs["setup"] == key["setup"]) & (runs[col] == key[col])]
+            if kind == WEAK and (r["gpus"] == 1).all():
+                continue   # on one GPU weak is strong: the strong panel shows these points
+            first = r.iloc[0]
+            rest = without_batch(first["options"])
+            words = describe(rest, first["precision"] or None,
+                             key[col] if kind == STRONG else None,
+                             key[col] if kind == WEAK else None, kind)
+            order = (len(rest), describe(rest, first["precision"] or None), key[col])
+            entries.append((order, f"{kind} scaling · {words}", r, panel_medians(r, q, pools, kind)))
+        panels += [(kind, head, r, m) for _, head, r, m in sorted(entries, key=lambda e: e[:2])]
+    return panels
 
 
 def plot_scaling_efficiency(t: Tables) -> Figure:
@@ -179,18 +237,30 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
     ok = ok_runs(t["summary"]).dropna(subset=["images_per_s"])
     if ok.empty:
         return placeholder(title, why_empty(t["summary"], "no images/s measured"))
-    eff = with_efficiency(ok).dropna(subset=["efficiency"])
-    if eff.empty:
-        return placeholder(title, "no successful single-device run:\nefficiency needs its images/s")
-    variants = variant_order(eff["variant"])
-    fig, panels = facets(eff, col="options", row=None)
-    for ax, panel in panels:
-        points_and_median(ax, panel, "efficiency", variants)
-        ax.axhline(1.0, ls="--", lw=1, color="0.3")
-        ax.set_ylabel("images/s ÷ (GPUs × single's median)")
-        ax.set_ylim(bottom=0, top=max(1.1, eff["efficiency"].max() * 1.05))
-    add_legend(fig, variants)
-    fig.suptitle(f"{title}\n(1.0 = linear scaling of single)")
+    panels = efficiency_panels(with_efficiency(ok), single_pools(ok))
+    if not panels:
+        return placeholder(title, "no run has a single run to compare with\n(at its global batch "
+                                  "or at its per-GPU batch)")
+    variants = variant_order(pd.concat([p[2] for p in panels])["variant"])
+    first_weak = next((i for i, p in enumerate(panels) if p[0] == WEAK), None)
+    n_cols = max(sum(p[0] == STRONG for p in panels), sum(p[0] == WEAK for p in panels))
+    fig, axes = panel_grid(len(panels), min(n_cols, 4),
+                           row_breaks=[first_weak] if first_weak else [])
+    tops = []
+    for ax, (kind, head, runs, med) in zip(axes, panels):
+        q = f"efficiency_{kind}"
+        values = points_medians_intervals(ax, runs, med, q, variants)
+        ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")})
+        gpu_ticks(ax, runs["gpus"])
+        ax.set_ylabel("images/s ÷ (GPUs × single)")
+        panel_title(ax, head)
+        tops.append(max(values + [1.0]))
+    fit_y(axes, [max(1.1, t) for t in tops])
+    add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=f"1.0 = ideal ({k})")
+                                     for k in (STRONG, WEAK) if any(p[0] == k for p in panels)])
+    figure_title(fig, f"{title} (strong: against single at the same global batch; weak: at the "
+                 f"per-GPU batch; points: repeats; line: medians; "
+                 f"{interval_words(pd.concat([p[3] for p in panels]), f'efficiency_{panels[0][0]}')})")
     return fig
 
 
@@ -200,29 +270,49 @@ def plot_memory(t: Tables) -> Figure:
     title = "Peak allocated memory per device"
     mem = only_ok(t["memory"], t["summary"]).dropna(subset=["allocated_mib"])
     if mem.empty:
-        why = why_empty(t["summary"], "no device memory was measured\n(CPU runs?)")
-        return placeholder(title, why)
-    mem = mem.assign(device=mem["device"].astype(int))
-    fig, panels = facets(mem, col="gpus")
-    for ax, panel in panels:
+        ran = ok_runs(t["summary"])
+        cpu = len(ran) and (ran["device_type"] == "cpu").all()
+        return placeholder(title, why_empty(t["summary"], "CPU runs: no device memory to measure"
+                                            if cpu else "no device memory was measured"))
+    mem = with_run_info(mem.assign(device=mem["device"].astype(int)), t["summary"])
+    keys = mem[["label", "options", "gpus"]].drop_duplicates()
+    order = [(lab, g) for lab in facet_order(mem) for g in ordered(keys[keys["label"] == lab]["gpus"])]
+    fig, axes = panel_grid(len(order), n_cols=min(4, mem["gpus"].nunique() or 1))
+    variants = variant_order(mem["variant"])
+    tops, any_interval = [], False
+    for ax, (lab, g) in zip(axes, order):
+        panel = mem[(mem["label"] == lab) & (mem["gpus"] == g)]
         present = variant_order(panel["variant"])
-        sns.barplot(data=panel, x="device", y="allocated_mib", hue="variant", hue_order=present,
-                    palette=palette(present), saturation=1, errorbar=SPREAD, capsize=0.1,
-                    err_kws={"linewidth": 1}, ax=ax, legend=False)
+        width = 0.8 / len(present)
+        top = 0.0
+        for i, v in enumerate(present):
+            stats = [(d, *median_ci(grp["allocated_mib"]))
+                     for d, grp in panel[panel["variant"] == v].groupby("device", sort=True)]
+            x = np.array([d for d, *_ in stats]) + (i - (len(present) - 1) / 2) * width
+            height = np.array([m for _, m, _, _ in stats])
+            ax.bar(x, height, width=width * 0.95, color=color(v))
+            lo = np.array([l for _, _, l, _ in stats]); hi = np.array([h for *_, h in stats])
+            has = ~np.isnan(lo)
+            if has.any():
+                any_interval = True
+                ax.errorbar(x[has], height[has], yerr=[height[has] - lo[has], hi[has] - height[has]],
+                            fmt="none", ecolor="0.2", elinewidth=1, capsize=3)
+                top = max(top, float(np.nanmax(hi)))
+            top = max(top, float(height.max()))
+        ax.set_xticks(sorted(panel["device"].unique()))
         ax.set(xlabel="device index", ylabel="peak allocated (MiB)")
-    add_legend(fig, variant_order(mem["variant"]), bars=True)
-    fig.suptitle(f"{title}\n(mean over repeats, whiskers: min..max)")
+        panel_title(ax, f"{lab} · {gpus_label(g)}")
+        tops.append(top)
+    fit_y(axes, tops)
+    for ax in axes:
+        thousands(ax)
+    add_legend(fig, variants, bars=True)
+    bars = "bars: 95% bootstrap CI" if any_interval else "n=1 per bar: no interval"
+    figure_title(fig, f"{title} (median over repeats; {bars})")
     return fig
 
 
 # -- loss and accuracy ----------------------------------------------------------------------
-
-def with_single_reference(df: pd.DataFrame) -> pd.DataFrame:
-    """Copies single's rows into every gpus panel of the same options, as the reference."""
-    single = df[df["variant"] == "single"]
-    copies = [single.assign(gpus=g) for g in ordered(df["gpus"]) if g not in set(single["gpus"])]
-    return pd.concat([df, *copies], ignore_index=True) if copies else df
-
 
 def smooth(curves: pd.DataFrame, y: str, keys: list[str]) -> tuple[pd.DataFrame, int]:
     """Centered rolling mean along `step` per curve: per-step losses are too noisy to compare."""
@@ -232,29 +322,97 @@ def smooth(curves: pd.DataFrame, y: str, keys: list[str]) -> tuple[pd.DataFrame,
     return curves.assign(**{y: rolled}), window
 
 
-def mean_over_repeats(df: pd.DataFrame, y: str, x: str) -> pd.DataFrame:
-    return df.groupby(["options", "variant", "gpus", x], sort=True)[y].mean().reset_index()
+def curve_panels(df: pd.DataFrame) -> list[tuple[str, int]]:
+    """(label, gpus) of every panel with data, option sets in order, then GPU counts."""
+    out = []
+    for lab in facet_order(df):
+        out += [(lab, g) for g in ordered(df.loc[df["label"] == lab, "gpus"])]
+    return out
 
 
-def draw_curves(df: pd.DataFrame, y: str, ylabel: str, title: str) -> Figure:
-    """Curves of y vs step per variant, one panel per GPU count (and options)."""
-    curves, window = smooth(mean_over_repeats(df, y, "step"), y, ["options", "variant", "gpus"])
-    curves = with_single_reference(curves)
-    variants = variant_order(curves["variant"])
-    fig, panels = facets(curves, col="gpus")
-    for ax, panel in panels:
-        sns.lineplot(data=panel, x="step", y=y, hue="variant",
-                     hue_order=variant_order(panel["variant"]), palette=palette(variants),
-                     estimator=None, linewidth=1, ax=ax, legend=False)
-        ax.set(xlabel="optimizer step", ylabel=ylabel)
+def single_reference(df: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
+    """single's rows with the same setup and global batch as the panel's runs (its reference)."""
+    if panel.empty or (panel["variant"] == "single").any():
+        return panel.iloc[0:0]
+    r = panel.iloc[0]
+    single = df[(df["variant"] == "single") & (df["setup"] == r["setup"])
+                & (df["global_batch"] == r["global_batch"])]
+    return single[single["label"] == (single["label"].iloc[0] if len(single) else "")]
+
+
+def identical_to_single(curves: pd.DataFrame, y: str, x: str) -> list[str]:
+    """Variants whose curve equals single's at every shared x (they hide under it)."""
+    single = curves[curves["variant"] == "single"].set_index(x)[y]
+    same = []
+    for v in variant_order(curves["variant"]):
+        if v == "single" or single.empty:
+            continue
+        other = curves[curves["variant"] == v].set_index(x)[y]
+        both = other.index.intersection(single.index)
+        if len(both) and np.allclose(other[both], single[both], rtol=IDENTICAL, atol=IDENTICAL):
+            same.append(v)
+    return same
+
+
+def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str = "step",
+                      subtitle: str = "", difference: bool = False,
+                      marker: str | None = None) -> Figure:
+    """Curves of y against x per variant, one panel per (option set, GPU count). Plain curves get
+    single's curve at the same setup and global batch in every panel as the reference; with
+    `difference`, y already is the difference to single and the reference is the zero line.
+    Curves equal to the reference are dashed on top of it and named in the panel."""
+    panels = curve_panels(df)
+    variants = variant_order(df["variant"])
+    fig, axes = panel_grid(len(panels), n_cols=min(4, df["gpus"].nunique()))
+    for ax, (lab, g) in zip(axes, panels):
+        panel = df[(df["label"] == lab) & (df["gpus"] == g)]
+        if difference:
+            ax.axhline(0.0, lw=1, color=REFERENCE_COLOR, zorder=1)
+            same = [v for v, c in panel.groupby("variant", sort=False)
+                    if np.allclose(c[y], 0.0, atol=IDENTICAL)]
+        else:
+            ref = single_reference(df, panel)
+            panel = pd.concat([panel, ref], ignore_index=True)
+            same = identical_to_single(panel, y, x)
+            missing = not (panel["variant"] == "single").any()
+        for v in variant_order(panel["variant"]):
+            c = panel[panel["variant"] == v].sort_values(x)
+            style_ = dict(ls=(0, (4, 3)), lw=1.6) if v in same else dict(lw=1.1)
+            ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, **style_)
+        # Remarks go in the corner the curves leave free at their right end.
+        lo, hi = float(panel[y].min()), float(panel[y].max())
+        if difference:
+            lo, hi = min(lo, 0.0), max(hi, 0.0)
+        span = (hi - lo) or abs(hi) or 1.0
+        ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
+        right = panel[panel[x] >= panel[x].quantile(0.7)][y]
+        where = "bottom" if len(right) and right.mean() > lo + span / 2 else "top"
+        words = []
+        if same:
+            words.append(f"identical to single{' (0 at every step)' if difference else ''}: "
+                         f"{', '.join(variant_order(same))}" + ("" if difference else " (dashed)"))
+        if not difference and missing:
+            words.append(f"no single run at global batch {panel['global_batch'].iloc[0]:g}")
+        if words:
+            note(ax, "\n".join(words), where=where)
+        ax.set(xlabel="optimizer step" if x == "step" else x, ylabel=ylabel)
+        if x == "epoch":
+            ax.set_xticks(sorted(panel[x].astype(int).unique()))
+        panel_title(ax, f"{lab} · {gpus_label(g)}")
     add_legend(fig, variants)
-    smoothing = f", rolling mean over {window} steps" if window > 1 else ""
-    fig.suptitle(f"{title}\n(mean over repeats{smoothing})")
+    figure_title(fig, f"{title} ({subtitle})" if subtitle else title)
     return fig
 
 
 def loss_steps(t: Tables) -> pd.DataFrame:
-    return only_ok(t["steps"], t["summary"]).dropna(subset=["loss_global"])
+    steps = only_ok(t["steps"], t["summary"]).dropna(subset=["loss_global"])
+    return with_run_info(steps, t["summary"])
+
+
+def mean_curves(df: pd.DataFrame, y: str, x: str = "step") -> pd.DataFrame:
+    keys = ["label", "options", "setup", "global_batch", "per_gpu_batch", "scaling", "precision",
+            "variant", "gpus"]
+    return df.groupby(keys + [x], sort=True)[y].mean().reset_index()
 
 
 def plot_loss_curves(t: Tables) -> Figure:
@@ -262,27 +420,35 @@ def plot_loss_curves(t: Tables) -> Figure:
     steps = loss_steps(t)
     if steps.empty:
         return placeholder(title, why_empty(t["summary"], "no step records"))
-    return draw_curves(steps, "loss_global", "loss_global", title)
+    curves, window = smooth(mean_curves(steps, "loss_global"), "loss_global",
+                            ["label", "variant", "gpus"])
+    smoothing = f", rolling mean over {window} steps" if window > 1 else ""
+    return draw_curve_panels(curves, "loss_global", "loss_global", title,
+                             subtitle=f"mean over repeats{smoothing}; single at the same "
+                                      "global batch in every panel")
 
 
 def plot_loss_vs_single(t: Tables) -> Figure:
     title = "Global loss minus single's"
     steps = loss_steps(t)
-    single = steps.loc[steps["variant"] == "single", ["options", "repeat", "step", "loss_global"]]
+    single = steps.loc[steps["variant"] == "single",
+                       ["setup", "global_batch", "repeat", "step", "loss_global"]]
     others = steps[steps["variant"] != "single"]
     if single.empty or others.empty:
         return placeholder(title, why_empty(
             t["summary"], "needs step records of single\nand of at least one other variant"))
-    # Same options, same repeat (hence seed), same step: only the variant differs.
-    diff = others.merge(single, on=["options", "repeat", "step"], suffixes=("", "_single"))
+    # Same setup, same global batch, same repeat (hence seed), same step: only the variant differs.
+    diff = others.merge(single, on=["setup", "global_batch", "repeat", "step"],
+                        suffixes=("", "_single"))
     if diff.empty:
-        why = "no step of another variant matches\na single run's options and repeat"
-        return placeholder(title, why)
+        return placeholder(title, "no other variant ran with a single run's\n"
+                                  "options, global batch and repeat")
     diff = diff.assign(loss_diff=diff["loss_global"] - diff["loss_global_single"])
-    fig = draw_curves(diff, "loss_diff", "loss_global − single's loss_global", title)
-    for ax in fig.axes:
-        ax.axhline(0.0, lw=1, color="0.3")
-    return fig
+    curves, window = smooth(mean_curves(diff, "loss_diff"), "loss_diff", ["label", "variant", "gpus"])
+    return draw_curve_panels(curves, "loss_diff", "loss_global − single's", title,
+                             subtitle="same setup, global batch and seed; mean over repeats"
+                                      + (f", rolling mean over {window} steps" if window > 1 else ""),
+                             difference=True)
 
 
 def plot_accuracy(t: Tables) -> Figure:
@@ -290,18 +456,11 @@ def plot_accuracy(t: Tables) -> Figure:
     acc = only_ok(t["accuracy"], t["summary"]).dropna(subset=["test_acc"])
     if acc.empty:
         return placeholder(title, why_empty(t["summary"], "no test accuracy recorded"))
-    acc = with_single_reference(acc)
-    variants = variant_order(acc["variant"])
-    fig, panels = facets(acc, col="gpus")
-    for ax, panel in panels:
-        sns.lineplot(data=panel, x="epoch", y="test_acc", hue="variant",
-                     hue_order=variant_order(panel["variant"]), palette=palette(variants),
-                     errorbar=SPREAD, marker="o", linewidth=1.2, ax=ax, legend=False)
-        ax.set_xticks(sorted(panel["epoch"].astype(int).unique()))
-        ax.set(xlabel="epoch", ylabel="test accuracy")
-    add_legend(fig, variants)
-    fig.suptitle(f"{title}\n(mean over repeats, band: min..max)")
-    return fig
+    acc = with_run_info(acc, t["summary"])
+    curves = mean_curves(acc, "test_acc", x="epoch")
+    return draw_curve_panels(curves, "test_acc", "test accuracy", title, x="epoch", marker="o",
+                             subtitle="mean over repeats; single at the same global batch in "
+                                      "every panel")
 
 
 # -- warnings -------------------------------------------------------------------------------
@@ -311,22 +470,32 @@ def plot_warnings(t: Tables) -> Figure:
     w = t["warnings"]
     if w.empty:
         return placeholder(title, "no warnings recorded")
+    w = with_run_info(w, t["summary"])
     # A recorded warning happened at least once even when its count was not kept.
     totals = (w.assign(count=w["count"].fillna(1))
-              .groupby(["options", "variant", "gpus"], sort=True)["count"].sum().reset_index())
+              .groupby(["label", "options", "scaling", "global_batch", "per_gpu_batch", "precision",
+                        "variant", "gpus"], sort=True, dropna=False)["count"].sum()
+              .reset_index())
     totals["gpus"] = totals["gpus"].astype(int)
     variants = variant_order(totals["variant"])
-    fig, panels = facets(totals, col="options", row=None)
-    for ax, panel in panels:
+    order = facet_order(totals)
+    log = span_is_wide(list(totals["count"]))
+    fig, axes = panel_grid(len(order))
+    tops = []
+    for ax, lab in zip(axes, order):
+        panel = totals[totals["label"] == lab]
         present = variant_order(panel["variant"])
         sns.barplot(data=panel, x="gpus", y="count", hue="variant", hue_order=present,
-                    palette=palette(present), saturation=1, ax=ax, legend=False)
+                    palette=palette(present), saturation=1, ax=ax, legend=False,
+                    log_scale=(False, log) if log else None)
         for bars in ax.containers:
             ax.bar_label(bars, fmt="{:,.0f}", fontsize=7, padding=2)
-        ax.margins(y=0.12)  # room for the labels above the tallest bar
-        ax.set(xlabel="GPUs", ylabel="warnings")
+        ax.set(xlabel="GPUs", ylabel="warnings (log scale)" if log else "warnings")
+        panel_title(ax, lab)
+        tops.append(float(panel["count"].max()) * (1.6 if log else 1.1))  # room for the labels
+    fit_y(axes, tops, [0.5] * len(axes) if log else None, log=log)
     add_legend(fig, variants, bars=True)
-    fig.suptitle(f"{title}\n(sum of counts over repeats)")
+    figure_title(fig, f"{title} (sum of counts over repeats)")
     return fig
 
 
@@ -344,9 +513,18 @@ DRAW: dict[str, Callable[[Tables], Figure]] = {
 FIGURES = tuple(DRAW)  # file stems under results/<tag>/figures, in drawing order
 
 
+def load_tables(results_dir: Path | str, tag: str) -> Tables:
+    """The per-run tables, with each run's label (its option set in words) in the summary."""
+    tables = {name: load_table(results_dir, tag, name) for name in results.TABLES
+              if name != "medians"}
+    summary = tables["summary"]
+    tables["summary"] = summary.assign(label=labels(summary))
+    return tables
+
+
 def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
     """Writes every figure of FIGURES to results/<tag>/figures/<name>.png; returns the paths."""
-    tables = {name: load_table(results_dir, tag, name) for name in results.TABLES}
+    tables = load_tables(results_dir, tag)
     out = results.figures_dir(results_dir, tag)
     paths = []
     with style():

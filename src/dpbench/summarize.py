@@ -1,8 +1,6 @@
-"""results/<tag>/summary.md: provenance, headline ratios, medians over repeats, skipped and
-failed runs, and warnings, all from the tidy tables and provenance.json.
-
-Also the small table helpers that plots.py shares, so the figures and the text compute
-speed-up and scaling efficiency the same way.
+"""results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
+and weak scaling, medians over repeats, skipped and failed runs, and warnings, all from the tidy
+tables and provenance.json. The statistics are dpbench.tables', shared with the figures.
 
     python -m dpbench.summarize --results-dir results --tag TAG
 """
@@ -10,33 +8,28 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
-from dpbench import DP_VARIANTS, VARIANTS, results
+from dpbench import DP_VARIANTS, results
 from dpbench.markdown import md_table
+from dpbench.tables import (NO_INTERVAL, STRONG, WEAK, cells, gpus_label, interval_text,
+                            load_table, ok_runs, variant_order)
 
 SUMMARY_MD = "summary.md"
-
-# Everything else in the tidy tables is numeric (null when not measured).
-TEXT_COLUMNS = {"run_id", "variant", "options", "status", "reason", "category", "message",
-                "location", "precision", "feed", "dataset", "device_type"}
-SORT_KEYS = ["options", "variant", "gpus", "repeat", "device", "epoch", "step", "category",
-             "message", "rank"]
-GROUP = ["options", "variant", "gpus"]
 
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
                    ("driver", "driver"), ("gpu_names", "GPUs"), ("python", "Python"),
                    ("hostname", "host"), ("git_sha", "git"), ("n_runs", "runs")]
 
-# (summary column, header, format) for the medians table.
+# (cell column, header, format) for the medians table.
 MEDIAN_COLUMNS = [
     ("images_per_s", "images/s", "{:,.0f}"),
-    ("speedup", "× single", "{:.2f}"),
-    ("efficiency", "efficiency", "{:.0%}"),
+    ("speedup_strong", "× single", "{:.2f}"),
+    ("efficiency_strong", "strong eff.", "{:.0%}"),
+    ("efficiency_weak", "weak eff.", "{:.0%}"),
     ("step_ms_p50", "step ms p50", "{:.1f}"),
     ("peak_mem_mib", "peak MiB", "{:,.0f}"),
     ("mem_dev0_over_mean_others", "dev0 / others", "{:.2f}"),
@@ -46,91 +39,9 @@ MEDIAN_COLUMNS = [
 ]
 
 
-# -- tables ---------------------------------------------------------------------------------
-
-def variant_rank(variant: str) -> int:
-    return VARIANTS.index(variant) if variant in VARIANTS else len(VARIANTS)
-
-
-def variant_order(values: Iterable[str]) -> list[str]:
-    """Known variants in the fixed order, then any others alphabetically."""
-    return sorted(set(values), key=lambda v: (variant_rank(v), v))
-
-
-def natural_key(text: str) -> list:
-    """'global_batch=128' before 'global_batch=1024': digit runs compare as numbers."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
-
-
-def ordered(values: Iterable) -> list:
-    """Distinct values, sorted numerically or naturally (for options labels)."""
-    distinct = set(values)
-    return sorted(distinct, key=natural_key if all(isinstance(v, str) for v in distinct) else None)
-
-
-def _sort_key(col: pd.Series) -> pd.Series:
-    if col.name == "variant":
-        return col.map(variant_rank)
-    if col.name == "options":
-        return col.map({v: i for i, v in enumerate(ordered(col))})
-    return col
-
-
-def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
-    """A tidy table with text columns as str ('' for empty) and the rest numeric, sorted.
-
-    A table with no rows reads back with untyped columns, and some text columns (precision,
-    feed, ...) are not text for read_table; both would break grouping and plotting.
-    """
-    df = results.read_table(results_dir, tag, name)
-    for col in df.columns:
-        if col in TEXT_COLUMNS:
-            df[col] = df[col].astype(object).fillna("").astype(str)
-        else:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    keys = [k for k in SORT_KEYS if k in df.columns]
-    return df.sort_values(keys, key=_sort_key, kind="stable").reset_index(drop=True)
-
-
-def ok_runs(summary: pd.DataFrame) -> pd.DataFrame:
-    return summary[summary["status"] == results.STATUS_OK]
-
-
-def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Rows of a per-run table that belong to ok runs (failed runs leave partial records)."""
-    return table[table["run_id"].isin(ok_runs(summary)["run_id"])]
-
-
-def single_medians(ok: pd.DataFrame) -> pd.Series:
-    """Median images/s of the single-device runs, per options label."""
-    single = ok[ok["variant"] == "single"]
-    return single.groupby("options")["images_per_s"].median()
-
-
-def with_efficiency(ok: pd.DataFrame) -> pd.DataFrame:
-    """Adds speedup (vs single's median, same options) and efficiency (speedup / gpus).
-
-    Rows whose options have no single baseline get NaN.
-    """
-    base = ok["options"].map(single_medians(ok))
-    return ok.assign(speedup=ok["images_per_s"] / base,
-                     efficiency=ok["images_per_s"] / (ok["gpus"] * base))
-
-
 def medians(summary: pd.DataFrame) -> pd.DataFrame:
-    """Medians over the repeats of the ok runs, one row per (options, variant, gpus).
-
-    speedup and efficiency are recomputed from the median images/s, so the headline
-    reads as median(variant) / median(single).
-    """
-    ok = ok_runs(summary)
-    cols = [c for c, _, _ in MEDIAN_COLUMNS if c not in ("speedup", "efficiency")]
-    groups = ok.groupby(GROUP, sort=False)
-    med = groups[cols].median().assign(n_ok=groups.size()).reset_index()
-    base = med["options"].map(single_medians(ok))
-    med["speedup"] = med["images_per_s"] / base
-    med["efficiency"] = med["speedup"] / med["gpus"]
-    return med.sort_values(GROUP, key=_sort_key, kind="stable").reset_index(drop=True)
+    """One row per (options, variant, gpus) of ok runs: medians and ratios with intervals."""
+    return cells(summary)
 
 
 # -- markdown -------------------------------------------------------------------------------
@@ -161,10 +72,6 @@ def _fmt_provenance(value: Any) -> str:
     return "n/a" if value in (None, "") else str(value)
 
 
-def gpus_label(gpus: int) -> str:
-    return f"{gpus} GPU" + ("" if gpus == 1 else "s")
-
-
 # -- sections -------------------------------------------------------------------------------
 
 def provenance_section(results_dir: Path | str, tag: str) -> str:
@@ -177,48 +84,96 @@ def provenance_section(results_dir: Path | str, tag: str) -> str:
     return "## Provenance\n\n" + md_table(["", "value"], rows) + "\n"
 
 
-def headline_line(row: pd.Series) -> str:
-    """e.g. 'ddp on 2 GPUs: 1.77× single (efficiency 88%), 17,700 images/s'."""
-    where = f"{row['variant']} on {gpus_label(row['gpus'])}"
-    speed = fmt(row["images_per_s"], "{:,.0f}") + " images/s"
-    if row["variant"] == "single":
-        text = f"{where}: {speed} (baseline)"
-    elif math.isnan(row["speedup"]):
-        text = f"{where}: {speed} (no single baseline)"
-    else:
-        text = (f"{where}: {row['speedup']:.2f}× single "
-                f"(scaling efficiency {row['efficiency']:.0%}), {speed}")
-    ratio = row["mem_dev0_over_mean_others"]
-    if row["variant"] in DP_VARIANTS and row["gpus"] > 1 and not math.isnan(ratio):
-        text += f"; device 0 holds {ratio:.2f}× the mean of the other devices' memory"
+def with_interval(value: float, lo: float, hi: float, spec: str, n: int) -> str:
+    """'1.77 (95% CI 1.74–1.80)', '1.34 (95% CI rounds to it)' or '1.77 (n=1, no interval)'."""
+    if n >= 2 and fmt(lo, spec) == fmt(hi, spec) == fmt(value, spec):
+        return f"{fmt(value, spec)} (95% CI rounds to it)"
+    return f"{fmt(value, spec)} ({interval_text(lo, hi, spec, n)})"
+
+
+def scaling_phrase(c: pd.Series, kind: str) -> str:
+    """'strong scaling: 1.77× single at global batch 512, efficiency 88% (95% CI 87–90%)'."""
+    ref, eff = c[f"{kind}_reference"], f"efficiency_{kind}"
+    if not ref or math.isnan(c[eff]):
+        return ""
+    n = min(c["n_ok"], c[f"{kind}_reference_n"])
+    return (f"{kind} scaling: {c[f'speedup_{kind}']:.2f}× {ref}, efficiency "
+            f"{with_interval(c[eff], c[f'{eff}_ci_low'], c[f'{eff}_ci_high'], '{:.0%}', n)}")
+
+
+def headline_line(c: pd.Series) -> str:
+    """e.g. 'ddp on 2 GPUs: 17,700 images/s (95% CI ...); strong scaling: 1.77× single at
+    global batch 512, efficiency 88% (...); weak scaling: ...'."""
+    where = f"{c['variant']} on {gpus_label(c['gpus'])}"
+    speed = with_interval(c["images_per_s"], c["images_per_s_ci_low"], c["images_per_s_ci_high"],
+                          "{:,.0f}", c["n_ok"]).replace(" (", " images/s (", 1)
+    if c["variant"] == "single":
+        return f"- {where}: {speed} (baseline)"
+    # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
+    parts = [scaling_phrase(c, kind) for kind in ((STRONG,) if c["gpus"] == 1 else (STRONG, WEAK))]
+    parts = [p for p in parts if p] or [
+        f"no single run at global batch {fmt(c['global_batch'], '{:g}')} (strong) or "
+        f"{fmt(c['per_gpu_batch'], '{:g}')} (weak) to compare with"]
+    text = f"{where}: {speed}; " + "; ".join(parts)
+    ratio = c["mem_dev0_over_mean_others"]
+    if c["variant"] in DP_VARIANTS and c["gpus"] > 1 and not math.isnan(ratio):
+        text += ("; device 0 holds " + with_interval(ratio, c["mem_dev0_over_mean_others_ci_low"],
+                                                     c["mem_dev0_over_mean_others_ci_high"],
+                                                     "{:.2f}", c["n_ok"]).replace(" (", "× (", 1)
+                 + " the mean of the other devices' memory")
     return f"- {text}"
 
 
 def headline_section(med: pd.DataFrame) -> str:
-    out = ["## Headline (medians over repeats)", ""]
+    out = ["## Headline (medians over repeats, 95% bootstrap intervals)", ""]
     if med.empty:
         return "\n".join(out + ["No successful runs.", ""])
-    for options, group in med.groupby("options", sort=False):
-        if options:
-            out += [f"### {options}", ""]
+    several = med["label"].nunique() > 1
+    for lab, group in med.groupby("label", sort=False):
+        if several:
+            out += [f"### {lab}", ""]
         out += [headline_line(row) for _, row in group.iterrows()] + [""]
     return "\n".join(out)
+
+
+def scaling_section(med: pd.DataFrame) -> str:
+    """Strong and weak efficiency of every multi-GPU cell, each against its own single runs."""
+    out = ["## Strong and weak scaling", "",
+           "Strong: images/s ÷ (GPUs × single's images/s at the same global batch). Weak: "
+           "images/s ÷ (GPUs × single's images/s at the per-GPU batch). Both are ratios of "
+           "medians, with the same options otherwise; `n/a`: no such single run.", ""]
+    cells_ = med[(med["variant"] != "single")] if not med.empty else med
+    if cells_.empty:
+        return "\n".join(out + ["No multi-device runs with a single baseline.", ""])
+    headers = ["variant", "GPUs", "settings", "global batch", "per-GPU batch", "planned",
+               "strong efficiency", "weak efficiency"]
+    rows = []
+    for _, c in cells_.iterrows():
+        effs = []
+        for kind in (STRONG, WEAK):
+            q = f"efficiency_{kind}"
+            n = min(c["n_ok"], c[f"{kind}_reference_n"])
+            effs.append("n/a" if math.isnan(c[q]) else
+                        with_interval(c[q], c[f"{q}_ci_low"], c[f"{q}_ci_high"], "{:.0%}", n))
+        rows.append([c["variant"], str(c["gpus"]), c["label"], fmt(c["global_batch"], "{:g}"),
+                     fmt(c["per_gpu_batch"], "{:g}"), c["scaling"], *effs])
+    return "\n".join(out + [md_table(headers, rows, right=[1, 3, 4]), ""])
 
 
 def medians_section(med: pd.DataFrame) -> str:
     out = ["## Summary medians (ok runs)", ""]
     if med.empty:
         return "\n".join(out + ["No successful runs.", ""])
-    with_options = (med["options"] != "").any()
-    headers = ["variant", "gpus"] + (["options"] if with_options else []) + ["ok runs"]
-    headers += [h for _, h, _ in MEDIAN_COLUMNS]
+    headers = ["variant", "gpus", "settings", "ok runs"] + [h for _, h, _ in MEDIAN_COLUMNS]
     rows = []
     for _, r in med.iterrows():
-        row = [r["variant"], str(r["gpus"])] + ([r["options"]] if with_options else [])
-        row += [str(r["n_ok"])] + [fmt(r[c], spec) for c, _, spec in MEDIAN_COLUMNS]
+        row = [r["variant"], str(r["gpus"]), r["label"], str(r["n_ok"])]
+        row += [fmt(r[c], spec) for c, _, spec in MEDIAN_COLUMNS]
         rows.append(row)
-    right = [1] + list(range(len(headers) - len(MEDIAN_COLUMNS) - 1, len(headers)))
-    return "\n".join(out + [md_table(headers, rows, right=right), ""])
+    right = [1, 3] + list(range(4, len(headers)))
+    note = ("Intervals are in the headline above and in `medians.csv`; a cell with one repeat "
+            f"has none ({NO_INTERVAL}).")
+    return "\n".join(out + [md_table(headers, rows, right=right), "", note, ""])
 
 
 def not_ok_section(summary: pd.DataFrame) -> str:
@@ -267,8 +222,8 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
                 "processes, and the timings say nothing about GPUs._\n"
                 if len(ran) and (ran["device_type"] == "cpu").all() else "")
     sections = [f"# dpbench results: {tag}\n", cpu_note, provenance_section(results_dir, tag),
-                headline_section(med), medians_section(med), not_ok_section(summary),
-                warnings_section(warnings)]
+                headline_section(med), scaling_section(med), medians_section(med),
+                not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
 
 

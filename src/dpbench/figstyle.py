@@ -1,0 +1,169 @@
+"""One figure style for the pipeline's figures (dpbench.plots) and the claims ledger's
+(dpbench.claims.figures): sizes, colours, panel grids, titles that fit their panel, legends,
+placeholders and byte-stable PNG output.
+
+Figures are drawn on the Agg canvas without pyplot (no global state), with fixed panel sizes
+and dpi, and saved without the Software/date metadata, so the same data give the same bytes.
+"""
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter, StrMethodFormatter
+
+from dpbench import VARIANTS, results
+
+PANEL_IN = (4.2, 3.2)     # inches per panel
+LEGEND_IN = 1.7           # inches kept for the legend right of the panels
+DPI = 110
+MAX_COLS = 4              # panels per row before a grid wraps
+PALETTE = dict(zip(VARIANTS, sns.color_palette("colorblind", len(VARIANTS))))
+OTHER_COLOR = "0.45"      # variants this module does not know yet
+REFERENCE_COLOR = "0.3"   # ideal lines, zero lines
+TITLE_CHARS = 50          # characters per line of a panel title at PANEL_IN's width
+SHARE_RATIO = 2.0         # panels share a y scale when their tops differ by less than this
+
+
+def palette(variants: Sequence[str]) -> dict[str, object]:
+    return {v: PALETTE.get(v, OTHER_COLOR) for v in variants}
+
+
+def color(variant: str) -> object:
+    return PALETTE.get(variant, OTHER_COLOR)
+
+
+def new_figure(n_rows: int = 1, n_cols: int = 1, legend: bool = True,
+               sharey: bool = True) -> tuple[Figure, list]:
+    """A constrained-layout figure of n_rows × n_cols panels (a list of rows of axes)."""
+    width = PANEL_IN[0] * n_cols + (LEGEND_IN if legend else 0)
+    fig = Figure(figsize=(width, PANEL_IN[1] * n_rows), dpi=DPI, layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, squeeze=False, sharey=sharey)
+    return fig, axes
+
+
+def panel_grid(n: int, n_cols: int | None = None, legend: bool = True,
+               row_breaks: Sequence[int] = ()) -> tuple[Figure, list[Axes]]:
+    """Exactly n panels (no empty ones), wrapped at n_cols (default: up to MAX_COLS).
+
+    row_breaks: panel indices that start a new row (e.g. the first weak-scaling panel).
+    Slots a wrap leaves unused are removed from the figure.
+    """
+    n_cols = max(1, min(n_cols or MAX_COLS, n))
+    slots, col = [], 0
+    row = 0
+    for i in range(n):
+        if i and (col == n_cols or i in row_breaks):
+            row, col = row + 1, 0
+        slots.append((row, col))
+        col += 1
+    fig, grid = new_figure(row + 1, n_cols, legend=legend, sharey=False)
+    used = set(slots)
+    for r, cells in enumerate(grid):
+        for c, ax in enumerate(cells):
+            if (r, c) not in used:
+                fig.delaxes(ax)
+    return fig, [grid[r][c] for r, c in slots]
+
+
+def panel_title(ax: Axes, text: str) -> None:
+    """A panel title wrapped to the panel's width, so neighbours' titles never overlap; a long
+    title breaks at its ' · ' separators first."""
+    lines = []
+    for part in text.split(" · ") if len(text) > TITLE_CHARS else [text]:
+        if lines and len(lines[-1]) + 3 + len(part) <= TITLE_CHARS:
+            lines[-1] += " · " + part
+        else:
+            lines += textwrap.wrap(part, TITLE_CHARS, break_on_hyphens=False) or [part]
+    ax.set_title("\n".join(lines))
+
+
+def figure_title(fig: Figure, text: str) -> None:
+    """The figure's title, wrapped to the figure's width (constrained layout keeps it clear of
+    the panels)."""
+    chars = max(30, int(fig.get_figwidth() * 10.5))
+    fig.suptitle("\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)))
+
+
+def placeholder(title: str, message: str) -> Figure:
+    """A figure that says why there is nothing to draw."""
+    fig, axes = new_figure(legend=False)
+    ax = axes[0][0]
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, transform=ax.transAxes)
+    figure_title(fig, title)
+    return fig
+
+
+def note(ax: Axes, text: str, where: str = "top") -> None:
+    """A short remark inside a panel (e.g. curves that coincide), on a white box in the top or
+    bottom right corner."""
+    y, va = (0.97, "top") if where == "top" else (0.03, "bottom")
+    ax.text(0.97, y, text, transform=ax.transAxes, ha="right", va=va, fontsize="small",
+            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9), zorder=5)
+
+
+def variant_handle(variant: str, bars: bool = False) -> Line2D | Patch:
+    if bars:
+        return Patch(color=color(variant), label=variant)
+    return Line2D([], [], color=color(variant), marker="o", label=variant)
+
+
+def add_legend(fig: Figure, variants: Sequence[str], bars: bool = False,
+               extra: Sequence[Line2D] = ()) -> None:
+    """One legend for the whole figure, right of the panels, so every panel keeps its width."""
+    fig.legend(handles=[variant_handle(v, bars) for v in variants] + list(extra),
+               loc="outside right center", frameon=False, title="variant")
+
+
+def fit_y(axes: Sequence[Axes], tops: Sequence[float], bottoms: Sequence[float] | None = None,
+          log: bool | Sequence[bool] = False, margin: float = 0.08) -> None:
+    """y limits that hold every point. Panels share one range when they share a scale and their
+    tops are within SHARE_RATIO of each other (easier to compare); otherwise each panel gets its
+    own. `log` (one flag, or one per panel) puts a panel on a log scale; its bottoms must be > 0."""
+    n = len(axes)
+    bottoms = list(bottoms) if bottoms is not None else [0.0] * n
+    logs = list(log) if isinstance(log, (list, tuple)) else [bool(log)] * n
+    finite = [t for t in tops if t is not None and math.isfinite(t) and t > 0]
+    shared = (bool(finite) and len(set(logs)) == 1 and max(finite) / min(finite) <= SHARE_RATIO)
+    for ax, top, bottom, is_log in zip(axes, tops, bottoms, logs):
+        if top is None or not math.isfinite(top):
+            continue
+        hi = max(finite) if shared else top
+        lo = min(b for b in bottoms if math.isfinite(b)) if shared else bottom
+        if is_log:
+            ax.set_yscale("log")
+            ax.set_ylim(lo / (1 + margin * 3), hi * (1 + margin * 3))
+            ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        else:
+            span = (hi - lo) or abs(hi) or 1.0
+            ax.set_ylim(lo - (margin * span if lo < 0 else 0), hi + margin * span)
+
+
+def thousands(ax: Axes) -> None:
+    """y tick labels with thousands separators (12,000 rather than 12000)."""
+    if ax.get_yscale() == "linear":
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """dpbench's look, as context managers: the caller's matplotlib settings stay untouched."""
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.8):
+        yield
+
+
+def save(fig: Figure, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    results.write_atomic(path, buf.getvalue())
