@@ -166,16 +166,16 @@ class Bench:
 
     def timed(self, net: nn.Module, steps: int) -> dict[str, Any]:
         for _ in range(WARMUP):
-            first = self.step(net)
-        n = FEW_STEPS if first > SLOW_STEP_MS else steps
+            last_warmup = self.step(net)
+        n = FEW_STEPS if last_warmup > SLOW_STEP_MS else steps
         times = [self.step(net) for _ in range(n)]
         med = _median(times)
         return {"step_ms": round(med, 3), "images_per_s": round(self.batch / med * 1e3, 1),
                 "timed_steps": n, "step_ms_min": round(min(times), 3), "step_ms_max": round(max(times), 3)}
 
     def staged(self, dp: nn.DataParallel, steps: int) -> dict[str, Any]:
-        first = [self.staged_step(dp) for _ in range(WARMUP)][-1]
-        n = FEW_STEPS if first["total"] > SLOW_STEP_MS else steps
+        last_warmup = [self.staged_step(dp) for _ in range(WARMUP)][-1]
+        n = FEW_STEPS if last_warmup["total"] > SLOW_STEP_MS else steps
         rows = [self.staged_step(dp) for _ in range(n)]
         return {**{s: round(_median([r[s] for r in rows]), 3) for s in (*STAGES, "total")}, "timed_steps": n}
 
@@ -203,6 +203,8 @@ def replica_autocast_dtype(devices: list[int]) -> dict[str, str]:
 
 def measure(benchmark: bool, batch: int, steps: int) -> dict[str, Any]:
     torch.backends.cudnn.benchmark = benchmark
+    # TF32 as the training runs use it by default (tf32: true)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     n = torch.cuda.device_count()
     devices = list(range(min(n, 2)))
     bench = Bench(batch, devices)
