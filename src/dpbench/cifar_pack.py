@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import pickle
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from .results import write_atomic
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -87,22 +87,9 @@ def decode(header: bytes, scans: np.ndarray, offsets: np.ndarray, split: str) ->
 
 
 def _write_pickle(path: Path, obj) -> None:
-    """Whole or not at all: an interrupted rebuild must not leave a truncated batch file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=4)   # compact arrays; Python 3.4+ reads it
-        os.chmod(tmp, 0o644 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    # Whole or not at all (an interrupted rebuild must not leave a truncated batch file);
+    # protocol 4 stores arrays compactly, and every Python 3 reads it.
+    write_atomic(path, pickle.dumps(obj, protocol=4))
 
 
 def _batch(name: str, images: np.ndarray, labels: np.ndarray, first: int) -> dict:
