@@ -70,7 +70,7 @@ def facet_order(df: pd.DataFrame) -> list[str]:
 def with_run_info(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """A per-run table with its runs' label, setup, batch and scaling from the summary."""
     info = summary[["run_id", "label", "setup", "global_batch", "per_gpu_batch", "scaling",
-                    "precision"]]
+                    "precision", "device_type"]]
     return table.drop(columns=[c for c in info.columns if c != "run_id" and c in table.columns]) \
         .merge(info, on="run_id", how="inner")
 
@@ -123,11 +123,20 @@ def panel_medians(runs: pd.DataFrame, y: str, pools: dict | None = None,
     return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high"])
 
 
-def gpu_ticks(ax: Axes, gpus) -> None:
+def on_cpu(df: pd.DataFrame) -> bool:
+    """Runs made without CUDA: their "GPU" count is a count of gloo processes."""
+    return "device_type" in df and len(df) > 0 and bool((df["device_type"] == "cpu").all())
+
+
+def count_label(gpus: int, cpu: bool) -> str:
+    return f"{int(gpus)} process" + ("" if gpus == 1 else "es") + " (CPU)" if cpu else gpus_label(gpus)
+
+
+def gpu_ticks(ax: Axes, gpus, cpu: bool = False) -> None:
     ticks = sorted({int(g) for g in gpus})
     ax.set_xticks(ticks)
     ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
-    ax.set_xlabel("GPUs")
+    ax.set_xlabel("processes (CPU, gloo)" if cpu else "GPUs")
 
 
 def span_is_wide(values: list[float]) -> bool:
@@ -137,8 +146,11 @@ def span_is_wide(values: list[float]) -> bool:
 
 def interval_words(med: pd.DataFrame, y: str) -> str:
     """What the error bars are, or that there are none with a single repeat."""
-    if len(med) and med[f"{y}_ci_low"].notna().any():
+    has = med[f"{y}_ci_low"].notna() if len(med) else pd.Series(dtype=bool)
+    if has.all() and len(has):
         return "bars: 95% bootstrap CI of the median"
+    if has.any():
+        return "bars: 95% bootstrap CI of the median; none where n=1"
     return "n=1 per point: no interval"
 
 
@@ -189,7 +201,7 @@ def plot_throughput(t: Tables) -> Figure:
                 kinds_drawn.add(kind)
         if not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)):
             note(ax, "no single run at this batch:\nno ideal line", where="bottom")
-        gpu_ticks(ax, xs_all)
+        gpu_ticks(ax, xs_all, on_cpu(ok))
         ax.set_ylabel("images/s")
         panel_title(ax, lab)
         logs.append(span_is_wide(values))
@@ -251,16 +263,20 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
         q = f"efficiency_{kind}"
         values = points_medians_intervals(ax, runs, med, q, variants)
         ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")})
-        gpu_ticks(ax, runs["gpus"])
+        gpu_ticks(ax, runs["gpus"], on_cpu(ok))
         ax.set_ylabel("images/s ÷ (GPUs × single)")
         panel_title(ax, head)
         tops.append(max(values + [1.0]))
     fit_y(axes, [max(1.1, t) for t in tops])
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=f"1.0 = ideal ({k})")
                                      for k in (STRONG, WEAK) if any(p[0] == k for p in panels)])
-    figure_title(fig, f"{title} (strong: against single at the same global batch; weak: at the "
-                 f"per-GPU batch; points: repeats; line: medians; "
-                 f"{interval_words(pd.concat([p[3] for p in panels]), f'efficiency_{panels[0][0]}')})")
+    against = {STRONG: "strong: against single at the same global batch",
+               WEAK: "weak: against single at the per-GPU batch"}
+    kinds = [k for k in (STRONG, WEAK) if any(p[0] == k for p in panels)]
+    bars = interval_words(pd.concat([p[3].rename(columns=lambda c: c.replace(f"_{p[0]}", ""))
+                                     for p in panels]), "efficiency")
+    figure_title(fig, f"{title} ({'; '.join(against[k] for k in kinds)}; points: runs; "
+                      f"line: medians; {bars})")
     return fig
 
 
@@ -398,7 +414,7 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         ax.set(xlabel="optimizer step" if x == "step" else x, ylabel=ylabel)
         if x == "epoch":
             ax.set_xticks(sorted(panel[x].astype(int).unique()))
-        panel_title(ax, f"{lab} · {gpus_label(g)}")
+        panel_title(ax, f"{lab} · {count_label(g, on_cpu(panel))}")
     add_legend(fig, variants)
     figure_title(fig, f"{title} ({subtitle})" if subtitle else title)
     return fig
@@ -411,7 +427,7 @@ def loss_steps(t: Tables) -> pd.DataFrame:
 
 def mean_curves(df: pd.DataFrame, y: str, x: str = "step") -> pd.DataFrame:
     keys = ["label", "options", "setup", "global_batch", "per_gpu_batch", "scaling", "precision",
-            "variant", "gpus"]
+            "device_type", "variant", "gpus"]
     return df.groupby(keys + [x], sort=True)[y].mean().reset_index()
 
 
@@ -490,7 +506,8 @@ def plot_warnings(t: Tables) -> Figure:
                     log_scale=(False, log) if log else None)
         for bars in ax.containers:
             ax.bar_label(bars, fmt="{:,.0f}", fontsize=7, padding=2)
-        ax.set(xlabel="GPUs", ylabel="warnings (log scale)" if log else "warnings")
+        ax.set(xlabel="processes (CPU, gloo)" if on_cpu(w) else "GPUs",
+               ylabel="warnings (log scale)" if log else "warnings")
         panel_title(ax, lab)
         tops.append(float(panel["count"].max()) * (1.6 if log else 1.1))  # room for the labels
     fit_y(axes, tops, [0.5] * len(axes) if log else None, log=log)
