@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from . import DP_VARIANTS, results
 from .config import RunConfig
@@ -28,6 +28,7 @@ def visible_gpus() -> int:
     return len(pool()) if gpu_count() else 0
 
 
+@lru_cache(maxsize=1)
 def torch_version() -> dict[str, str | None]:
     """torch's version facts without importing torch: its version.py, read as text. The
     installed distribution's metadata lacks the local part (2.14.1, not 2.14.1+cu130) for some
