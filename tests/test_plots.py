@@ -310,3 +310,25 @@ def test_summary_of_cpu_runs_says_gpu_counts_are_processes(tmp_path):
     assert "ran on the CPU" in render_summary(rs.root, rs.tag)
     rs = fake_result_set(tmp_path / "gpu", [dict(variant="single", device_type="cuda")])
     assert "ran on the CPU" not in render_summary(rs.root, rs.tag)
+
+
+def test_cpu_plan_draws_every_figure_in_processes(tmp_path):
+    """Without CUDA: single and ddp on 1-2 gloo processes, dp skipped, no device memory."""
+    cpu = dict(device_type="cpu", memory=[], global_batch=32)
+    rs = fake_result_set(tmp_path, [
+        dict(variant="single", images_per_s=[55.0, 54.0], **cpu),
+        dict(variant="ddp", gpus=1, images_per_s=[53.0, 52.0], **cpu),
+        dict(variant="ddp", gpus=2, images_per_s=[80.0, 82.0], loss=drift(0.01), **cpu),
+        dict(variant="dp", gpus=2, status="skipped", images_per_s=None, device_type="cpu",
+             reason="nn.DataParallel needs CUDA devices and none is visible")])
+    tables = load_tables(rs.root, rs.tag)
+    with style():
+        figures = {name: DRAW[name](tables) for name in FIGURES}
+    for name, fig in figures.items():
+        fig.set_dpi(50)
+        FigureCanvasAgg(fig).draw()
+        for ax in fig.axes:
+            assert outside_points(ax) == [], name
+    assert figures["throughput"].axes[0].get_xlabel() == "processes (CPU, gloo)"
+    assert panel_titles(figures["loss_curves"])[-1] == "fp32, batch 32 · 2 processes (CPU)"
+    assert "CPU runs" in " ".join(t.get_text() for t in figures["memory"].axes[0].texts)

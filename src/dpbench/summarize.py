@@ -84,6 +84,11 @@ def provenance_section(results_dir: Path | str, tag: str) -> str:
     return "## Provenance\n\n" + md_table(["", "value"], rows) + "\n"
 
 
+def ips_spec(value: float) -> str:
+    """Whole images/s for GPU rates, three significant digits for slow (CPU) ones."""
+    return "{:,.0f}" if not value or math.isnan(value) or value >= 100 else "{:.3g}"
+
+
 def with_interval(value: float, lo: float, hi: float, spec: str, n: int) -> str:
     """'1.77 (95% CI 1.74–1.80)', '1.34 (95% CI rounds to it)' or '1.77 (n=1, no interval)'."""
     if n >= 2 and fmt(lo, spec) == fmt(hi, spec) == fmt(value, spec):
@@ -106,7 +111,7 @@ def headline_line(c: pd.Series) -> str:
     global batch 512, efficiency 88% (...); weak scaling: ...'."""
     where = f"{c['variant']} on {gpus_label(c['gpus'])}"
     speed = with_interval(c["images_per_s"], c["images_per_s_ci_low"], c["images_per_s_ci_high"],
-                          "{:,.0f}", c["n_ok"]).replace(" (", " images/s (", 1)
+                          ips_spec(c["images_per_s"]), c["n_ok"]).replace(" (", " images/s (", 1)
     if c["variant"] == "single":
         return f"- {where}: {speed} (baseline)"
     # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
@@ -168,7 +173,8 @@ def medians_section(med: pd.DataFrame) -> str:
     rows = []
     for _, r in med.iterrows():
         row = [r["variant"], str(r["gpus"]), r["label"], str(r["n_ok"])]
-        row += [fmt(r[c], spec) for c, _, spec in MEDIAN_COLUMNS]
+        row += [fmt(r[c], ips_spec(r[c]) if c == "images_per_s" else spec)
+                for c, _, spec in MEDIAN_COLUMNS]
         rows.append(row)
     right = [1, 3] + list(range(4, len(headers)))
     note = ("Intervals are in the headline above and in `medians.csv`; a cell with one repeat "
