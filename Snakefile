@@ -30,10 +30,16 @@ PY = dict(py=f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHO
 # Where the tables are tells a rule which result set it works on.
 TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
 ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
-if "gpu" not in workflow.global_resources:   # no --resources gpu=N: the GPUs this machine shows
+# The `gpu` limit is this machine's GPUs (unless --resources gpu=N), for jobs run here. A cluster
+# executor (--jobs N, as the SLURM profile sets) places each job on a node that grants it its
+# own GPUs: a global cap would hold the whole pipeline to one node's count.
+if "gpu" not in workflow.global_resources and workflow.resource_settings.nodes is None:
     workflow.register_resource("gpu", PLAN.gpus_visible)
 if "cpu_timing" not in workflow.global_resources:   # the CPU plan's timed runs, one at a time
     workflow.register_resource("cpu_timing", 1)
+
+# Under a cluster executor these read and write small files: no queue wait for them.
+localrules: all, collect, plots, summary, claims, compare
 
 onstart:
     print(PLAN.banner(), file=sys.stderr)

@@ -5,6 +5,11 @@ say *which* ones a job gets. A job takes k free ids here (one lock file per id, 
 job's life, released by the kernel even if the job dies) and runs with CUDA_VISIBLE_DEVICES set
 to them, so two timed runs never share a GPU. Exclusive mode takes every id and exposes k: the
 run is then alone on the machine.
+
+Inside a SLURM job the ids are the job's grant, which SLURM gives no other job, and which it may
+number from 0 in every job: the locks are then the job's own (a folder per SLURM job id), so two
+jobs on one node never wait for each other over ids that name different GPUs, while jobs of one
+pipeline run inside a single allocation still share its GPUs one by one.
 """
 from __future__ import annotations
 
@@ -28,6 +33,16 @@ def pool() -> list[str]:
     return [str(i) for i in range(gpu_count())]
 
 
+def scoped(lock_dir: Path) -> Path:
+    """Where the locks of this process's GPU ids live: the machine's folder, or, in a SLURM job
+    that was granted GPUs (CUDA_VISIBLE_DEVICES set there), that job's own: the grant is
+    exclusive and its ids are the job's own numbering. A job without a GPU grant (a whole node
+    taken with --exclusive) sees the node's GPUs by their machine ids and keeps the machine's."""
+    job = os.environ.get("SLURM_JOB_ID")
+    granted = os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+    return lock_dir / f"slurm-job-{job}" if job and granted else lock_dir
+
+
 @contextmanager
 def lease(count: int, lock_dir: Path, exclusive: bool = False, poll_s: float = 2.0,
           announce=print):
@@ -36,6 +51,7 @@ def lease(count: int, lock_dir: Path, exclusive: bool = False, poll_s: float = 2
     if count > len(ids) or count == 0:
         yield ids[:count]      # the engine records the run as skipped, naming both numbers
         return
+    lock_dir = scoped(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     want = len(ids) if exclusive else count
     held: list[tuple[str, int]] = []
