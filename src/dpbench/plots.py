@@ -27,6 +27,7 @@ from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, 
                               palette, panel_grid, panel_title, placeholder, save, style,
                               thousands)
 from dpbench.tables import (STRONG, WEAK, describe, gpus_label, labels, load_table, median_ci,
+                            label_order as facet_order,
                             ok_runs, only_ok, ordered, ratio_ci, reference_batch, single_pools,
                             variant_order, with_efficiency, without_batch)
 
@@ -53,18 +54,6 @@ def why_empty(summary: pd.DataFrame, detail: str) -> str:
         return detail
     counts = summary["status"].value_counts().sort_index()
     return "no successful runs\n(" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
-
-
-def facet_order(df: pd.DataFrame) -> list[str]:
-    """Panel labels, each once: plain settings first (fewest options besides the batch), then
-    by their words; strong before weak; batches in increasing order."""
-    def key(r):
-        rest = without_batch(r["options"])
-        batch = r["global_batch"] if r["scaling"] == STRONG else r["per_gpu_batch"]
-        words = describe(rest, r.get("precision") or None)
-        return (len(rest), words, r["scaling"] != STRONG, batch, r["label"])
-    firsts = df.drop_duplicates("label").to_dict("records")
-    return [r["label"] for r in sorted(firsts, key=key)]
 
 
 def with_run_info(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:

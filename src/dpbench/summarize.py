@@ -16,7 +16,7 @@ import pandas as pd
 from dpbench import DP_VARIANTS, results
 from dpbench.markdown import md_table
 from dpbench.tables import (NO_INTERVAL, STRONG, WEAK, cells, gpus_label, interval_text,
-                            load_table, ok_runs, variant_order)
+                            label_order, load_table, ok_runs, variant_order)
 
 SUMMARY_MD = "summary.md"
 
@@ -37,11 +37,6 @@ MEDIAN_COLUMNS = [
     ("test_acc", "test acc", "{:.3f}"),
     ("n_warnings", "warnings", "{:.0f}"),
 ]
-
-
-def medians(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per (options, variant, gpus) of ok runs: medians and ratios with intervals."""
-    return cells(summary)
 
 
 # -- markdown -------------------------------------------------------------------------------
@@ -134,7 +129,8 @@ def headline_section(med: pd.DataFrame) -> str:
     if med.empty:
         return "\n".join(out + ["No successful runs.", ""])
     several = med["label"].nunique() > 1
-    for lab, group in med.groupby("label", sort=False):
+    for lab in label_order(med):
+        group = med[med["label"] == lab]
         if several:
             out += [f"### {lab}", ""]
         out += [headline_line(row) for _, row in group.iterrows()] + [""]
@@ -221,7 +217,10 @@ def warnings_section(warnings: pd.DataFrame) -> str:
 def render_summary(results_dir: Path | str, tag: str) -> str:
     summary = load_table(results_dir, tag, "summary")
     warnings = load_table(results_dir, tag, "warnings")
-    med = medians(summary)
+    med = cells(summary)
+    if len(med):   # option sets in the figures' order, then variant and GPU count as sorted
+        rank = {lab: i for i, lab in enumerate(label_order(med))}
+        med = med.assign(_r=med["label"].map(rank)).sort_values("_r", kind="stable").drop(columns="_r")
     ran = ok_runs(summary)
     # Without CUDA the engine runs single and ddp on the CPU: a "GPU" count is a process count.
     cpu_note = ("_These runs ran on the CPU (no CUDA device): \"GPUs\" below count ddp's gloo "

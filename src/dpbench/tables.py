@@ -187,6 +187,18 @@ def labels(df: pd.DataFrame) -> pd.Series:
     return pd.Series([label(r) for r in df.to_dict("records")], index=df.index, dtype=str)
 
 
+def label_order(df: pd.DataFrame) -> list[str]:
+    """The distinct labels of a table's rows in reading order: plain settings first (fewest
+    options besides the batch), then by their words; strong before weak; batches increasing."""
+    def key(r):
+        rest = without_batch(r["options"])
+        batch = r["global_batch"] if r["scaling"] == STRONG else r["per_gpu_batch"]
+        return (len(rest), describe(rest, r.get("precision") or None), r["scaling"] != STRONG,
+                batch, r["label"])
+    firsts = df.drop_duplicates("label").to_dict("records")
+    return [r["label"] for r in sorted(firsts, key=key)]
+
+
 def without_batch(options: str | dict | None) -> dict[str, Any]:
     return {k: v for k, v in parse_options(options).items() if k not in BATCH_KEYS}
 
