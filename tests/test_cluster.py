@@ -160,7 +160,7 @@ def slurm():
     """A one-node SLURM cluster with FAKE_GPUS fake GPUs (a gres on /dev/null nodes), up for this
     module's SLURM tests and down after them, whatever happened."""
     if not LOCAL_SLURM.exists():
-        pytest.skip(f"no local SLURM cluster script at {LOCAL_SLURM}")
+        pytest.skip("no tool for a local SLURM cluster beside this repository (the CI machine has one)")
     if os.geteuid() != 0:
         pytest.skip("a local SLURM cluster needs root")
     try:
