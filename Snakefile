@@ -33,9 +33,12 @@ ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
 # The `gpu` limit is this machine's GPUs (unless --resources gpu=N), for jobs run here. A cluster
 # executor (--jobs N, as the SLURM profile sets) places each job on a node that grants it its
 # own GPUs: a global cap would hold the whole pipeline to one node's count.
-if "gpu" not in workflow.global_resources and workflow.resource_settings.nodes is None:
+LOCAL = workflow.resource_settings.nodes is None
+if "gpu" not in workflow.global_resources and LOCAL:
     workflow.register_resource("gpu", PLAN.gpus_visible)
-if "cpu_timing" not in workflow.global_resources:   # the CPU plan's timed runs, one at a time
+# The CPU plan's timed runs one at a time when they share this machine (cluster jobs get their
+# own CPUs from the scheduler).
+if "cpu_timing" not in workflow.global_resources and LOCAL:
     workflow.register_resource("cpu_timing", 1)
 
 # Under a cluster executor these read and write small files: no queue wait for them.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -296,7 +297,8 @@ def plot_memory(t: Tables) -> Figure:
             x = np.array([d for d, *_ in stats]) + (i - (len(present) - 1) / 2) * width
             height = np.array([m for _, m, _, _ in stats])
             ax.bar(x, height, width=width * 0.95, color=color(v))
-            lo = np.array([l for _, _, l, _ in stats]); hi = np.array([h for *_, h in stats])
+            lo = np.array([l for _, _, l, _ in stats])
+            hi = np.array([h for *_, h in stats])
             has = ~np.isnan(lo)
             if has.any():
                 any_interval = True
@@ -541,14 +543,15 @@ def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Draw one tag's figures from its tidy tables.")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--tag", required=True)
     args = parser.parse_args(argv)
     for path in draw_all(args.results_dir, args.tag):
         print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -238,13 +239,14 @@ def write_summary_md(results_dir: Path | str, tag: str) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write results/<tag>/summary.md.")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--tag", required=True)
     args = parser.parse_args(argv)
     print(write_summary_md(args.results_dir, args.tag))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One experiment of the pipeline on the GPU machine, packed as a reference.
+#   tools/device/session.sh OUT_DIR EXPERIMENT TAG LIMIT_S [--config overrides...]
+# Sets up once per machine (Snakemake and NVML wheels from .whl/, CIFAR-10 rebuilt from the
+# JPEG pack in .carry/ with dpbench.cifar_pack), runs Snakemake for at most LIMIT_S seconds
+# (a rerun continues where it stopped), then checks and packs the result set with
+# dpbench.reference (refused unless every run names a clean commit: export DPBENCH_GIT_SHA
+# where the copied tree carries no .git) into OUT_DIR/TAG.tgz, and prints the summary.
+set -uo pipefail
+out=${1:?usage: session.sh OUT_DIR EXPERIMENT TAG LIMIT_S [overrides]}
+exp=${2:?experiment} tag=${3:?tag} limit=${4:?seconds}
+shift 4
+py=python3
+if [ ! -d /tmp/site/snakemake ]; then
+  "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 3
+fi
+export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
+[ -f data/cifar-10-batches-py/test_batch ] || "$py" -m dpbench.cifar_pack .carry/cifar10-jpeg.npz data > /dev/null || exit 3
+mkdir -p "$out"
+start=$(date +%s)
+timeout "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
+  > "$out/$tag-snakemake.log" 2>&1
+echo "$tag: snakemake exit $? after $(( $(date +%s) - start )) s"
+grep -E "^dpbench: [0-9]+ GPU|Error" "$out/$tag-snakemake.log" | head -5
+[ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" > /dev/null 2>&1
+rm -rf "/tmp/ref/$tag"
+"$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/$tag.tgz" -C /tmp/ref "$tag"
+head -c 6000 "results/$tag/summary.md" 2>/dev/null
+exit 0
