@@ -211,6 +211,10 @@ def c1(ev) -> Finding:
     if inside:
         worst = max(inside, key=lambda c: c["excess_mib"])
         parts.append(f"loss inside the replicas: at most {worst['excess_mib']:+.0f} MiB ({worst['ratio']:.2f}x)")
+    reserved = [c["dev0_reserved_mib"] / c["others_reserved_mib"] for c in dp if c["others_reserved_mib"] > 0]
+    if reserved:
+        parts.append(f"reserved memory (what nvidia-smi sees, less the context) device 0 / others "
+                     f"{min(reserved):.2f}-{max(reserved):.2f}x")
     ddp = [c for c in cells if c["variant"] == "ddp"]
     if ddp:
         parts.append("DDP ranks within " + f"{max(c['rank_spread_mib'] for c in ddp):.1f} MiB of each other")
