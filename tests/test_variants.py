@@ -248,3 +248,24 @@ def test_perf_experiment_on_the_cpu_folds_batches_and_compile_away():
     assert all(rc.compile == "none" and rc.global_batch == 32 and rc.dataset == "synthetic"
                for rc in plan.runs.values())
     assert len(plan.runs) == 14
+
+
+def test_replicas_compute_in_the_runs_autocast_dtype_in_a_fresh_thread():
+    """DataParallel's replica threads re-enter autocast without the dtype: a fresh thread takes
+    the device's default, not the run's. The Autocast wrapper restores the run's dtype."""
+    import threading
+    from dpbench.variants import Autocast
+    lin = torch.nn.Linear(4, 4)
+    seen = {}
+
+    def replica_thread(module, key):   # what torch's parallel_apply does in each replica thread
+        with torch.amp.autocast("cpu", enabled=True):
+            seen[key] = module(torch.ones(2, 4)).dtype
+
+    with torch.autocast("cpu", dtype=torch.float16):   # the run asks for one dtype...
+        for module, key in ((lin, "bare"), (Autocast(lin, torch.float16), "wrapped")):
+            t = threading.Thread(target=replica_thread, args=(module, key))
+            t.start()
+            t.join()
+    assert seen["bare"] != torch.float16     # ...a bare replica thread computes in another
+    assert seen["wrapped"] == torch.float16

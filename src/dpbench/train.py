@@ -225,7 +225,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
     rec.dataset = dataset.provenance()
     warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
     model = build_model(cfg, ctx)
-    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg))
+    bf16 = cfg.precision == "bf16"
+    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
+                      autocast_dtype=torch.bfloat16 if bf16 else None)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
     feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
@@ -242,7 +244,6 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
         data_mib = {0: (feed.resident_bytes + test_feed.resident_bytes) / measure.MIB}
     total = len(feed) * cfg.epochs if cfg.max_steps is None else cfg.max_steps
     epochs = math.ceil(total / len(feed))
-    bf16 = cfg.precision == "bf16"
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
     fault = _fault_step(ctx)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]

@@ -65,17 +65,36 @@ def ddp_kwargs(options: dict) -> dict:
     return kwargs
 
 
+class Autocast(nn.Module):
+    """Runs the wrapped module under autocast to `dtype`. DataParallel's replica threads re-enter
+    autocast with `enabled` only (torch's parallel_apply does not pass the dtype), and a new
+    thread's autocast dtype is the device's default: float16 on CUDA. Without this a bf16
+    DataParallel run computes its replicas in float16."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.module, self.dtype = module, dtype
+
+    def forward(self, x, *args):
+        with torch.autocast(x.device.type, dtype=self.dtype):
+            return self.module(x, *args)
+
+
 class Variant:
-    """Wraps a model (already on its first device) for one variant; `losses` runs a forward."""
+    """Wraps a model (already on its first device) for one variant; `losses` runs a forward.
+    `autocast_dtype`: the mixed-precision dtype of the run (None: full precision), which the
+    DataParallel replicas must be told themselves."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
-                 world: int = 1, ddp_options: dict | None = None):
+                 world: int = 1, ddp_options: dict | None = None,
+                 autocast_dtype: torch.dtype | None = None):
         self.name, self.bare, self.devices, self.world = name, model, devices, world
         ids = [d.index for d in devices]
+        replica = Autocast(model, autocast_dtype) if autocast_dtype is not None else model
         if name == "dp":
-            self.module = nn.DataParallel(model, device_ids=ids)
+            self.module = nn.DataParallel(replica, device_ids=ids)
         elif name in ("dp_mean", "dp_sum"):
-            self.module = nn.DataParallel(ReplicaLoss(model, name.removeprefix("dp_")), device_ids=ids)
+            self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_")), device_ids=ids)
         elif name == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
             on_cuda = devices[0].type == "cuda"
