@@ -27,5 +27,5 @@ echo "step benchmarks: $(( $(date +%s) - start )) s"
 grep -E "^test_one|passed|failed|skipped|error" "$out/benchmarks.log" | cut -c1-110 | tail -n 16
 tar czf "$out/perf-results.tgz" --exclude='*.pt' -C results "$tag" benchmarks 2>/dev/null \
   || tar czf "$out/perf-results.tgz" --exclude='*.pt' -C results "$tag"
-"$py" tools/device/perf_targets.py "results/$tag" --md "$out/perf-targets.md" --json "$out/perf-targets.json"
+"$py" tools/device/perf_targets.py "results/$tag" --md "$out/perf-targets.md" --json "$out/perf-targets.json" --figure "$out/recipe_steps.png"
 exit 0
