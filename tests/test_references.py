@@ -1,0 +1,108 @@
+"""The committed references reproduce from their records.
+
+Every pipeline result set under results/reference (one with runs/ and summary.csv) is collected
+and summarised again from a copy of its runs/, and each table, provenance.json and summary.md
+must come out byte for byte as committed. The claims ledger (claims.md/json) is left out: it
+stays as it was made, with the ledger's groups of that day. Figures are not byte-checked (the
+fonts differ between machines); each pipeline figure must exist. The committed comparison
+reports are made again from the committed result sets with the thresholds they record.
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dpbench import collect, compare, results, summarize
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+NAMES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir() and p.name != results.COMPARE_DIR)
+# Tag-dependent outputs of collect and summary; the tables keep the order of results.TABLES.
+FILES = [f"{name}.csv" for name in results.TABLES] + [results.PROVENANCE, results.SUMMARY_MD]
+REPORTS = sorted(p.stem for p in (REFERENCE / results.COMPARE_DIR).glob("*.json"))
+# Records of runs made before the engine kept a steps.csv beside metrics.json: the tidy
+# steps.csv is then the only copy of their loss curves and cannot be remade from records.
+STEP_IDENT = ["run_id", "variant", "gpus", "options", "repeat"]
+
+
+def is_pipeline_set(ref: Path) -> bool:
+    return (ref / "runs").is_dir() and (ref / "summary.csv").is_file()
+
+
+def has_step_records(ref: Path) -> bool:
+    return any((run / results.STEPS).is_file() for run in (ref / "runs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    """name -> the folder where that reference's tables and summary were made again."""
+    root = tmp_path_factory.mktemp("references")
+    made: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in made:
+            shutil.copytree(REFERENCE / name / "runs", results.runs_dir(root, name))
+            collect.collect(root, name)
+            summarize.write_summary_md(root, name)
+            made[name] = results.tag_dir(root, name)
+        return made[name]
+    return make
+
+
+def first_difference(committed: bytes, made: bytes, label: str) -> str:
+    lines = difflib.unified_diff(committed.decode().splitlines(), made.decode().splitlines(),
+                                 f"committed {label}", f"regenerated {label}", lineterm="", n=0)
+    return "\n".join(list(lines)[:20])
+
+
+@pytest.mark.parametrize("name,file", [(n, f) for n in NAMES for f in FILES],
+                         ids=[f"{n}/{f}" for n in NAMES for f in FILES])
+def test_tables_and_summary_reproduce_from_the_records(regenerated, name, file):
+    ref = REFERENCE / name
+    if not is_pipeline_set(ref):
+        pytest.skip(f"{name} is not a pipeline result set (no runs/ and summary.csv to remake)")
+    made = regenerated(name)
+    if file == "steps.csv" and not has_step_records(ref):
+        # The curves cannot be remade: check instead that the committed table has today's
+        # columns and names only runs that the records hold.
+        with open(ref / file, newline="") as f:
+            steps = csv.DictReader(f)
+            assert steps.fieldnames == results.TABLES["steps"]
+            named = {tuple(row[c] for c in STEP_IDENT) for row in steps}
+        with open(made / "summary.csv", newline="") as f:
+            known = {tuple(row[c] for c in STEP_IDENT) for row in csv.DictReader(f)}
+        assert named and named <= known, f"{name}/steps.csv names runs the records lack"
+        return
+    committed, again = (ref / file).read_bytes(), (made / file).read_bytes()
+    assert committed == again, first_difference(committed, again, f"{name}/{file}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_pipeline_figure_is_there(name):
+    figures = results.figures_dir(REFERENCE, name)
+    if not figures.is_dir():
+        pytest.skip(f"{name} has no figures/")
+    missing = [n for n, p in results.ResultSet(REFERENCE, name).figure_paths().items()
+               if not p.is_file()]
+    assert not missing, f"{name}: figures missing: {missing}"
+
+
+@pytest.mark.parametrize("stem", REPORTS)
+def test_comparison_reports_reproduce(tmp_path, stem):
+    """A committed report comes out again from the committed result sets and its thresholds."""
+    md, js = (REFERENCE / results.COMPARE_DIR / f"{stem}{ext}" for ext in (".md", ".json"))
+    report = results.read_json(js)
+    for tag in (report["baseline"], report["candidate"]):
+        (tmp_path / tag).symlink_to(REFERENCE / tag, target_is_directory=True)
+    argv = ["--results-dir", str(tmp_path), "--baseline", report["baseline"],
+            "--candidate", report["candidate"]]
+    argv += ["--fail-on", ",".join(report["fail_on"])] if report["fail_on"] else []
+    argv += [a for k, v in report["thresholds"].items() for a in (f"--{k.replace('_', '-')}", repr(v))]
+    assert compare.main(argv) in (0, 1)
+    made_md, made_js = results.compare_paths(tmp_path, report["baseline"], report["candidate"])
+    for committed, again in ((md, made_md), (js, made_js)):
+        a, b = committed.read_bytes(), again.read_bytes()
+        assert a == b, first_difference(a, b, committed.name)
