@@ -27,10 +27,6 @@ import pandas as pd
 
 from dpbench import VARIANTS, results
 
-# Everything else in the tidy tables is numeric (null when not measured).
-TEXT_COLUMNS = {"run_id", "variant", "options", "status", "reason", "category", "message",
-                "location", "precision", "feed", "dataset", "device_type", "scaling", "setup",
-                "quantity", "reference"}
 SORT_KEYS = ["options", "variant", "gpus", "repeat", "device", "epoch", "step", "category",
              "message", "rank", "quantity"]
 BATCH_KEYS = ("global_batch", "per_gpu_batch")
@@ -219,11 +215,11 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def typed(df: pd.DataFrame) -> pd.DataFrame:
-    """Text columns as str ('' for empty), the rest numeric: a table with no rows reads back
-    untyped, and some text columns (precision, feed, ...) are not text for read_table."""
+    """results.TEXT_COLUMNS as str ('' for empty), deterministic as bool, the rest numeric:
+    read_table types only the text columns, and a table with no rows reads back untyped."""
     df = df.copy()
     for col in df.columns:
-        if col in TEXT_COLUMNS:
+        if col in results.TEXT_COLUMNS:
             df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
         elif col == "deterministic":
             df[col] = df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
