@@ -28,9 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dpbench.claims.records import STAGES
 from dpbench.model import resnet18
-
-STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
 WARMUP = 3
 # Stock DataParallel with cudnn.benchmark on takes most of a second a step: fewer timed steps.
 SLOW_STEP_MS = 200.0

@@ -17,7 +17,7 @@ from dpbench import DP_VARIANTS
 from dpbench.collect import model_mib
 from dpbench.claims import ADVICE, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import probe_finding
-from dpbench.claims.records import Finding, ProbeRecord
+from dpbench.claims.records import STAGES, Finding, ProbeRecord
 
 MIB = 2 ** 20
 FEATURES = 512             # ResNet18's penultimate width (dpbench.model.FEATURES)
@@ -25,7 +25,6 @@ BACKBONE_PARAMS = 11_168_832   # ResNet18-CIFAR without its output layer; tests 
 NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator granularity, not evidence
 GATHER_SHARE = 0.5         # the gathered outputs must explain this much of device 0's excess
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
-SEPARATION = 2.0           # dp_mean must stray this many times further from single than dp_sum
 CONFIDENCE = 0.95          # of the intervals on training differences
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
@@ -338,6 +337,20 @@ def _ci_text(ci: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
             f"({CONFIDENCE:.0%} CI, {ci['n']} seeds)")
 
 
+def _with_training(ev, f: Finding, verdict: str, text: str) -> Finding:
+    """A probe's finding once training runs decided: their text follows the probe's summary (or
+    replaces it where the probe did not run, whose reason then leads the evidence), and the
+    verdict is the one decided with them."""
+    if f.not_run:
+        f.evidence.insert(0, f.not_run)
+        f.summary = text
+    else:
+        f.summary = f"{f.summary}; {text}"
+    f.measured_on.append(ev.measured_on_runs())
+    f.verdict, f.not_run, f.runs_used = verdict, None, True
+    return f
+
+
 def _c6_line(t: dict[str, Any]) -> str:
     iv = t["intervals"]
     w = t["reweighting"]
@@ -385,14 +398,7 @@ def c6(ev) -> Finding:
             f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}, test accuracy "
             f"{_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: "
             + ("a measurable effect" if measurable else "no effect told apart from zero at this size"))
-    if f.not_run:
-        f.evidence.insert(0, f.not_run)
-        f.summary = text
-    else:
-        f.summary = f"{f.summary}; {text}"
-    f.measured_on.append(ev.measured_on_runs())
-    f.verdict, f.not_run, f.runs_used = verdict, None, True
-    return f
+    return _with_training(ev, f, verdict, text)
 
 
 def _c6_summary(p: ProbeRecord) -> str:
@@ -439,8 +445,7 @@ def _cause_text(c: dict[str, Any]) -> str:
             f"a step, stock DP {c['dp_ms']:.1f} ms ({c['dp_speedup']:.2f}x), DP on persistent replica threads "
             f"{c['dp_persistent_ms']:.1f} ms ({c['dp_persistent_speedup']:.2f}x)")
     st = c["stages"]
-    stage_text = ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in
-                           ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer") if k in st)
+    stage_text = ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
     if c["threads_are_the_cost"]:
         return (f"{head}: the cost is starting new replica threads every step (each new thread sets up its "
                 f"cuDNN/cuBLAS state again), not scatter, replication or gather; stock step by stage (ms): {stage_text}")
@@ -517,14 +522,7 @@ def c7(ev) -> Finding:
                         f"step's new replica threads ({cause_on['dp_ms']:.0f} ms a step here against "
                         f"{cause_on['dp_persistent_ms']:.0f} ms when the same threads are reused). Or use DDP, whose "
                         f"one process per GPU keeps its thread and its autotuning cache.")
-    if f.not_run:
-        f.evidence.insert(0, f.not_run)
-        f.summary = text
-    else:
-        f.summary = f"{f.summary}; {text}"
-    f.measured_on.append(ev.measured_on_runs())
-    f.verdict, f.not_run, f.runs_used = verdict, None, True
-    return f
+    return _with_training(ev, f, verdict, text)
 
 
 def _c7_summary(p: ProbeRecord) -> str:

@@ -12,6 +12,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# A DataParallel step's stages in the order it runs them: dp_step.py times each, the ledger's
+# text and figure show them.
+STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
+
 
 @dataclass
 class Observation:
