@@ -20,8 +20,9 @@ from matplotlib.collections import Collection, LineCollection, PathCollection
 from matplotlib.patches import Rectangle
 
 from dpbench import results
+from dpbench.figstyle import save, style
 from dpbench.markdown import md_table
-from dpbench.plots import DRAW, FIGURES, draw_all, load_tables, save, style
+from dpbench.plots import DRAW, draw_all, load_tables
 from dpbench.summarize import render_summary, write_summary_md
 from fakes import SYNTHETIC_PROVENANCE, dp_warning, fake_result_set
 
@@ -85,7 +86,7 @@ def mixed(tmp_path_factory):
     rs = fake_result_set(tmp_path_factory.mktemp("mixed"), MIXED)
     tables = load_tables(rs.root, rs.tag)
     with style():
-        figures = {name: DRAW[name](tables) for name in FIGURES}
+        figures = {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
     for fig in figures.values():   # geometry only: a low resolution renders faster
         fig.set_dpi(50)
         FigureCanvasAgg(fig).draw()
@@ -140,7 +141,7 @@ def title_boxes(fig):
     return [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", results.FIGURE_NAMES)
 def test_every_point_lies_inside_its_axes(mixed, name):
     _, figures = mixed
     fig = figures[name]
@@ -148,14 +149,14 @@ def test_every_point_lies_inside_its_axes(mixed, name):
         assert outside_points(ax) == [], f"{name}: points outside the axes"
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", results.FIGURE_NAMES)
 def test_no_panel_is_empty(mixed, name):
     _, figures = mixed
     for ax in figures[name].axes:
         assert ax.axison and data_artists(ax), f"{name}: empty panel {ax.get_title()!r}"
 
 
-@pytest.mark.parametrize("name", FIGURES)
+@pytest.mark.parametrize("name", results.FIGURE_NAMES)
 def test_titles_never_overlap_and_stay_on_the_canvas(mixed, name):
     _, figures = mixed
     fig = figures[name]
@@ -247,7 +248,7 @@ def test_mixed_summary_names_strong_and_weak(mixed):
 # -- files, bytes, placeholders and the simple summary ---------------------------------------
 
 def assert_every_figure(rs, paths):
-    assert [p.name for p in paths] == [f"{name}.png" for name in FIGURES]
+    assert [p.name for p in paths] == [f"{name}.png" for name in results.FIGURE_NAMES]
     for path in paths:
         assert path.parent == results.figures_dir(rs.root, rs.tag)
         assert path.read_bytes().startswith(PNG_SIGNATURE)
@@ -323,7 +324,7 @@ def test_cpu_plan_draws_every_figure_in_processes(tmp_path):
              reason="nn.DataParallel needs CUDA devices and none is visible")])
     tables = load_tables(rs.root, rs.tag)
     with style():
-        figures = {name: DRAW[name](tables) for name in FIGURES}
+        figures = {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
     for name, fig in figures.items():
         fig.set_dpi(50)
         FigureCanvasAgg(fig).draw()

@@ -2,7 +2,8 @@
 
     python -m dpbench.plots --results-dir results --tag TAG
 
-Every figure in FIGURES is always written, because the pipeline declares them as outputs:
+Every figure of results.FIGURE_NAMES is always written, because the pipeline declares them as
+outputs:
 when there is nothing to draw, the figure says why in its centre. Panels come from the data
 present (an option set or GPU count without ok runs gets no panel), titles say the option set
 in words, and each panel's y range holds all of its points. The look (sizes, colours, grids)
@@ -24,15 +25,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from dpbench import results
-from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, fit_y, new_figure, note,
+from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, fit_y, note,
                               palette, panel_grid, panel_title, placeholder, save, style,
                               thousands)
-from dpbench.tables import (STRONG, WEAK, describe, gpus_label, labels, load_table, median_ci,
-                            label_order as facet_order,
-                            ok_runs, only_ok, ordered, ratio_ci, reference_batch, single_pools,
+from dpbench.tables import (STRONG, WEAK, describe, gpus_label, label_order, labels, load_table,
+                            median_ci, ok_runs, only_ok, ordered, ratio_ci, reference_batch, single_pools,
                             variant_order, with_efficiency, without_batch)
 
-__all__ = ["FIGURES", "DRAW", "draw_all", "style", "new_figure", "palette", "placeholder", "save"]
+__all__ = ["DRAW", "draw_all", "load_tables"]
 
 CURVE_POINTS = 50         # loss curves are smoothed to about this many independent points
 LOG_SPAN = 50.0           # a panel whose values span more than this factor gets a log y axis
@@ -173,7 +173,7 @@ def plot_throughput(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no images/s measured"))
     pools = single_pools(ok)
     variants = variant_order(ok["variant"])
-    order = facet_order(ok)
+    order = label_order(ok)
     fig, axes = panel_grid(len(order))
     tops, bottoms, kinds_drawn, meds, logs = [], [], set(), [], []
     for ax, lab in zip(axes, order):
@@ -282,7 +282,7 @@ def plot_memory(t: Tables) -> Figure:
                                             if cpu else "no device memory was measured"))
     mem = with_run_info(mem.assign(device=mem["device"].astype(int)), t["summary"])
     keys = mem[["label", "options", "gpus"]].drop_duplicates()
-    order = [(lab, g) for lab in facet_order(mem) for g in ordered(keys[keys["label"] == lab]["gpus"])]
+    order = [(lab, g) for lab in label_order(mem) for g in ordered(keys[keys["label"] == lab]["gpus"])]
     fig, axes = panel_grid(len(order), n_cols=min(4, mem["gpus"].nunique() or 1))
     variants = variant_order(mem["variant"])
     tops, any_interval = [], False
@@ -332,7 +332,7 @@ def smooth(curves: pd.DataFrame, y: str, keys: list[str]) -> tuple[pd.DataFrame,
 def curve_panels(df: pd.DataFrame) -> list[tuple[str, int]]:
     """(label, gpus) of every panel with data, option sets in order, then GPU counts."""
     out = []
-    for lab in facet_order(df):
+    for lab in label_order(df):
         out += [(lab, g) for g in ordered(df.loc[df["label"] == lab, "gpus"])]
     return out
 
@@ -485,7 +485,7 @@ def plot_warnings(t: Tables) -> Figure:
               .reset_index())
     totals["gpus"] = totals["gpus"].astype(int)
     variants = variant_order(totals["variant"])
-    order = facet_order(totals)
+    order = label_order(totals)
     log = span_is_wide(list(totals["count"]))
     fig, axes = panel_grid(len(order))
     tops = []
@@ -509,16 +509,10 @@ def plot_warnings(t: Tables) -> Figure:
 
 # -- entry points ---------------------------------------------------------------------------
 
-DRAW: dict[str, Callable[[Tables], Figure]] = {
-    "throughput": plot_throughput,
-    "scaling_efficiency": plot_scaling_efficiency,
-    "memory": plot_memory,
-    "loss_curves": plot_loss_curves,
-    "loss_vs_single": plot_loss_vs_single,
-    "accuracy": plot_accuracy,
-    "warnings": plot_warnings,
-}
-FIGURES = tuple(DRAW)  # file stems under results/<tag>/figures, in drawing order
+# Figure name (results.FIGURE_NAMES, in its order) -> how to draw it.
+DRAW: dict[str, Callable[[Tables], Figure]] = dict(zip(results.FIGURE_NAMES, (
+    plot_throughput, plot_scaling_efficiency, plot_memory, plot_loss_curves, plot_loss_vs_single,
+    plot_accuracy, plot_warnings), strict=True))
 
 
 def load_tables(results_dir: Path | str, tag: str) -> Tables:
@@ -531,14 +525,14 @@ def load_tables(results_dir: Path | str, tag: str) -> Tables:
 
 
 def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
-    """Writes every figure of FIGURES to results/<tag>/figures/<name>.png; returns the paths."""
+    """Writes every figure of results.FIGURE_NAMES to figures/<name>.png; returns the paths."""
     tables = load_tables(results_dir, tag)
-    out = results.figures_dir(results_dir, tag)
+    rs = results.ResultSet(results_dir, tag)
     paths = []
     with style():
-        for name in FIGURES:
-            path = out / f"{name}.png"
-            save(DRAW[name](tables), path)
+        for name, draw in DRAW.items():
+            path = rs.figure_path(name)
+            save(draw(tables), path)
             paths.append(path)
     return paths
 

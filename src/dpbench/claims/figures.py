@@ -4,7 +4,7 @@ with their intervals, C7 step time with cudnn.benchmark on and off, C8 speed-up 
 global batch with the crossover marked, and where a DataParallel step's time goes.
 
 Every figure is always written (the pipeline declares them as outputs); a claim that was not
-measured gets a figure that says why, like dpbench.plots' placeholders.
+measured gets a figure that says why. The look is dpbench.figstyle's, as dpbench.plots'.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from dpbench import results
-from dpbench.plots import new_figure, palette, placeholder, save, style
+from dpbench.claims.records import STAGES
+from dpbench.figstyle import new_figure, palette, placeholder, save, style
 
 Section = Any   # dpbench.claims.records.Section, or a plain dict of its fields
-STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
 
 
 def _get(s: Section, key: str, default: Any = None) -> Any:
@@ -200,10 +200,6 @@ DRAW: dict[str, Callable[[Section], Figure]] = {"C1": c1_figure, "C6": c6_figure
 
 def claim_of(key: str) -> str:
     return key.split("_")[0]
-
-
-def figure_name(key: str) -> str:
-    return results.claim_figure_name(key)
 
 
 def draw(results_dir: Path | str, tag: str, sections: list[Section]) -> dict[str, str]:

@@ -22,7 +22,7 @@ from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
-# Claim -> stems of dpbench.plots.FIGURES drawn over the whole tag that show its evidence
+# Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence
 # (C1, C6, C7 and C8 have figures of their own: dpbench.claims.figures).
 FIGURES = {"C5": ("warnings",)}
 
@@ -124,7 +124,7 @@ class Evidence:
                                      where, f"Python {r.get('python')}")
 
     def figures(self, cid: str) -> list[str]:
-        """The tag's figures (dpbench.plots.FIGURES) that bear on this claim, where drawn, relative
+        """The tag's figures (results.FIGURE_NAMES) that bear on this claim, where drawn, relative
         to the tag's folder (where claims.md is)."""
         paths = [self.rs.figure_path(name) for name in FIGURES.get(cid, ())]
         return [self.rs.relative(p) for p in paths if p.exists()]
