@@ -11,7 +11,7 @@ from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims import c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
 from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe
 from dpbench.claims.figures import DRAW
-from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, group_labels, write_ledger
+from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
     from dpbench.plan import Plan
 
     groups = experiment_groups(EXPERIMENT)
-    labels = group_labels(EXPERIMENT)
+    labels = {name: g["label"] for name, g in groups.items()}
     assert {name.split("_")[0].upper() for name in labels} == {"C1", "C6", "C7", "C8"}
     # a label is shared only by groups whose runs are the same runs (same options)
     for name, label in labels.items():

@@ -39,11 +39,6 @@ def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
             for g in spec["matrix"]}
 
 
-def group_labels(experiment_path: Path | str) -> dict[str, str]:
-    """Group name -> the `options` label its runs carry in the tidy tables."""
-    return {name: g["label"] for name, g in experiment_groups(experiment_path).items()}
-
-
 def _table(rs: results.ResultSet, name: str) -> pd.DataFrame:
     if not rs.table_path(name).exists():
         return pd.DataFrame(columns=results.TABLES[name])
@@ -55,7 +50,6 @@ class Evidence:
 
     def __init__(self, results_dir: Path | str, tag: str, experiment_path: Path | str):
         self.rs = results.ResultSet(results_dir, tag)
-        self.results_dir, self.tag = Path(results_dir), tag
         self.groups = experiment_groups(experiment_path)
         self.tables = {name: _table(self.rs, name) for name in ("summary", "memory", "steps", "warnings")}
         self.provenance = self.rs.provenance() if self.rs.provenance_path.exists() else {}
