@@ -300,10 +300,12 @@ def test_md_table_escapes_pipes_and_aligns():
 
 
 def test_gpu_provenance_shows_models_and_the_most_gpus_a_run_saw():
-    from dpbench.summarize import _fmt_gpus
-    assert _fmt_gpus([["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]]) == "2 × NVIDIA H200"
-    assert _fmt_gpus(["NVIDIA H200"]) == "1 × NVIDIA H200"
-    assert _fmt_gpus([]) == "none"
+    from dpbench.summarize import _fmt_gpus, _fmt_provenance
+    assert _fmt_gpus({"gpu_names": [["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]]}) == "2 × NVIDIA H200"
+    assert _fmt_gpus({"gpu_names": ["NVIDIA H200"]}) == "1 × NVIDIA H200"
+    assert _fmt_gpus({"gpu_names": []}) == _fmt_gpus({}) == "none"
+    assert _fmt_provenance({"torch": ["2.13.0", "2.14.1"]}, "torch") == "2.13.0; 2.14.1"
+    assert _fmt_provenance({"cuda": None}, "cuda") == _fmt_provenance({}, "cuda") == "n/a"
 
 
 def test_summary_of_cpu_runs_says_gpu_counts_are_processes(tmp_path):

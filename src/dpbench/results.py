@@ -413,7 +413,7 @@ class RunRecord:
 # -- provenance.json: each key one value, or the sorted distinct values when runs disagree -----
 
 # Keys whose value in one run is itself a list: there, a list of lists means the runs disagreed.
-LIST_VALUED_PROVENANCE = ("gpu_names", "hosts")
+LIST_VALUED_PROVENANCE = ("gpu_names",)
 
 
 def provenance_values(provenance: dict[str, Any], key: str) -> list[Any]:
@@ -429,3 +429,8 @@ def provenance_values(provenance: dict[str, Any], key: str) -> list[Any]:
 def gpu_models(provenance: dict[str, Any]) -> list[str]:
     """The GPU models any run saw, sorted (the hardware, whatever each run's GPU count)."""
     return sorted({str(name) for names in provenance_values(provenance, "gpu_names") for name in names})
+
+
+def widest_gpu_names(provenance: dict[str, Any]) -> list[str]:
+    """The GPUs of the run that saw the most, one name per GPU ([] when no run saw one)."""
+    return max(provenance_values(provenance, "gpu_names"), key=len, default=[])

@@ -19,8 +19,6 @@ from dpbench.markdown import md_table
 from dpbench.tables import (NO_INTERVAL, STRONG, WEAK, cells, gpus_label, interval_text,
                             label_order, load_table, ok_runs, variant_order)
 
-SUMMARY_MD = "summary.md"
-
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
                    ("driver", "driver"), ("gpu_names", "GPUs"), ("python", "Python"),
                    ("hostname", "host"), ("git_sha", "git"), ("n_runs", "runs")]
@@ -52,30 +50,26 @@ def fmt(value: Any, spec: str = "{}") -> str:
     return spec.format(value)
 
 
-def _fmt_gpus(value: Any) -> str:
+def _fmt_gpus(prov: dict[str, Any]) -> str:
     """gpu_names is a list per run (the GPUs it could see); runs on 1 and on 2 GPUs disagree.
     Show the models and the most GPUs any run saw: '2 × NVIDIA H200'."""
-    lists = value if value and isinstance(value[0], list) else [value or []]
-    widest = max(lists, key=len)
-    models = sorted(set(widest))
-    return ", ".join(f"{widest.count(m)} × {m}" for m in models) or "none"
+    widest = results.widest_gpu_names(prov)
+    return ", ".join(f"{widest.count(m)} × {m}" for m in sorted(set(widest))) or "none"
 
 
-def _fmt_provenance(value: Any) -> str:
-    # A list means the runs disagreed.
-    if isinstance(value, list):
-        return "; ".join(_fmt_provenance(v) for v in value) or "n/a"
-    return "n/a" if value in (None, "") else str(value)
+def _fmt_provenance(prov: dict[str, Any], key: str) -> str:
+    """A key's value, or its values joined by '; ' where the runs disagreed."""
+    values = results.provenance_values(prov, key)
+    return "; ".join("n/a" if v in (None, "") else str(v) for v in values) or "n/a"
 
 
 # -- sections -------------------------------------------------------------------------------
 
-def provenance_section(results_dir: Path | str, tag: str) -> str:
-    path = results.tag_dir(results_dir, tag) / "provenance.json"
-    if not path.exists():
+def provenance_section(rs: results.ResultSet) -> str:
+    if not rs.provenance_path.exists():
         return "## Provenance\n\nNo provenance.json was written (no finished runs?).\n"
-    prov = results.read_json(path)
-    rows = [[label, _fmt_gpus(prov.get(key)) if key == "gpu_names" else _fmt_provenance(prov.get(key))]
+    prov = rs.provenance()
+    rows = [[label, _fmt_gpus(prov) if key == "gpu_names" else _fmt_provenance(prov, key)]
             for key, label in PROVENANCE_KEYS]
     return "## Provenance\n\n" + md_table(["", "value"], rows) + "\n"
 
@@ -227,14 +221,15 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
     cpu_note = ("_These runs ran on the CPU (no CUDA device): \"GPUs\" below count ddp's gloo "
                 "processes, and the timings say nothing about GPUs._\n"
                 if len(ran) and (ran["device_type"] == "cpu").all() else "")
-    sections = [f"# dpbench results: {tag}\n", cpu_note, provenance_section(results_dir, tag),
+    sections = [f"# dpbench results: {tag}\n", cpu_note,
+                provenance_section(results.ResultSet(results_dir, tag)),
                 headline_section(med), scaling_section(med), medians_section(med),
                 not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
 
 
 def write_summary_md(results_dir: Path | str, tag: str) -> Path:
-    path = results.tag_dir(results_dir, tag) / SUMMARY_MD
+    path = results.ResultSet(results_dir, tag).summary_md
     results.write_atomic(path, render_summary(results_dir, tag))
     return path
 

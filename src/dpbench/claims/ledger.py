@@ -103,13 +103,10 @@ class Evidence:
         p = self.provenance
         if not p:
             return "runs: no provenance.json"
-        names = p.get("gpu_names") or []
-        if names and not all(isinstance(n, str) for n in names):  # runs saw different sets: the largest
-            names = max(names, key=len)
-        if names:
-            names = ", ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
+        names = results.widest_gpu_names(p)   # runs that saw different sets: the largest
+        gpus = ", ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
         return "runs: " + _versions(p.get("torch"), p.get("cuda"), p.get("cudnn"),
-                                    names or "no GPU", p.get("driver") and f"driver {p['driver']}")
+                                    gpus or "no GPU", p.get("driver") and f"driver {p['driver']}")
 
     def measured_on_probe(self, cid: str) -> str:
         r = self.probes[cid].ran_on
