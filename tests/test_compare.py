@@ -352,9 +352,10 @@ def test_one_bit_difference_reports_the_first_differing_step(det_pair):
     assert (first["repeat"], first["epoch"], first["step"]) == (1, 1, 7)
     assert 0 < first["abs_diff"] < 1e-12 and dp["max_abs_diff"] == pytest.approx(0.5)
     assert "not reproducible" in dp["note"]
+    assert report["verdict"]["counts"]["diverged-curves"] == 1
     md = R.compare_paths(root, "A", "B")[0]
     assert cmp.main(argv(root, "--fail-on-regression")) == 1
-    assert re.search(r"\| dp g2 +\| 3/3 +\| exact +\|.*r1 epoch 1, step 7: .*\*\*bits changed\*\*", md.read_text())
+    assert re.search(r"\| dp g2 +\| +3/3 \| exact +\|.*r1 epoch 1, step 7: .*\*\*bits changed\*\*", md.read_text())
 
 
 def test_changed_bits_after_a_torch_upgrade_are_a_finding_not_a_regression(det_pair):
@@ -365,7 +366,58 @@ def test_changed_bits_after_a_torch_upgrade_are_a_finding_not_a_regression(det_p
     assert (single["verdict"], single["severity"]) == ("bits changed", "finding")
     assert "torch" in single["note"]
     assert cmp.exit_code(report, ["regressions"]) == 0
+    # Expected changed bits are no divergence: a version check with deterministic curves can pass.
+    assert report["verdict"]["counts"]["diverged-curves"] == 0
+    assert cmp.exit_code(report, ["diverged-curves"]) == 0
+    assert cmp.exit_code(report, ["findings"]) == 1
+
+
+def test_after_a_software_change_deterministic_curves_still_face_the_envelope(det_pair):
+    root, runs, finish = det_pair
+    for r in find(runs, "ddp"):
+        r["losses"] = [v + 0.1 * (s >= 10) for s, v in enumerate(r["losses"])]
+    find(runs, "single", repeat=0)[0]["losses"][3] += 1e-6
+    report = finish({"torch": "2.15.0+cu130"})
+    ddp, single = row(report["loss"], "ddp"), row(report["loss"], "single")
+    assert (ddp["mode"], ddp["verdict"], ddp["severity"]) == ("exact", "diverged", "finding")
+    assert ddp["outside_fraction"] > 0.5 and ddp["first_outside"]["step"] >= 10
+    assert ddp["first_diff"]["step"] == 10
+    assert (single["verdict"], single["outside_fraction"]) == ("bits changed", 0.0)
+    assert report["verdict"]["counts"]["diverged-curves"] == 1
+    assert cmp.main(argv(root, "--fail-on", "diverged-curves")) == 1
+
+
+def test_unreproducible_bits_count_as_a_diverged_curve(det_pair):
+    _, runs, finish = det_pair
+    find(runs, "dp", repeat=1)[0]["losses"][7] += 1e-9
+    report = finish()
+    assert row(report["loss"], "dp")["severity"] == "regression"
+    assert report["verdict"]["counts"]["diverged-curves"] == 1
     assert cmp.exit_code(report, ["diverged-curves"]) == 1
+
+
+@pytest.mark.parametrize("how", ["nan", "missing steps"])
+@pytest.mark.parametrize("software_changed", [False, True])
+def test_deterministic_curve_with_a_nan_or_missing_step_is_diverged_and_reported(
+        det_pair, how, software_changed):
+    root, runs, finish = det_pair
+    run = find(runs, "single", repeat=1)[0]
+    if how == "nan":
+        run["losses"][5] = math.nan
+    else:
+        run["losses"] = run["losses"][:30]
+    report = finish({"torch": "2.15.0+cu130"} if software_changed else None)
+    single = row(report["loss"], "single")
+    assert (single["mode"], single["verdict"]) == ("exact", "diverged")
+    assert single["severity"] == ("finding" if software_changed else "regression")
+    first = single["first_diff"]
+    assert (first["repeat"], first["step"], first["abs_diff"]) == (1, 5 if how == "nan" else 30, None)
+    assert report["verdict"]["counts"]["diverged-curves"] == 1
+    assert cmp.main(argv(root)) == 0
+    md, js = R.compare_paths(root, "A", "B")
+    assert js.exists()
+    assert re.search(r"\| single g1 +\| +3/3 \| exact +\|.*r1 epoch 1, step \d+: missing or non-finite"
+                     r".*\*\*diverged\*\*", md.read_text())
 
 
 @pytest.mark.parametrize("what", ["seed", "config", "gpus", "not deterministic"])
@@ -465,7 +517,8 @@ def test_old_records_without_deterministic_or_seed_still_compare(tmp_path):
     write_set(tmp_path, "B", new)
     write_set(tmp_path, "C", copy.deepcopy(old))
     loaded = cmp.load_set(tmp_path, "A", "baseline")["records"]
-    assert loaded["ddp-g2-r1"]["deterministic"] is False and loaded["ddp-g2-r1"]["seed"] == 0
+    assert loaded["ddp-g2-r1"].deterministic is False and loaded["ddp-g2-r1"].seed == 0
+    assert loaded["ddp-g2-r1"] == R.RunRecord.from_json(R.read_json(R.run_dir(tmp_path, "A", "ddp-g2-r1") / R.METRICS))
     report = cmp.compare(tmp_path, "A", "B")
     assert {(r["mode"], r["why_not_exact"]) for r in report["loss"]} == {
         ("envelope", "not deterministic on both sides")}
@@ -515,12 +568,21 @@ def _damage(root: Path, what: str) -> tuple[Path, str | None]:
         path = R.run_dir(root, "B", "ddp-g2-r1") / R.METRICS
         path.write_text('{"run_id": "ddp-g2-r1", ')
         return path, None
+    if what == "run record without status":
+        path = R.run_dir(root, "B", "ddp-g2-r1") / R.METRICS
+        path.write_text('{"run_id": "ddp-g2-r1", "config": {}}\n')
+        return path, None
+    if what == "run record with a config that is no object":
+        path = R.run_dir(root, "B", "ddp-g2-r1") / R.METRICS
+        path.write_text('{"run_id": "ddp-g2-r1", "status": "ok", "config": [1]}\n')
+        return path, None
     raise AssertionError(what)
 
 
 DAMAGE = ["missing folder", "missing table", "missing column", "empty summary", "header-only summary",
           "non-numeric images_per_s", "non-numeric loss", "garbage provenance",
-          "provenance not an object", "garbage run record"]
+          "provenance not an object", "garbage run record", "run record without status",
+          "run record with a config that is no object"]
 
 
 @pytest.mark.parametrize("what", DAMAGE)
@@ -574,8 +636,8 @@ def test_markdown_is_a_readable_report(pair):
     md = cmp.render_markdown(json.loads(json.dumps(finish())))  # works on the json twin too
     assert md.startswith("# dpbench compare")
     assert "**How noise is judged.**" in md
-    assert md.index("## Provenance") < md.index("**Verdict: 1 regressions, 0 findings**") < md.index("## Run status")
-    assert re.search(r"\| ddp g2 +\| 3/3 +\|", md)
+    assert md.index("## Provenance") < md.index("**Verdict: 1 regression, 0 findings**") < md.index("## Run status")
+    assert re.search(r"\| ddp g2 +\| +3/3 \|", md)
     assert "Fails the job: nothing" in md
 
 
@@ -583,3 +645,82 @@ def test_report_names_keep_dotted_version_tags(tmp_path):
     md, js = R.compare_paths(tmp_path, "torch-2.13.0+cpu", "torch-2.14.1+cu130")
     assert md.name == "torch-2.13.0+cpu_vs_torch-2.14.1+cu130.md"
     assert js.name == "torch-2.13.0+cpu_vs_torch-2.14.1+cu130.json"
+
+
+def test_counts_read_in_good_english(tmp_path):
+    base = [r for r in make_runs() if r["variant"] == "ddp" and r["repeat"] == 0]
+    cand = copy.deepcopy(base)
+    cand[0]["losses"] = [v + 1.0 for v in cand[0]["losses"]]
+    cand[0]["test_acc"] = 0.9
+    cand.append({**copy.deepcopy(base[0]), "repeat": 1, "status": R.STATUS_FAILED, "reason": "boom"})
+    write_set(tmp_path, "A", base)
+    write_set(tmp_path, "B", cand, {"gpu_names": ["NVIDIA A100"] * 2})
+    report = cmp.compare(tmp_path, "A", "B")
+    assert report["verdict"]["line"] == "0 regressions, 1 finding"
+    md = cmp.render_markdown(report)
+    assert "1 baseline run against 2 candidate runs, 1 cell (variant" in md
+    assert "**Verdict: 0 regressions, 1 finding**" in md
+    write_set(tmp_path, "C", [{**cand[1], "repeat": 0}], {"gpu_names": ["NVIDIA A100"] * 2})
+    line = cmp.compare(tmp_path, "A", "C")["verdict"]["line"]
+    assert line == "1 regression, 1 finding"
+
+
+def test_a_crash_while_rendering_leaves_neither_report_file(pair, monkeypatch, capsys):
+    root, _, finish = pair
+    finish()
+
+    def broken(report):
+        raise RuntimeError("cannot render")
+
+    monkeypatch.setattr(cmp, "render_markdown", broken)
+    assert cmp.main(argv(root)) == 2
+    assert "RuntimeError: cannot render" in capsys.readouterr().err
+    md, js = R.compare_paths(root, "A", "B")
+    assert not md.exists() and not js.exists()
+
+
+def test_help_names_the_command_it_was_called_as(capsys):
+    from dpbench import cli
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: dpbench compare ")
+
+
+def test_numbers_align_right_in_the_markdown_tables(pair):
+    _, runs, finish = pair
+    for r in find(runs, "ddp"):
+        r["images_per_s"] *= 0.8
+    md = cmp.render_markdown(finish())
+    throughput = md.split("## Throughput")[1].split("\n\n")[2].splitlines()
+    rule = [c.strip() for c in throughput[1].strip("|").split("|")]
+    headers = [c.strip() for c in throughput[0].strip("|").split("|")]
+    right = {h for h, c in zip(headers, rule) if c.endswith(":")}
+    assert right == {"repeats", "baseline", "candidate", "change", "floor", "p", "p (Holm)"}
+    ddp = next(line for line in throughput if line.startswith("| ddp g2 "))
+    assert re.search(r"\| +-20\.0% \|", ddp)
+
+
+def test_internal_errors_read_as_one_line_type_and_first_line(pair, monkeypatch, capsys):
+    from dpbench import collect
+    from dpbench.errors import error_text
+
+    root, _, finish = pair
+    finish()
+    exc = ValueError("first line\nsecond line")
+    monkeypatch.setattr(cmp, "compare", lambda *a, **k: (_ for _ in ()).throw(exc))
+    assert cmp.main(argv(root)) == 2
+    assert capsys.readouterr().err == f"dpbench.compare: error: cannot compare 'A' with 'B': {error_text(exc)}\n"
+    reason = collect.damaged(Path("runs/ddp-g2-r0/metrics.json"), exc)["reason"]
+    assert f"({error_text(exc)})" in reason and "second line" not in reason
+
+
+def test_provenance_lists_read_as_results_reads_them(pair):
+    _, _, finish = pair
+    mixed = {"gpu_names": [["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]],
+             "cuda": None, "nccl": ["2.28.9", "2.29.1"]}
+    keys = finish(mixed)["provenance"]["keys"]
+    assert keys["gpu_names"] == {"baseline": ["NVIDIA H200"], "candidate": ["NVIDIA H200"], "differs": False}
+    assert keys["cuda"]["candidate"] is None and keys["cuda"]["differs"]
+    assert keys["nccl"]["candidate"] == ["2.28.9", "2.29.1"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from statistics import fmean
 
 from . import results
+from .errors import error_text
 
 # Config keys that do not make a different setup: the run's identity, its batch (what strong and
 # weak scaling vary) and DistributedDataParallel's knobs, which single runs ignore.
@@ -94,7 +95,7 @@ def damaged(path: Path, error: Exception) -> dict:
     and how to remake it, so the rest of the matrix is still collected."""
     rid = path.parent.name
     m = RUN_ID.match(rid)
-    reason = (f"{path} is damaged ({type(error).__name__}: {' '.join(str(error).split())}); "
+    reason = (f"{path} is damaged ({error_text(error)}); "
               f"rerun it: snakemake --cores all {path} --forcerun train")
     return {"run_id": rid, "variant": m["variant"] if m else "", "gpus": int(m["gpus"]) if m else 0,
             "repeat": int(m["repeat"]) if m else 0, "options": {}, "status": results.STATUS_FAILED,

@@ -23,7 +23,9 @@ A change counts only beyond the noise measured for it:
   boot, another neighbour on the node); the noise floor stands for it.
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
   bit-identical; the first differing step is reported, a finding when the software changed and
-  a regression when nothing did. Otherwise the candidate's mean curve is held against the
+  a regression when nothing did. After a software change their bits may move, but the curve
+  must still pass the envelope check below; a step missing or not finite on one side is a
+  divergence. Otherwise the candidate's mean curve is held against the
   baseline's repeat-to-repeat spread, step by step (a band of envelope_k standard errors, never
   narrower than loss_tolerance); the curve has diverged when more than envelope_fraction of the
   steps leave the band, or when the final loss differs by Welch's test (Holm over cells). With
@@ -45,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from dpbench import results as R
-from dpbench.markdown import cell
+from dpbench.errors import error_text
+from dpbench.markdown import md_table
 
 GROUP = ["variant", "gpus", "options"]
 PROVENANCE_KEYS = ["torch", "torch_git", "cuda", "cudnn", "nccl", "driver", "gpu_names",
@@ -206,12 +209,9 @@ def _read_json(path: Path, what: str) -> dict:
     return obj
 
 
-def _records(root: Path | str, tag: str) -> dict[str, dict]:
-    """Per run: its config, the seed it used and whether it ran deterministically.
-
-    Records written before those fields existed read as non-deterministic, with the config's
-    seed (or 0)."""
-    out: dict[str, dict] = {}
+def _records(root: Path | str, tag: str) -> dict[str, R.RunRecord]:
+    """Per finished run, its record (RunRecord supplies the defaults of older records)."""
+    out: dict[str, R.RunRecord] = {}
     folder = R.runs_dir(root, tag)
     if not folder.is_dir():
         return out
@@ -219,12 +219,12 @@ def _records(root: Path | str, tag: str) -> dict[str, dict]:
         path = rdir / R.METRICS
         if not path.exists():
             continue  # unfinished run: metrics.json is written last
-        rec = _read_json(path, "a run record")
-        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
-        seed = rec.get("seed", cfg.get("seed", 0))
-        det = rec.get("deterministic", cfg.get("deterministic", False))
-        out[str(rec.get("run_id", rdir.name))] = {
-            "config": cfg, "seed": 0 if seed is None else seed, "deterministic": bool(det)}
+        data = _read_json(path, "a run record")
+        try:
+            rec = R.RunRecord.from_json(data)
+        except (ValueError, TypeError, AttributeError) as exc:   # e.g. a config that is no object
+            raise InputError(f"{path} is not a readable run record ({error_text(exc)})") from None
+        out[str(rec.run_id)] = rec
     return out
 
 
@@ -439,11 +439,11 @@ def _mode(base: dict, cand: dict, rids: list[str], hardware_same: bool) -> tuple
     ra, rb = base["records"], cand["records"]
     if not rids or any(r not in ra or r not in rb for r in rids):
         return False, "no run records to check determinism"
-    if not all(ra[r]["deterministic"] and rb[r]["deterministic"] for r in rids):
+    if not all(ra[r].deterministic and rb[r].deterministic for r in rids):
         return False, "not deterministic on both sides"
-    if any(ra[r]["seed"] != rb[r]["seed"] for r in rids):
+    if any(ra[r].seed != rb[r].seed for r in rids):
         return False, "seeds differ"
-    diffs = sorted(k for r in rids for k in _config_diff(ra[r]["config"], rb[r]["config"]))
+    diffs = sorted(k for r in rids for k in _config_diff(ra[r].config, rb[r].config))
     if diffs:
         return False, f"config differs ({', '.join(dict.fromkeys(diffs))})"
     if not hardware_same:
@@ -478,21 +478,37 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
         row: dict[str, Any] = {**_group(key), "mode": "exact" if exact else "envelope",
                                "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
                                "why_not_exact": why}
+        final_differs = (q is not None and q < th.alpha
+                         and abs(float(np.mean(fb[key]) - np.mean(fa[key]))) > th.loss_tolerance)
         if exact:
             chk = exact_check({r: (ca[r], cb[r]) for r in sorted(set(ca) & set(cb))})
             first = chk["first"]
             row.update(steps_matched=chk["steps_matched"], max_abs_diff=chk["max_abs_diff"],
+                       outside_fraction=None, first_outside=None,
                        first_diff=None if first is None else
                        {"repeat": first["repeat"], "epoch": first["at"][0], "step": first["at"][1],
                         "abs_diff": first["diff"]})
             if first is None:
                 row.update(verdict="identical", severity="info", note="bit-identical")
+                rows.append(row)
+                continue
+            # Changed bits are expected after a software change, and are a regression otherwise.
+            severity = "finding" if software else "regression"
+            note = (f"expected after a software change ({', '.join(software)})" if software else
+                    "not reproducible: same seed, config, software and hardware")
+            if math.isinf(chk["max_abs_diff"]):
+                row.update(verdict="diverged", severity=severity,
+                           note="loss missing or not finite on one side")
             elif software:
-                row.update(verdict="bits changed", severity="finding",
-                           note=f"expected after a software change ({', '.join(software)})")
+                # New software may move the bits, not the curve: it must stay within the noise.
+                env = _judged_envelope(ca, cb, th, final_differs)
+                row.update(outside_fraction=env["outside_fraction"], first_outside=env["first_outside"],
+                           distinct_baseline_curves=env["distinct_baseline_curves"])
+                diverged = env["verdict"] == "diverged"
+                row.update(verdict="diverged" if diverged else "bits changed", severity=severity,
+                           note="; ".join(filter(None, [note, env["note"] if diverged else ""])))
             else:
-                row.update(verdict="bits changed", severity="regression",
-                           note="not reproducible: same seed, config, software and hardware")
+                row.update(verdict="bits changed", severity=severity, note=note)
             rows.append(row)
             continue
         if set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None:
@@ -503,19 +519,22 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
                        note="bit-identical", at=None, first_outside=None)
             rows.append(row)
             continue
-        env = _envelope_of(ca, cb, th)
+        env = _judged_envelope(ca, cb, th, final_differs)
         row.update({k: env[k] for k in ("steps_matched", "max_abs_diff", "outside_fraction",
-                                         "distinct_baseline_curves", "verdict", "note")})
-        row["at"] = env["at"]
-        row["first_outside"] = env["first_outside"]
-        final_differs = (q is not None and q < th.alpha
-                         and abs(float(np.mean(fb[key]) - np.mean(fa[key]))) > th.loss_tolerance)
-        if final_differs and row["verdict"] != "noise unknown":
-            row["verdict"] = "diverged"
-            row["note"] = "; ".join(filter(None, [row["note"], "final loss differs (Welch, Holm)"]))
+                                         "distinct_baseline_curves", "verdict", "note", "at",
+                                         "first_outside")})
         row["severity"] = "finding" if row["verdict"] == "diverged" else "info"
         rows.append(row)
     return rows
+
+
+def _judged_envelope(ca: dict, cb: dict, th: Thresholds, final_differs: bool) -> dict[str, Any]:
+    """The envelope check, with a final loss that differs (Welch, Holm) as a divergence too."""
+    env = _envelope_of(ca, cb, th)
+    if final_differs and env["verdict"] != "noise unknown":
+        env = {**env, "verdict": "diverged",
+               "note": "; ".join(filter(None, [env["note"], "final loss differs (Welch, Holm)"]))}
+    return env
 
 
 def _envelope_of(ca: dict, cb: dict, th: Thresholds) -> dict[str, Any]:
@@ -597,7 +616,7 @@ def compare_configs(a: dict, b: dict) -> dict[str, dict]:
     """Config keys that differ between runs with the same run_id, with the values on each side."""
     diffs: dict[str, dict[str, set]] = {}
     for rid in a.keys() & b.keys():
-        fa, fb = _flatten(a[rid]["config"]), _flatten(b[rid]["config"])
+        fa, fb = _flatten(a[rid].config), _flatten(b[rid].config)
         for k in fa.keys() | fb.keys():
             va, vb = json.dumps(fa.get(k), sort_keys=True), json.dumps(fb.get(k), sort_keys=True)
             if va != vb:
@@ -608,19 +627,16 @@ def compare_configs(a: dict, b: dict) -> dict[str, dict]:
             for k, d in sorted(diffs.items())}
 
 
-def _flat_names(value: Any) -> list[str]:
-    return [n for v in value for n in _flat_names(v)] if isinstance(value, list) else [str(value)]
-
-
 def _prov_value(rs: dict, key: str) -> Any:
+    """One value, the list of the values the runs disagree on, or None when absent."""
     if key == "gpu_names":
-        # The visible GPUs vary with each run's gpus (a list of lists); the models are the hardware.
-        return sorted(set(_flat_names(rs["provenance"].get(key) or [])))
-    if key != "device_type":
-        return rs["provenance"].get(key)
-    # device_type lives in the records, not provenance.json; same convention: one value or a list
-    values = sorted(set(rs["tables"]["summary"]["device_type"].dropna().astype(str)) - {""})
-    return values[0] if len(values) == 1 else values
+        # The visible GPUs vary with each run's gpus; the models are the hardware.
+        return R.gpu_models(rs["provenance"])
+    if key == "device_type":   # lives in the records, not provenance.json
+        values = sorted(set(rs["tables"]["summary"]["device_type"].dropna().astype(str)) - {""})
+    else:
+        values = R.provenance_values(rs["provenance"], key)
+    return None if not values else values[0] if len(values) == 1 else values
 
 
 def compare_provenance(base: dict, cand: dict) -> dict[str, Any]:
@@ -657,7 +673,10 @@ def failing(report: dict) -> dict[str, int]:
             *[r for rs in report["warnings"].values() for r in rs], *report["loss"], *report["accuracy"]]
     return {"regressions": sum(r["severity"] == "regression" for r in rows),
             "new-warnings": len(report["warnings"]["new"]),
-            "diverged-curves": sum(r["verdict"] in ("diverged", "bits changed") for r in report["loss"]),
+            # Changed bits are a divergence only where nothing explains them (severity regression).
+            "diverged-curves": sum(r["verdict"] == "diverged"
+                                   or (r["verdict"] == "bits changed" and r["severity"] == "regression")
+                                   for r in report["loss"]),
             "findings": sum(r["severity"] != "info" for r in rows)}
 
 
@@ -688,19 +707,16 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     counts = failing(report)
     n, m = counts["regressions"], counts["findings"] - counts["regressions"]
     report["verdict"] = {"regressions": n, "findings": m, "counts": counts,
-                         "line": f"{n} regressions, {m} findings" if n or m else "no regression beyond noise"}
+                         "line": f"{_count(n, 'regression')}, {_count(m, 'finding')}" if n or m
+                         else "no regression beyond noise"}
     return _finite(report)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 # -- markdown ----------------------------------------------------------------------------
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    from tabulate import tabulate
-
-    if not rows:
-        return "_none_"
-    return tabulate([[cell(c) for c in r] for r in rows], [cell(h) for h in headers],
-                    tablefmt="github", disable_numparse=True)
 
 
 def _signed(v: float | None, unit: str = "", scale: float = 1.0) -> str:
@@ -728,11 +744,11 @@ def _where(at: dict | None, repeat: int | None = None) -> str:
 
 def _provenance_md(p: dict) -> list[str]:
     out = [f"> **WARNING: {p['warning']}.**", ""] if p["warning"] else []
-    out += ["## Provenance", "", _table(["key", "baseline", "candidate", "differs"], [
+    out += ["## Provenance", "", md_table(["key", "baseline", "candidate", "differs"], [
         [k, v["baseline"], v["candidate"], "**yes**" if v["differs"] else ""] for k, v in p["keys"].items()])]
     if p["config_differs"]:
         out += ["", "Run config differences (runs with the same run_id):", "",
-                _table(["config key", "baseline", "candidate"],
+                md_table(["config key", "baseline", "candidate"],
                        [[k, v["baseline"], v["candidate"]] for k, v in p["config_differs"].items()])]
     return out
 
@@ -742,16 +758,24 @@ def _loss_rows(report: dict) -> list[list[Any]]:
     for r in report["loss"]:
         if r["mode"] == "exact":
             f = r.get("first_diff")
-            where = "–" if f is None else f"{_where(f, f['repeat'])}: {f['abs_diff']:.3g}"
-            spread = "–"
+            d = None if f is None else f["abs_diff"]
+            # inf in the report, None in its json twin: a step one side lacks or a NaN on one side
+            size = "missing or non-finite" if d is None or not math.isfinite(d) else f"{d:.3g}"
+            where = "–" if f is None else f"{_where(f, f['repeat'])}: {size}"
+            spread = _pct(r.get("outside_fraction"))
         else:
             where = _where(r.get("first_outside"))
             spread = "–" if r.get("outside_fraction") is None else _pct(r["outside_fraction"])
         rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
-                     spread, where, None if r["mode"] == "exact" else r.get("final_loss_p_holm"),
+                     spread, where, r.get("final_loss_p_holm") if _enveloped(r) else None,
                      _mark(r, r["verdict"]),
                      "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
     return rows
+
+
+def _enveloped(r: dict) -> bool:
+    """Whether the row was held against the baseline's spread (exact rows after a software change)."""
+    return r["mode"] != "exact" or r.get("outside_fraction") is not None
 
 
 def render_markdown(report: dict) -> str:
@@ -761,13 +785,15 @@ def render_markdown(report: dict) -> str:
     cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
     noise_floor = max(th["threshold"], th["noise_floor"])
     out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
-           f"{report['runs']['baseline']} baseline runs against {report['runs']['candidate']} candidate runs, "
-           f"{cells} cells (variant, GPU count, options) on both sides.", "",
+           f"{_count(report['runs']['baseline'], 'baseline run')} against "
+           f"{_count(report['runs']['candidate'], 'candidate run')}, "
+           f"{_count(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
            "**How noise is judged.** A throughput change is called only when it exceeds "
            f"{100 * noise_floor:g}% (the larger of the threshold and the noise floor between two "
            f"launches), {th['k_spread']:g} × the repeats' pooled coefficient of variation, and Welch's "
            f"t-test reaches p < {th['alpha']:g} after Holm's correction over the cells. Loss curves of "
-           "deterministic runs with the same seed, config and hardware must match bit for bit; other "
+           "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
+           "software change their bits may move, but they must also stay within the band below); other "
            f"curves are held against the baseline's repeat-to-repeat spread, a band of "
            f"{th['envelope_k']:g} standard errors per step (at least {th['loss_tolerance']:g}), and "
            f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
@@ -779,22 +805,23 @@ def render_markdown(report: dict) -> str:
     out += ["", f"**Verdict: {report['verdict']['line']}**", "",
             f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
     sections = [
-        ("Run status", "", ["run", "baseline", "candidate", "change", "reason"],
+        ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
         ("Throughput (images/s, median over repeats)",
          "`floor`: the change a verdict needs; `p (Holm)`: Welch's p adjusted over the cells.",
          ["run group", "repeats", "baseline", "candidate", "change", "floor", "p", "p (Holm)", "verdict", "note"],
+         range(1, 8),
          [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
            r["median_candidate"], _signed(r["change"], "%", 100), _pct(r["floor"]),
            r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]] for r in report["throughput"]]),
         ("Peak memory (max allocated MiB per device)",
          f"A regression exceeds both +{th['mem_threshold_mib']:g} MiB and +{th['mem_threshold_pct']:g}%.",
-         ["run group", "device", "baseline", "candidate", "change", "change %", "verdict"],
+         ["run group", "device", "baseline", "candidate", "change", "change %", "verdict"], range(1, 6),
          [[_run_group(r), r["device"], r["baseline_mib"], r["candidate_mib"], _signed(r["delta_mib"]),
            _signed(r["delta_pct"], "%"), _mark(r, r["verdict"])] for r in report["memory"]]),
         ("Warnings (count per run)", "A new warning is a finding even when the numbers are fine.",
-         ["", "run group", "category", "message", "baseline", "candidate"],
+         ["", "run group", "category", "message", "baseline", "candidate"], [4, 5],
          [[_mark(r, kind), _run_group(r), r["category"], r["message"], r["count_per_run_baseline"],
            r["count_per_run_candidate"]] for kind in ("new", "vanished", "changed") for r in w[kind]]),
         ("Loss curves (loss_global per step)",
@@ -803,14 +830,15 @@ def render_markdown(report: dict) -> str:
          "mean curve against the baseline's spread (outside: share of steps beyond the band; where: "
          "the first such step).",
          ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where",
-          "final loss p (Holm)", "verdict", "note"], _loss_rows(report)),
+          "final loss p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7], _loss_rows(report)),
         ("Final accuracy (test_acc, mean over repeats)", "",
-         ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"],
+         ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"], range(1, 5),
          [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],
            _mark(r, r["verdict"])] for r in report["accuracy"]]),
     ]
-    for title, note, headers, rows in sections:
-        out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [_table(headers, rows)]
+    # Numbers align right, text left (md_table's rule, as in the other reports).
+    for title, note, headers, right, rows in sections:
+        out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [md_table(headers, rows, right)]
     return "\n".join(out) + "\n"
 
 
@@ -825,7 +853,8 @@ def _fail_on(text: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m dpbench.compare", description=__doc__.split("\n")[0],
+    # No prog: argparse takes sys.argv[0], which `dpbench compare` sets to its own name.
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 epilog="Exit status: 0 compared; 1 a --fail-on kind was found; "
                                        "2 an input is missing or damaged.")
     p.add_argument("--results-dir", default="results")
@@ -851,14 +880,16 @@ def main(argv: list[str] | None = None) -> int:
             report = compare(args.results_dir, args.baseline, args.candidate, th)
             report["fail_on"] = fail_on
             md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
+            # Rendered before anything is written, the json last: a crash leaves no half report.
+            text = render_markdown(report)
+            R.write_atomic(md_path, text)
             R.write_json(json_path, report)
-            R.write_atomic(md_path, render_markdown(report))
     except InputError as exc:
         print(f"dpbench.compare: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # never a traceback, never exit 1: the checker broke, not the code
         print(f"dpbench.compare: error: cannot compare {args.baseline!r} with {args.candidate!r}: "
-              f"{type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+              f"{error_text(exc)}", file=sys.stderr)
         return 2
     if report["provenance"]["warning"]:
         print(f"WARNING: {report['provenance']['warning']}", file=sys.stderr)
