@@ -67,6 +67,7 @@ rule train:
         run=lambda w: PLAN.run_json(w.run_id),
         env=ENV,   # a new torch, CUDA or GPU reruns the runs instead of keeping stale ones
         exclusive="--exclusive" if config["exclusive_timing"] else "",
+        planned=PLAN.gpus_visible,   # the launcher skips what the plan skips, on any machine
         **PY,
     resources:
         gpu=lambda w: PLAN.gpus_for(w.run_id),
@@ -76,7 +77,7 @@ rule train:
         ENVFILE
     shell:
         "{params.py} -m dpbench.launch --config {params.run:q} --out $(dirname {output}) "
-        "--lease {params.exclusive} --log {log}"
+        "--lease {params.exclusive} --planned-gpus {params.planned} --log {log}"
 
 
 rule collect:

@@ -1,3 +1,4 @@
+import json
 import math
 import os
 import threading
@@ -96,9 +97,32 @@ def test_dataparallel_without_cuda_is_a_skipped_record(tmp_path):
 def test_more_gpus_than_visible_names_both_numbers(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    visible = launch.visible_gpus(None)
     cfg = train.RunConfig(variant="ddp", gpus=4)
-    assert "needs 4 GPUs, 2 visible" in launch.skip_reason(cfg)
-    assert launch.skip_reason(train.RunConfig(variant="dp", gpus=2)) is None
+    assert "needs 4 GPUs, 2 visible" in launch.skip_reason(cfg, visible)
+    assert launch.skip_reason(train.RunConfig(variant="dp", gpus=2), visible) is None
+
+
+def test_skip_counts_no_more_gpus_than_the_plan_and_none_without_cuda(monkeypatch):
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 2)
+    assert (launch.visible_gpus(None), launch.visible_gpus(1), launch.visible_gpus(4)) == (2, 1, 2)
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 0)   # GPUs on the machine, a CPU-only torch
+    assert launch.visible_gpus(2) == 0
+    assert "none is visible" in launch.skip_reason(train.RunConfig(variant="dp", gpus=2), 0)
+    monkeypatch.setattr(launch, "cuda_devices", lambda: pytest.fail("the CPU plan asks torch nothing"))
+    assert launch.visible_gpus(0) == 0
+
+
+def test_a_run_the_plan_skips_is_skipped_on_a_machine_with_more_gpus(tmp_path, monkeypatch):
+    """Planned for 1 GPU (gpus_available=1), ddp on 2 is skipped and given no GPU; on a machine
+    with 2 GPUs the launcher must not train it anyway."""
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 2)
+    monkeypatch.setattr(launch, "launch_ddp", lambda *a: pytest.fail("trained a run its plan skips"))
+    cfg = json.dumps({"variant": "ddp", "gpus": 2, "dataset": "synthetic"})
+    assert launch.main(["--config", cfg, "--out", str(tmp_path), "--planned-gpus", "1"]) == 0
+    rec = results.read_json(tmp_path / results.METRICS)
+    assert rec["status"] == "skipped" and "needs 2 GPUs, 1 visible" in rec["reason"]
+    assert "the plan was made for 1 GPU(s)" in rec["reason"]
 
 
 def test_a_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):

@@ -211,6 +211,59 @@ def test_the_cpu_plan_honours_what_the_user_asked_for_by_name():
     assert "on cifar10 data" in text and "dataset=" not in text and "max_steps=" not in text
 
 
+# -- one skip rule: the plan's resources, its banner and the launcher -----------------------
+
+SKIP_CASES = [{}, {"train": {"device": "cuda"}}, {"train": {"device": "cpu"}},
+              {"train": {"batchnorm": "sync"}, "variants": ["ddp"]},
+              {"train": {"compile": "default"}}, {"gpus": [1, 2, 3]}]
+
+
+@pytest.mark.parametrize("visible", [0, 1, 2])
+@pytest.mark.parametrize("over", SKIP_CASES)
+def test_the_plan_skips_what_the_launcher_skips(visible, over):
+    from dpbench import launch
+    plan = _plan(visible, **over)
+    for rid, rc in plan.runs.items():
+        skip = launch.skip_reason(rc, visible) is not None
+        assert plan.skipped(rc) == skip, rid
+        if skip:   # a skipped run holds nothing a scheduler could keep it waiting for
+            assert (plan.gpus_for(rid), plan.threads_for(rid), plan.cpu_timing_for(rid)) == (0, 1, 0), rid
+        assert plan.cpu_timing_for(rid) == int(visible == 0 and not skip), rid
+
+
+def test_the_cpu_plan_times_no_run_that_it_skips():
+    plan = _plan(0, train={"device": "cuda"})                        # nothing can run without CUDA
+    assert {plan.cpu_timing_for(rid) for rid in plan.runs} == {0}
+    assert "single on [1]" in plan.banner() and "ddp on [1, 2]" in plan.banner()
+    sync = _plan(0, train={"batchnorm": "sync"}, variants=["ddp"])
+    assert sync.cpu_timing_for("ddp-g2-r0") == 0
+
+
+def test_the_banner_names_the_runs_the_rule_skips():
+    assert "runs on [2] GPUs are recorded as skipped" in _plan(1).banner()
+    assert "recorded as skipped" not in _plan(2).banner()
+    compiled = _plan(2, train={"compile": "default"}).banner()
+    assert "; 6 are recorded as skipped with the reason (dp on [1, 2], dp_mean on [1, 2], dp_sum on [1, 2])" in compiled
+    assert "runs on [2] GPUs are recorded as skipped; 3 more are" in _plan(1, train={"compile": "default"}).banner()
+    cpu = _plan(0).banner()
+    assert "6 are recorded as skipped with the reason (dp on [1, 2], dp_mean on [1, 2], dp_sum on [1, 2])" in cpu
+
+
+def test_the_train_rule_passes_the_planned_gpus_to_the_launcher(wd):
+    proc = snakemake_dry(wd, "-p", "results/x/runs/ddp-g2-r0/metrics.json",
+                         "--config", "experiment=smoke", "gpus_available=1", "tag=x")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "-m dpbench.launch" in proc.stdout and "--planned-gpus 1" in proc.stdout
+
+
+def test_launch_and_train_do_not_import_each_other_at_load_time():
+    import ast
+    for name, other in (("train", "launch"), ("launch", "train")):
+        tree = ast.parse((REPO / "src" / "dpbench" / f"{name}.py").read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert not any(isinstance(n, ast.ImportFrom) and n.module == other for n in top), name
+
+
 # -- the result set ---------------------------------------------------------------------------
 
 def test_a_result_set_answers_every_path(tmp_path):
@@ -291,3 +344,14 @@ def test_the_dpbench_command_runs_each_tool_and_returns_its_exit_code(tmp_path, 
     assert cli.main(["train", "--config", json.dumps(cfg), "--out", str(out)]) == 0   # dp: skipped on CPU
     assert results.read_json(out / results.METRICS)["status"] == results.STATUS_SKIPPED
     assert cli.main(["collect", "--results-dir", str(tmp_path), "--tag", "none"]) in (0, 1, 2)
+
+
+def test_the_launcher_names_itself_as_it_was_started(monkeypatch, capsys):
+    from dpbench import launch
+    monkeypatch.setattr(sys, "argv", ["/x/dpbench/launch.py"])
+    with pytest.raises(SystemExit):
+        launch.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: launch.py ")      # python -m dpbench.launch
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    assert capsys.readouterr().out.startswith("usage: dpbench train ")

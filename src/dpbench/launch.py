@@ -30,14 +30,9 @@ from pathlib import Path
 
 from . import DP_VARIANTS, gpu_lease, results
 from .config import RunConfig
+from .runlog import CHECKPOINT, log
 
 CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
-CHECKPOINT = "model.pt"
-
-
-def log(msg: str) -> None:
-    rank = f" rank {os.environ['RANK']}" if "RANK" in os.environ else ""
-    print(f"[dpbench {time.strftime('%H:%M:%S')}{rank}] {msg}", flush=True)
 
 
 def cuda_devices() -> int:
@@ -45,12 +40,13 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def skip_reason(cfg: RunConfig) -> str | None:
-    """Why this run cannot run on this machine (None when it can)."""
+def skip_reason(cfg: RunConfig, visible: int) -> str | None:
+    """Why this run cannot run with `visible` CUDA devices (None when it can): the one rule, used
+    by the plan (from the GPUs it is made for, without torch) and by the launcher (from the GPUs
+    this process sees, no more than the plan's)."""
     if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
         return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
                 "step, outside the compiled graph); use compile with single or ddp")
-    visible = cuda_devices()
     if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
         return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
     if cfg.device == "cpu":
@@ -59,18 +55,32 @@ def skip_reason(cfg: RunConfig) -> str | None:
         return None
     if visible == 0:
         if cfg.variant in DP_VARIANTS:
-            return ("nn.DataParallel needs CUDA devices and none is visible "
-                    "(torch.cuda.is_available() is False): DP variants run only on GPUs")
+            return "nn.DataParallel needs CUDA devices and none is visible: DP variants run only on GPUs"
         if cfg.device == "cuda":
             return "device=cuda was asked for but no CUDA device is visible"
         if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
             return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
                     f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None
-    needed = int(os.environ.get("LOCAL_WORLD_SIZE", cfg.gpus))
-    if needed > visible:
-        return f"needs {needed} GPUs, {visible} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+    if cfg.gpus > visible:
+        return f"needs {cfg.gpus} GPUs, {visible} visible"
     return None
+
+
+def visible_gpus(planned: int | None) -> int:
+    """The CUDA devices this run may use: what torch sees (0 with a CPU-only torch on a GPU
+    machine), and no more than the plan was made for, so that a run the plan counted as skipped
+    (and gave no GPU) is skipped here too."""
+    if planned == 0:
+        return 0
+    seen = cuda_devices()
+    return seen if planned is None else min(seen, planned)
+
+
+def where(planned: int | None) -> str:
+    """What limited the visible count, for a skip reason."""
+    text = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}"
+    return text if planned is None else f"{text}; the plan was made for {planned} GPU(s)"
 
 
 def set_process_switches(cfg: RunConfig) -> None:
@@ -87,14 +97,14 @@ def clear_stale(out: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def launch_ddp(cfg: RunConfig, out: Path) -> int:
+def launch_ddp(cfg: RunConfig, out: Path, visible: int) -> int:
     """Start `gpus` ranks under torchrun; write a failed record if none was written."""
     from .train import Record
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.launch",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
     env = dict(os.environ)
-    if cuda_devices() == 0 or cfg.device == "cpu":   # the ranks share the job's threads
+    if visible == 0 or cfg.device == "cpu":   # the ranks share the job's threads
         threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(max(1, threads // cfg.gpus))
@@ -184,7 +194,17 @@ def stop_with_pipeline(poll_s: float = 2.0) -> None:
     threading.Thread(target=watch, daemon=True, name="dpbench-watchdog").start()
 
 
-def run(cfg: RunConfig, out: Path) -> int:
+def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None) -> int:
+    from .train import Record
+    if reason.startswith("needs"):   # too few GPUs: say what limited them
+        reason += f" ({where(planned)})"
+    log(f"skipped: {reason}")
+    Record(cfg, out).write(results.STATUS_SKIPPED, reason)
+    return 0
+
+
+def run(cfg: RunConfig, out: Path, planned: int | None = None) -> int:
+    """One run; `planned`: the GPUs its plan was made for (None: this machine's)."""
     out.mkdir(parents=True, exist_ok=True)
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
@@ -192,14 +212,14 @@ def run(cfg: RunConfig, out: Path) -> int:
         from .train import run_process
         return run_process(cfg, out)
     clear_stale(out)
-    reason = skip_reason(cfg)
+    visible = visible_gpus(planned)
+    reason = skip_reason(cfg, visible)
+    if reason is None and planned is not None:   # the plan gave a run it counts as skipped no GPU
+        reason = skip_reason(cfg, planned)
     if reason:
-        from .train import Record
-        log(f"skipped: {reason}")
-        Record(cfg, out).write(results.STATUS_SKIPPED, reason)
-        return 0
+        return record_skip(cfg, out, reason, planned)
     if cfg.variant == "ddp":
-        return launch_ddp(cfg, out)
+        return launch_ddp(cfg, out, visible)
     from .train import run_process
     return run_process(cfg, out)
 
@@ -210,13 +230,16 @@ def parse_config(text: str) -> RunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="dpbench train", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="RunConfig as a JSON file or inline JSON")
     p.add_argument("--out", required=True, type=Path, help="the run's folder")
     p.add_argument("--lease", action="store_true",
                    help="take free GPUs from this machine's lease (the pipeline sets it)")
     p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
     p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
+    p.add_argument("--planned-gpus", type=int, metavar="N",
+                   help="the GPUs the run's plan was made for (the pipeline sets it): a run the plan "
+                        "counted as skipped is skipped, even where this machine has more")
     args = p.parse_args(argv)
     try:
         cfg = parse_config(args.config)
@@ -227,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         redirect_output(args.log)
     if args.lease:   # started by the pipeline: stop with it
         stop_with_pipeline()
-    if not args.lease or cfg.device == "cpu" or not gpu_lease.pool():
-        return run(cfg, args.out)
+    planned = args.planned_gpus
+    # A run its plan gave no GPU (the CPU plan, or a run it counts as skipped) takes none here either.
+    no_gpu = planned is not None and (planned == 0 or skip_reason(cfg, planned) is not None)
+    if not args.lease or no_gpu or cfg.device == "cpu" or not gpu_lease.pool():
+        return run(cfg, args.out, planned)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
     with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
         if len(ids) == cfg.gpus:
@@ -236,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
             print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
             log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
-        return run(cfg, args.out)
+        return run(cfg, args.out, planned)
 
 
 def redirect_output(path: Path) -> None:

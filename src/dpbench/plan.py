@@ -2,10 +2,13 @@
 
 Groups in `matrix` expand to variants x gpus x repeats; `options` are per-group overrides that
 also label the runs. Without CUDA the CPU plan applies: its `train` settings (synthetic data, a
-small step and evaluation budget) replace the experiment's, except keys the user gave
-(pipeline.load_experiment takes those out of it); the same run ids are kept, what cannot run
-there is recorded as skipped by the engine with its reason, and its timed runs take one
-`cpu_timing` slot each, so that no two of them share the machine.
+small step and evaluation budget) and `repeats` replace the experiment's, except keys the user
+gave (pipeline.load_experiment keeps those); the same run ids are kept, what cannot run there is
+recorded as skipped with its reason, and its timed runs take one `cpu_timing` slot each, so that
+no two of them share the machine.
+
+Which runs are skipped is `dpbench.launch.skip_reason`, asked with the GPUs the plan is made for;
+the launcher asks it again with the GPUs it sees, no more than the plan's (`--planned-gpus`).
 
 Planning imports no torch: GPUs are counted through NVML and the tag comes from torch's
 version file.
@@ -16,8 +19,9 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from . import DP_VARIANTS, results
+from . import results
 from .config import RunConfig
+from .launch import skip_reason
 
 
 def visible_gpus() -> int:
@@ -99,10 +103,6 @@ class Plan:
     def results(self) -> results.ResultSet:
         return results.ResultSet(self.config["results_dir"], self.tag)
 
-    @property
-    def base(self) -> str:
-        return str(self.results.dir)
-
     @cached_property
     def runs(self) -> dict[str, RunConfig]:
         cfg = self.config
@@ -168,17 +168,11 @@ class Plan:
         return self.gpus_visible if self.config["exclusive_timing"] else rc.gpus
 
     def skipped(self, rc: RunConfig) -> bool:
-        """Whether the engine will record this run as skipped where the plan is made for (the
-        planning side of `dpbench.launch.skip_reason`, from the planned GPU count)."""
-        from . import DP_VARIANTS
-        dp = rc.variant in DP_VARIANTS
-        if (rc.compile != "none" and dp) or (rc.batchnorm == "sync" and (self.cpu or rc.device == "cpu")):
-            return True
-        if rc.device == "cpu":
-            return dp
-        if self.cpu:
-            return dp or rc.device == "cuda" or (rc.variant == "ddp" and rc.gpus > rc.max_cpu_ranks)
-        return rc.gpus > self.gpus_visible
+        """Whether the run is recorded as skipped where the plan is made for."""
+        return self.skip_reason(rc) is not None
+
+    def skip_reason(self, rc: RunConfig) -> str | None:
+        return skip_reason(rc, self.gpus_visible)
 
     def threads_for(self, run_id: str) -> int:
         """CPU cores of a run: one per DDP rank, plus its loader workers; one for a run that will
@@ -193,10 +187,7 @@ class Plan:
         """The `cpu_timing` resource of a run: 1 for a CPU-plan run that trains (its timing is
         only worth something alone on the machine), 0 for GPU runs and for runs that the
         engine records as skipped."""
-        rc = self.run(run_id)
-        if not self.cpu or rc.variant in DP_VARIANTS or (rc.variant == "ddp" and rc.gpus > rc.max_cpu_ranks):
-            return 0
-        return 1
+        return int(self.cpu and not self.skipped(self.run(run_id)))
 
     def cpu_replaced(self) -> dict[str, tuple]:
         """The experiment's train settings that the CPU plan replaced: key -> (asked, used)."""
@@ -204,22 +195,36 @@ class Plan:
         used = self.config["cpu_plan"]["train"]
         return {k: (asked[k], used[k]) for k in sorted(used) if k in asked and asked[k] != used[k]}
 
+    def skipped_summary(self, runs: list[RunConfig]) -> str:
+        """Runs by variant and GPU counts: 'dp on [1, 2], ddp on [3]'."""
+        counts: dict[str, set[int]] = {}
+        for rc in runs:
+            counts.setdefault(rc.variant, set()).add(rc.gpus)
+        return ", ".join(f"{v} on {sorted(g)}" for v, g in counts.items())
+
     def banner(self) -> str:
         n = len(self.runs)
+        skipped = [rc for rc in self.runs.values() if self.skipped(rc)]
+        where = self.results.dir
         if self.cpu:
             datasets = " and ".join(sorted({rc.dataset for rc in self.runs.values()})) or "no"
             replaced = self.cpu_replaced()
             what = ("; it replaced the experiment's " + ", ".join(
                 f"{k}={a} (now {u})" for k, (a, u) in replaced.items()) if replaced else "")
-            return (f"dpbench: no CUDA device visible: running the CPU plan ({n} runs) on {datasets} "
-                    f"data with cpu_plan.train's budget{what}.\n"
-                    f"dpbench: single and ddp on gloo, one timed run at a time; the DataParallel "
-                    f"variants and ddp beyond {self.config['cpu_plan']['max_ranks']} processes are "
-                    f"recorded as skipped with the reason. Results: {self.base}")
-        skipped = sorted({rc.gpus for rc in self.runs.values() if rc.gpus > self.gpus_visible})
-        extra = f"; runs on {skipped} GPUs are recorded as skipped" if skipped else ""
+            repeats = self.config["cpu_plan"]["repeats"]
+            extra = (f"; {len(skipped)} are recorded as skipped with the reason ({self.skipped_summary(skipped)})"
+                     if skipped else "")
+            return (f"dpbench: no CUDA device visible: running the CPU plan ({n} runs, {repeats} "
+                    f"repeat(s) each) on {datasets} data with cpu_plan.train's budget{what}.\n"
+                    f"dpbench: single and ddp on gloo, one timed run at a time{extra}. Results: {where}")
+        short = sorted({rc.gpus for rc in skipped if rc.gpus > self.gpus_visible})
+        other = [rc for rc in skipped if rc.gpus <= self.gpus_visible]
+        extra = f"; runs on {short} GPUs are recorded as skipped" if short else ""
+        if other:
+            extra += (f"; {len(other)}{' more' if short else ''} are recorded as skipped with the reason "
+                      f"({self.skipped_summary(other)})")
         source = "planned (gpus_available)" if self.config.get("gpus_available") is not None else "visible"
-        return f"dpbench: {self.gpus_visible} GPU(s) {source}, {n} runs{extra}. Results: {self.base}"
+        return f"dpbench: {self.gpus_visible} GPU(s) {source}, {n} runs{extra}. Results: {where}"
 
 
 def environment_fingerprint() -> str:

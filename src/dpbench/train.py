@@ -22,7 +22,7 @@ from . import DP_VARIANTS, measure, provenance, results
 from .config import RunConfig
 from .data import load_dataset, make_feed
 from .errors import error_text
-from .launch import CHECKPOINT, log
+from .runlog import CHECKPOINT, log
 from .model import resnet18
 from .variants import Variant
 
