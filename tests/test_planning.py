@@ -211,6 +211,13 @@ def test_the_cpu_plan_honours_what_the_user_asked_for_by_name():
     assert "on cifar10 data" in text and "dataset=" not in text and "max_steps=" not in text
 
 
+def test_the_cpu_plan_keeps_the_repeats_the_user_gave():
+    assert {rc.repeat for rc in _plan(0).runs.values()} == {0}             # cpu_plan.repeats
+    plan = _plan(0, repeats=2)
+    assert {rc.repeat for rc in plan.runs.values()} == {0, 1} and "2 repeat(s) each" in plan.banner()
+    assert {rc.repeat for rc in _plan(0, repeats=3, cpu_plan={"repeats": 2}).runs.values()} == {0, 1}
+
+
 # -- one skip rule: the plan's resources, its banner and the launcher -----------------------
 
 SKIP_CASES = [{}, {"train": {"device": "cuda"}}, {"train": {"device": "cpu"}},

@@ -19,7 +19,6 @@ from .config import schema
 from .plan import Plan, environment_fingerprint, plan_gpus
 
 SCHEMA = "experiments/schema.yaml"   # where a user reads the keys (the package ships the same file)
-TABLE_NAMES = list(results.TABLES)
 # The working forms of command-line values, shown when one does not validate.
 CLI_FORMS = "--config repeats=1 gpus=[1,2] tag=quick 'train={max_steps: 3, dataset: synthetic}'"
 
@@ -133,7 +132,7 @@ def _validation_message(merged: dict) -> str | None:
 def load_experiment(config: dict, basedir: str | Path) -> dict:
     """experiments/<experiment>.yaml, overridden by what the user gave (config file, --config),
     coerced to the schema's types and validated against it with its defaults filled in. Train
-    keys the user gave (config files, --config) are not the CPU plan's to replace."""
+    keys and repeats the user gave (config files, --config) are not the CPU plan's to replace."""
     from snakemake.utils import validate
 
     config = coerce(config)
@@ -161,6 +160,8 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     if config.get("train"):   # what the user asked for by name is not the CPU plan's to replace
         merged["cpu_plan"]["train"] = {k: v for k, v in merged["cpu_plan"]["train"].items()
                                        if k not in config["train"]}
+    if "repeats" in config and "repeats" not in config.get("cpu_plan", {}):
+        merged["cpu_plan"]["repeats"] = config["repeats"]
     return merged
 
 
