@@ -7,6 +7,7 @@
     dpbench claims  --results-dir results --tag TAG      (claims.md, claims.json)
     dpbench probe C2 --out results/TAG/claims/C2.json    (one claim probe)
     dpbench compare --baseline TAG --candidate TAG       (the regression check)
+    dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
@@ -28,6 +29,7 @@ COMMANDS = {
     "claims": ("dpbench.claims.ledger", "the claims ledger (claims.md, claims.json)"),
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
     "compare": ("dpbench.compare", "the regression check of two result sets"),
+    "reference": ("dpbench.reference", "a finished result set -> a committed reference (clean commits only)"),
 }
 
 

@@ -28,8 +28,8 @@ def _plain(text: str | None) -> str | None:
 
 def git_sha() -> str | None:
     """The project's revision, with '+dirty' when the working tree has changes. DPBENCH_GIT_SHA,
-    where set, wins: a tree copied to a GPU machine may carry no .git, or a stale one (seen on the
-    device: its .git still at the session's first commit, the newer code showing as '+dirty')."""
+    where set, wins: a tree copied to a GPU machine may carry no .git, or a stale one (an older
+    commit, the newer code then showing as '+dirty')."""
     if explicit := os.environ.get("DPBENCH_GIT_SHA"):
         return explicit
     here = str(Path(__file__).resolve().parent)
