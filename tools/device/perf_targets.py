@@ -435,7 +435,7 @@ def _bar_words(row: dict, step_above: str | None) -> str:
     return words
 
 
-CHAR_FRACTION = 0.0056   # of an 11.5-inch figure's panel, at the "small" font
+CHAR_FRACTION = 0.0068   # of an 11.5-inch figure's panel, at the "small" font
 
 
 def _bars(ax, rows: list[dict], labels: list[str], words: list[str], colors: list, hatches: list) -> float:
