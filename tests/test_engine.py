@@ -338,3 +338,13 @@ def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):
     else:
         os.kill(run_pid, 9)
         pytest.fail("the run outlived the process that started it")
+
+
+def test_a_cpu_plan_run_hides_the_machines_gpus(tmp_path, monkeypatch):
+    """gpus_available=0 plans the CPU run: its runs must not find CUDA devices either."""
+    seen = {}
+    monkeypatch.setattr(launch, "run", lambda cfg, out, planned=None: seen.update(
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"), planned=planned) or 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert launch.main(["--config", '{"variant": "single"}', "--out", str(tmp_path), "--planned-gpus", "0"]) == 0
+    assert seen == {"visible": "", "planned": 0}

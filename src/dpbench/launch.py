@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     planned = args.planned_gpus
     # A run its plan gave no GPU (the CPU plan, or a run it counts as skipped) takes none here either.
     no_gpu = planned is not None and (planned == 0 or skip_reason(cfg, planned) is not None)
+    if planned == 0:   # the CPU plan runs on the CPU, whatever this machine has
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if not args.lease or no_gpu or cfg.device == "cpu" or not gpu_lease.pool():
         return run(cfg, args.out, planned)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.

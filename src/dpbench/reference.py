@@ -68,7 +68,7 @@ def make_reference(src: Path, dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="dpbench reference", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("src", type=Path, help="a finished result set, results/<tag>")
     p.add_argument("dest", type=Path, help="where the reference goes, results/reference/<name>")
     args = p.parse_args(argv)
