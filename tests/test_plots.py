@@ -227,6 +227,68 @@ def test_curves_equal_to_single_are_named(mixed):
                                                          "fp32, batch 1024 · 2 GPUs")
 
 
+# One evaluation each (one point per curve), no single run at global batch 512, the best
+# accuracy at the top of the panel where a note sat; ddp equal to single on one GPU.
+ONE_EPOCH = [
+    dict(variant="single", epochs=1, accuracy=[0.44]),
+    dict(variant="ddp", epochs=1, accuracy=[0.44]),
+    dict(variant="dp", gpus=2, options=FP32, epochs=1, accuracy=[0.200]),
+    dict(variant="dp_mean", gpus=2, options=FP32, epochs=1, accuracy=[0.179]),
+    dict(variant="dp_sum", gpus=2, options=FP32, epochs=1, accuracy=[0.205]),
+    dict(variant="ddp", gpus=2, options=FP32, epochs=1, accuracy=[0.179]),
+]
+
+
+@pytest.fixture(scope="module")
+def one_epoch(tmp_path_factory):
+    rs = fake_result_set(tmp_path_factory.mktemp("one_epoch"), ONE_EPOCH)
+    tables = load_tables(rs.root, rs.tag)
+    with style():
+        figures = {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
+    for fig in figures.values():
+        FigureCanvasAgg(fig).draw()
+    return figures
+
+
+def drawn_points(ax, samples: int = 24) -> np.ndarray:
+    """display_points of every data artist, plus points along the segments of drawn lines."""
+    pts = [display_points(a) for a in data_artists(ax)]
+    for line in ax.lines:
+        xy = display_points(line)
+        if line.get_linestyle() not in ("None", "none", "") and len(xy) > 1:
+            t = np.linspace(0, 1, samples)[:, None, None]
+            pts.append((xy[:-1] + t * (xy[1:] - xy[:-1])).reshape(-1, 2))
+    return np.concatenate(pts) if pts else np.empty((0, 2))
+
+
+def covered_by_notes(fig) -> list:
+    renderer = fig.canvas.get_renderer()
+    bad = []
+    for ax in fig.axes:
+        pts = drawn_points(ax)
+        for text in (t for t in ax.texts if t.get_bbox_patch() is not None):   # notes, not bar labels
+            box = text.get_bbox_patch().get_window_extent(renderer)
+            hit = (pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1) & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)
+            if hit.any():
+                bad.append((ax.get_title(), text.get_text(), int(hit.sum())))
+    return bad
+
+
+@pytest.mark.parametrize("name", results.FIGURE_NAMES)
+def test_no_note_covers_data(mixed, one_epoch, name):
+    assert covered_by_notes(mixed[1][name]) == [], name
+    assert covered_by_notes(one_epoch[name]) == [], name
+
+
+def test_notes_of_one_point_panels_claim_no_dashes(one_epoch):
+    texts = {ax.get_title(): " ".join(t.get_text() for t in ax.texts) for ax in one_epoch["accuracy"].axes}
+    assert texts["fp32, batch 128 · 1 GPU"] == "identical to single: ddp"
+    assert texts["fp32, batch 512 · 2 GPUs"] == "no single run at global batch 512"
+    # the highest point stays in the panel, below its note
+    ax = next(a for a in one_epoch["accuracy"].axes if a.get_title() == "fp32, batch 512 · 2 GPUs")
+    assert ax.get_ylim()[1] > 0.205
+
+
 def test_warnings_span_two_decades_on_a_log_axis(mixed):
     _, figures = mixed
     assert {ax.get_yscale() for ax in figures["warnings"].axes} == {"log"}

@@ -14,11 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import NullFormatter, StrMethodFormatter
 
 from dpbench import VARIANTS, results
@@ -32,6 +34,11 @@ OTHER_COLOR = "0.45"      # variants this module does not know yet
 REFERENCE_COLOR = "0.3"   # ideal lines, zero lines
 TITLE_CHARS = 50          # characters per line of a panel title at PANEL_IN's width
 SHARE_RATIO = 2.0         # panels share a y scale when their tops differ by less than this
+NOTE_INSET = 0.03         # a note's distance from the panel's edges (axes fraction)
+# A note's box in pixels at DPI in the small font (a character's width and a line's height
+# rounded up, the box's padding), and the smallest panel (axes) it goes in: panel titles of two
+# lines and tick labels leave about this much of a PANEL_IN panel.
+NOTE_PX = {"char": 7.0, "line": 19.0, "pad": 10.0, "axes_w": 340.0, "axes_h": 220.0}
 
 
 def palette(variants: Sequence[str]) -> dict[str, object]:
@@ -104,12 +111,71 @@ def placeholder(title: str, message: str) -> Figure:
     return fig
 
 
-def note(ax: Axes, text: str, where: str = "top") -> None:
-    """A short remark inside a panel (e.g. curves that coincide), on a white box in the top or
-    bottom right corner."""
-    y, va = (0.97, "top") if where == "top" else (0.03, "bottom")
-    ax.text(0.97, y, text, transform=ax.transAxes, ha="right", va=va, fontsize="small",
-            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9), zorder=5)
+def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
+    """Every drawn data point of a panel in axes fractions (0..1 inside it): line vertices and
+    points along their segments, scatter points, error bar ends, bar tops."""
+    to_axes = ax.transAxes.inverted()
+    parts = []
+    for line in ax.lines:
+        xy = line.get_xydata()
+        xy = to_axes.transform(line.get_transform().transform(xy[np.isfinite(xy).all(axis=1)]))
+        parts.append(xy)
+        if line.get_linestyle() not in ("None", "none", "", " ") and len(xy) > 1:
+            t = np.linspace(0, 1, samples)[:, None, None]
+            parts.append((xy[:-1] + t * (xy[1:] - xy[:-1])).reshape(-1, 2))
+    for coll in ax.collections:
+        if isinstance(coll, LineCollection):
+            segs = [s for s in coll.get_segments() if len(s)]
+            if segs:
+                parts.append(to_axes.transform(coll.get_transform().transform(np.concatenate(segs))))
+        elif len(coll.get_offsets()):
+            parts.append(to_axes.transform(coll.get_offset_transform().transform(coll.get_offsets())))
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle):
+            (x0, _), (x1, y1) = patch.get_bbox().get_points()
+            parts.append(to_axes.transform(patch.get_data_transform().transform([[(x0 + x1) / 2, y1]])))
+    return np.concatenate(parts) if parts else np.empty((0, 2))
+
+
+def note_size(text: str) -> tuple[float, float]:
+    """A note box's width and height as fractions of the smallest panel this module draws
+    (measured for the small font on PANEL_IN panels, rounded up)."""
+    lines = text.split("\n")
+    w = NOTE_PX["char"] * max(map(len, lines)) + NOTE_PX["pad"]
+    h = NOTE_PX["line"] * len(lines) + NOTE_PX["pad"]
+    return w / NOTE_PX["axes_w"], h / NOTE_PX["axes_h"]
+
+
+def note(ax: Axes, text: str) -> None:
+    """A short remark inside a panel (e.g. curves that coincide) on a white box, in the first
+    corner of top right, top left, bottom right, bottom left whose box covers no data; where
+    each would, the y range grows at the top to free the top right. Call it once the panel's
+    data and limits are final."""
+    w, h = note_size(text)
+    pts = data_in_axes(ax)
+    for top, right in ((True, True), (True, False), (False, True), (False, False)):
+        x0, x1 = (1 - NOTE_INSET - w, 1.0) if right else (0.0, NOTE_INSET + w)
+        y0, y1 = (1 - NOTE_INSET - h, 1.0) if top else (0.0, NOTE_INSET + h)
+        inside = (pts[:, 0] >= x0) & (pts[:, 0] <= x1) & (pts[:, 1] >= y0) & (pts[:, 1] <= y1)
+        if not inside.any():
+            break
+    else:
+        top, right = True, True
+        _grow_top(ax, float(pts[:, 1].max()), 1 - NOTE_INSET - h - 0.02)
+    ax.text(1 - NOTE_INSET if right else NOTE_INSET, 1 - NOTE_INSET if top else NOTE_INSET, text,
+            transform=ax.transAxes, ha="right" if right else "left", va="top" if top else "bottom",
+            fontsize="small", zorder=5,
+            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9))
+
+
+def _grow_top(ax: Axes, highest: float, below: float) -> None:
+    """Raise the top of the y range until the highest data point (an axes fraction) lies at
+    `below` (on the axis' own scale, linear or log)."""
+    scale = ax.transScale
+    lo, hi = ax.get_ylim()
+    s_lo, s_hi = scale.transform([[0, lo], [0, hi]])[:, 1]
+    s_top = s_lo + (s_hi - s_lo) * highest / below
+    ax.set_ylim(lo, scale.inverted().transform([[0, s_top]])[0, 1])
 
 
 def variant_handle(variant: str, bars: bool = False) -> Line2D | Patch:

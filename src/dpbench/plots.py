@@ -175,7 +175,7 @@ def plot_throughput(t: Tables) -> Figure:
     variants = variant_order(ok["variant"])
     order = label_order(ok)
     fig, axes = panel_grid(len(order))
-    tops, bottoms, kinds_drawn, meds, logs = [], [], set(), [], []
+    tops, bottoms, kinds_drawn, meds, logs, no_ideal = [], [], set(), [], [], []
     for ax, lab in zip(axes, order):
         panel = ok[ok["label"] == lab]
         meds.append(panel_medians(panel, "images_per_s"))
@@ -189,8 +189,7 @@ def plot_throughput(t: Tables) -> Figure:
                 values += ys
                 xs_all |= set(xs)
                 kinds_drawn.add(kind)
-        if not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)):
-            note(ax, "no single run at this batch:\nno ideal line", where="bottom")
+        no_ideal.append(not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)))
         gpu_ticks(ax, xs_all, on_cpu(ok))
         ax.set_ylabel("images/s")
         panel_title(ax, lab)
@@ -198,8 +197,10 @@ def plot_throughput(t: Tables) -> Figure:
         tops.append(max(values))
         bottoms.append(min(values) if logs[-1] else 0.0)
     fit_y(axes, tops, bottoms, log=logs)
-    for ax, is_log in zip(axes, logs):
+    for ax, is_log, missing in zip(axes, logs, no_ideal):
         ax.set_ylabel("images/s (log scale)" if is_log else "images/s")
+        if missing:   # once the range is final: the note goes where it hides no point
+            note(ax, "no single run at this batch:\nno ideal line")
     for ax in axes:
         thousands(ax)
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=IDEAL_LABEL[k])
@@ -367,7 +368,8 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
     """Curves of y against x per variant, one panel per (option set, GPU count). Plain curves get
     single's curve at the same setup and global batch in every panel as the reference; with
     `difference`, y already is the difference to single and the reference is the zero line.
-    Curves equal to the reference are dashed on top of it and named in the panel."""
+    Curves equal to the reference are dashed on top of it and named in the panel (a panel of
+    one point per curve shows no line, so its note says no dashes)."""
     panels = curve_panels(df)
     variants = variant_order(df["variant"])
     fig, axes = panel_grid(len(panels), n_cols=min(4, df["gpus"].nunique()))
@@ -386,25 +388,23 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
             c = panel[panel["variant"] == v].sort_values(x)
             style_ = dict(ls=(0, (4, 3)), lw=1.6) if v in same else dict(lw=1.1)
             ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, **style_)
-        # Remarks go in the corner the curves leave free at their right end.
         lo, hi = float(panel[y].min()), float(panel[y].max())
         if difference:
             lo, hi = min(lo, 0.0), max(hi, 0.0)
         span = (hi - lo) or abs(hi) or 1.0
         ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
-        right = panel[panel[x] >= panel[x].quantile(0.7)][y]
-        where = "bottom" if len(right) and right.mean() > lo + span / 2 else "top"
-        words = []
-        if same:
-            words.append(f"identical to single{' (0 at every step)' if difference else ''}: "
-                         f"{', '.join(variant_order(same))}" + ("" if difference else " (dashed)"))
-        if not difference and missing:
-            words.append(f"no single run at global batch {panel['global_batch'].iloc[0]:g}")
-        if words:
-            note(ax, "\n".join(words), where=where)
         ax.set(xlabel="optimizer step" if x == "step" else x, ylabel=ylabel)
         if x == "epoch":
             ax.set_xticks(sorted(panel[x].astype(int).unique()))
+        words = []   # a note is placed once limits and ticks are final, where it hides no data
+        if same:
+            dashed = not difference and panel[x].nunique() > 1
+            words.append(f"identical to single{' (0 at every step)' if difference else ''}: "
+                         f"{', '.join(variant_order(same))}" + (" (dashed)" if dashed else ""))
+        if not difference and missing:
+            words.append(f"no single run at global batch {panel['global_batch'].iloc[0]:g}")
+        if words:
+            note(ax, "\n".join(words))
         panel_title(ax, f"{lab} · {count_label(g, on_cpu(panel))}")
     add_legend(fig, variants)
     figure_title(fig, f"{title} ({subtitle})" if subtitle else title)
