@@ -9,16 +9,25 @@ and steps.csv through dpbench.results), then the real collect over them.
 
 A spec entry holds write_fake_run's keyword arguments; `images_per_s` may be a list, one value
 per repeat (then `repeat` is not given).
+
+The workflow in a temporary folder, for the tests that run the real Snakemake:
+
+    wd = copy_workflow(tmp_path / "wf", extra=("profiles",))
+    proc = run_snakemake(wd, "-n", "--config", "experiment=smoke")
 """
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from dpbench import collect, results
 
+REPO = Path(__file__).resolve().parents[1]
 TAG = "fake"
 SYNTHETIC_PROVENANCE = {
     "torch": "2.14.1+cu130", "cuda": "13.0", "cudnn": 91900, "nccl": "2.28.9",
@@ -150,3 +159,38 @@ def fake_result_set(tmp_path: Path | str, spec: Iterable[dict], tag: str = TAG,
     if collect_runs:
         rs.collect()
     return rs
+
+
+# -- the workflow in a temporary folder ------------------------------------------------------
+
+# What Snakemake needs beside the Snakefile: the pipeline's own files, and the package the rules
+# import (a copy, so that a test may damage it without touching the repository).
+WORKFLOW_FILES = ("Snakefile", "config.yaml", "experiments", "report", "envs", "src")
+
+
+def copy_workflow(wd: Path | str, extra: Iterable[str] = ()) -> Path:
+    """Copies the workflow (and the repository paths in `extra`, e.g. "profiles") into wd,
+    made if missing; returns wd."""
+    wd = Path(wd)
+    wd.mkdir(parents=True, exist_ok=True)
+    for name in (*WORKFLOW_FILES, *extra):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    return wd
+
+
+def run_snakemake(wd: Path | str, *args: str, cores: int | None = 2, env: dict | None = None,
+                  timeout: int = 600, check: bool = False) -> subprocess.CompletedProcess:
+    """`python -m snakemake --cores <cores> <args>` in wd, its output captured.
+
+    cores=None leaves --cores out (a profile, or args, sets it). env=None inherits this
+    process's environment. check=True fails the test when Snakemake fails, with the end of
+    its output.
+    """
+    cmd = [sys.executable, "-m", "snakemake", *(["--cores", str(cores)] if cores is not None else []),
+           *args]
+    proc = subprocess.run(cmd, cwd=wd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-6000:]}")
+    return proc

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import yaml
 from dpbench import gpu_lease, results
 from dpbench.pipeline import load_experiment
 from dpbench.plan import Plan
+
+from fakes import copy_workflow, run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = REPO.parent / "shared" / "tools" / "local_slurm.sh"
@@ -181,32 +182,25 @@ def slurm():
 @pytest.fixture
 def workflow(tmp_path):
     """A copy of the workflow with the tiny experiment, in a folder the SLURM jobs can reach."""
-    wd = tmp_path / "wf"
-    wd.mkdir()
-    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
+    wd = copy_workflow(tmp_path / "wf", extra=("profiles",))
     (wd / "experiments" / "cluster.yaml").write_text(yaml.safe_dump(EXPERIMENT))
     (wd / "tmp").mkdir()
     return wd
 
 
-def snakemake(wd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def workflow_env(wd: Path) -> dict:
     # TMPDIR reaches the jobs too (sbatch --export=ALL): the GPU lock files stay in this test.
     env = dict(os.environ, TMPDIR=str(wd / "tmp"))
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=wd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n"
-                             f"{proc.stderr[-6000:]}")
-    return proc
+    return env
 
 
 def through_slurm(wd: Path, *args: str) -> subprocess.CompletedProcess:
-    """The shipped profile as a user runs it; only the first status check comes sooner."""
-    return snakemake(wd, *args, "--profile", "profiles/slurm",
-                     "--slurm-init-seconds-before-status-checks", "2")
+    """The shipped profile as a user runs it (no --cores: the profile sets jobs and threads);
+    only the first status check comes sooner."""
+    return run_snakemake(wd, *args, "--profile", "profiles/slurm",
+                         "--slurm-init-seconds-before-status-checks", "2",
+                         cores=None, env=workflow_env(wd), check=True)
 
 
 def slurm_jobs(wd: Path) -> dict[str, list[dict]]:
@@ -244,7 +238,8 @@ def test_cpu_plan_through_slurm_equals_a_local_run(slurm, workflow):
     # Under a cluster executor the CPU plan's timing limit (cpu_timing) is off: SLURM gives each
     # job its own CPUs and starts it as soon as the node has them.
     started = time.perf_counter()
-    snakemake(wd, *local, "--cores", "2", "--config", "experiment=cluster", "tag=local")
+    run_snakemake(wd, *local, "--config", "experiment=cluster", "tag=local", cores=2,
+                  env=workflow_env(wd), check=True)
     print(f"\nlocal run: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     started = time.perf_counter()
     run = through_slurm(wd, "--config", "experiment=cluster", "tag=slurm")

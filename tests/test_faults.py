@@ -23,6 +23,7 @@ import pytest
 from dpbench import results
 
 from conftest import TINY, write_official_cifar
+from fakes import copy_workflow, run_snakemake
 from test_data import make_pack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,16 +63,7 @@ def says_nothing_outside_the_repo(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory) -> Path:
-    wd = tmp_path_factory.mktemp("wf")
-    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
-    return wd
-
-
-def snakemake(wd: Path, *args: str, cores: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", str(cores), *args],
-                          cwd=wd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return copy_workflow(tmp_path_factory.mktemp("wf"))
 
 
 def output(proc: subprocess.CompletedProcess) -> str:
@@ -350,13 +342,13 @@ def test_compare_on_damaged_input_exits_2_with_one_line(two_tags, how):
     ["train={dataset: synthetic, max_steps: 3}"],
 ])
 def test_command_line_lists_and_numbers_are_accepted(workflow, override):
-    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", *override)
+    proc = run_snakemake(workflow, "-n", "--config", "experiment=smoke", *override, env=ENV)
     assert proc.returncode == 0, output(proc)[-TAIL:]
     assert "rule train" in proc.stdout or "train" in proc.stdout
 
 
 def test_zero_gpus_is_rejected_naming_the_key(workflow):
-    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", "gpus=[0]")
+    proc = run_snakemake(workflow, "-n", "--config", "experiment=smoke", "gpus=[0]", env=ENV)
     assert proc.returncode != 0
     text = output(proc)
     assert "gpus" in text and "is not of type" not in text and "Traceback" not in text
@@ -374,7 +366,7 @@ def test_the_readme_quotes_nested_config_values():
 
 
 def test_a_mistyped_top_level_key_is_named_first_and_short(workflow):
-    proc = snakemake(workflow, "-n", "--config", "experiment=smoke", "repets=1")
+    proc = run_snakemake(workflow, "-n", "--config", "experiment=smoke", "repets=1", env=ENV)
     assert proc.returncode != 0
     lines = [line for line in output(proc).splitlines() if line.strip()]
     named = [i for i, line in enumerate(lines) if "repets" in line]
@@ -393,7 +385,8 @@ def _train_configs(dry_run_output: str) -> list[dict]:
 
 
 def test_the_cpu_plan_honours_an_explicit_dataset_with_an_eval_budget(workflow):
-    proc = snakemake(workflow, "-n", "-p", "--config", "experiment=smoke", "train={dataset: cifar10}")
+    proc = run_snakemake(workflow, "-n", "-p", "--config", "experiment=smoke", "train={dataset: cifar10}",
+                         env=ENV)
     assert proc.returncode == 0, output(proc)[-TAIL:]
     configs = _train_configs(proc.stdout)
     assert configs and all(c["dataset"] == "cifar10" for c in configs)
@@ -407,7 +400,7 @@ def cpu_pipeline(workflow) -> tuple[Path, subprocess.CompletedProcess]:
     """smoke's matrix on the CPU plan, tiny: single and ddp on 1 and 2 gloo ranks."""
     name = write_config(workflow, "serial.yaml", experiment="smoke", tag="serial", repeats=1,
                         variants=["single", "ddp"], gpus=[1, 2], cpu_plan=dict(TINY_CPU_PLAN, max_ranks=2))
-    proc = snakemake(workflow, "results/serial/summary.csv", "--configfile", name, cores=2)
+    proc = run_snakemake(workflow, "results/serial/summary.csv", "--configfile", name, cores=2, env=ENV)
     assert proc.returncode == 0, output(proc)[-TAIL:]
     return workflow / "results" / "serial", proc
 

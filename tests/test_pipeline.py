@@ -1,8 +1,5 @@
 """The pipeline end to end on the CPU plan, in a temporary folder, through the real Snakemake
 (slow: `python -m pytest -m slow`), and the checks that a bad config stops before training."""
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -12,30 +9,18 @@ import pytest
 from dpbench import gpu_lease, results
 from dpbench.plan import Plan
 
-REPO = Path(__file__).resolve().parents[1]
+from fakes import copy_workflow, run_snakemake
+
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args],
-                          cwd=workdir, capture_output=True, text=True, timeout=900)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"snakemake {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def copy_workflow(wd: Path) -> Path:
-    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
-    return wd
+# Every Snakemake call here may take this long: the first one trains smoke's whole CPU plan.
+TIMEOUT = 900
 
 
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory):
     """A copy of the workflow with the smoke experiment run once (the CPU plan)."""
     wd = copy_workflow(tmp_path_factory.mktemp("wf"))
-    first = snakemake(wd, "--config", "experiment=smoke")
+    first = run_snakemake(wd, "--config", "experiment=smoke", timeout=TIMEOUT, check=True)
     return wd, first
 
 
@@ -73,7 +58,7 @@ def test_cpu_plan_says_what_it_skips_and_writes_every_table_and_figure(workflow)
 @pytest.mark.slow
 def test_a_second_run_has_nothing_to_do(workflow):
     wd, _ = workflow
-    again = snakemake(wd, "--config", "experiment=smoke")
+    again = run_snakemake(wd, "--config", "experiment=smoke", timeout=TIMEOUT, check=True)
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
@@ -83,7 +68,8 @@ def test_one_run_reruns_alone_as_a_target(workflow):
     target = "results/smoke/runs/single-g1-r0/metrics.json"
     before = (wd / target).stat().st_mtime
     other = (wd / "results/smoke/runs/ddp-g2-r0/metrics.json").stat().st_mtime
-    out = snakemake(wd, target, "--forcerun", "train", "--config", "experiment=smoke")
+    out = run_snakemake(wd, target, "--forcerun", "train", "--config", "experiment=smoke",
+                        timeout=TIMEOUT, check=True)
     assert "1 of 1 steps" in out.stdout + out.stderr
     assert (wd / target).stat().st_mtime > before
     assert (wd / "results/smoke/runs/ddp-g2-r0/metrics.json").stat().st_mtime == other
@@ -96,7 +82,8 @@ def test_changing_one_variants_options_runs_only_its_runs(workflow):
         "matrix:\n"
         "  - {name: smoke, variants: [single, dp, dp_mean, dp_sum]}\n"
         "  - {name: ddp_lr, variants: [ddp], options: {lr: 0.05}}\n")
-    dry = snakemake(wd, "-n", "--configfile", "ddp_lr.yaml", "--config", "experiment=smoke")
+    dry = run_snakemake(wd, "-n", "--configfile", "ddp_lr.yaml", "--config", "experiment=smoke",
+                        timeout=TIMEOUT, check=True)
     planned = {line.split("/runs/")[1].split("/")[0] for line in dry.stdout.splitlines()
                if "output:" in line and "/runs/" in line}
     assert planned == {"ddp-g1-lr0p05-r0", "ddp-g2-lr0p05-r0"}
@@ -105,14 +92,15 @@ def test_changing_one_variants_options_runs_only_its_runs(workflow):
 @pytest.mark.slow
 def test_the_report_renders(workflow):
     wd, _ = workflow
-    snakemake(wd, "--report", "results/smoke/report.html", "--config", "experiment=smoke")
+    run_snakemake(wd, "--report", "results/smoke/report.html", "--config", "experiment=smoke",
+                  timeout=TIMEOUT, check=True)
     assert (wd / "results/smoke/report.html").stat().st_size > 10_000
 
 
 @pytest.mark.slow
 def test_lint_passes(workflow):
     wd, _ = workflow
-    out = snakemake(wd, "--lint", "--config", "experiment=smoke", check=False)
+    out = run_snakemake(wd, "--lint", "--config", "experiment=smoke", timeout=TIMEOUT)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -122,14 +110,14 @@ def test_lint_passes(workflow):
     (["matrix=[{'name': 'x', 'variants': ['dp'], 'options': {'batchnorm': 'sync'}}]"], "batchnorm"),
 ])
 def test_bad_config_stops_before_training_and_names_the_key(dry, override, expected):
-    out = snakemake(dry, "-n", "--config", "experiment=smoke", *override, check=False)
+    out = run_snakemake(dry, "-n", "--config", "experiment=smoke", *override, timeout=TIMEOUT)
     assert out.returncode != 0
     assert expected in out.stdout + out.stderr
     assert "rule train" not in out.stdout
 
 
 def test_compare_without_a_baseline_says_how(dry):
-    out = snakemake(dry, "compare", "--config", "experiment=smoke", check=False)
+    out = run_snakemake(dry, "compare", "--config", "experiment=smoke", timeout=TIMEOUT)
     assert out.returncode != 0 and "baseline=<tag>" in out.stdout + out.stderr
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ import pytest
 from dpbench import VARIANTS, cli, config, pipeline, results
 from dpbench.config import RunConfig
 from dpbench.plan import Plan, default_tag, environment_fingerprint, torch_version
+
+from fakes import copy_workflow, run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")
@@ -43,19 +44,10 @@ sys.meta_path.insert(0, _Block())
 """
 
 
-def snakemake_dry(wd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", *args],
-                          cwd=wd, env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def wd(tmp_path_factory) -> Path:
     """A copy of the workflow, never run: dry runs only."""
-    wd = tmp_path_factory.mktemp("plan")
-    for name in ("Snakefile", "config.yaml", "experiments", "report", "envs", "src"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
-    return wd
+    return copy_workflow(tmp_path_factory.mktemp("plan"))
 
 
 # -- torch-free planning --------------------------------------------------------------------
@@ -66,7 +58,7 @@ def test_a_dry_run_of_the_default_experiment_imports_no_torch_seaborn_or_matplot
     check = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert check.returncode != 0 and "planning must not import torch" in check.stderr   # the hook works
     start = time.perf_counter()
-    proc = snakemake_dry(wd, "--config", "gpus_available=2", env=env)
+    proc = run_snakemake(wd, "-n", "--config", "gpus_available=2", env=env, timeout=300)
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "rule train" in proc.stdout and "must not import" not in proc.stdout + proc.stderr
@@ -153,15 +145,15 @@ def test_a_bad_key_or_value_is_named_first_in_two_lines(over, first, hint):
 
 
 def test_a_typo_through_snakemake_is_short(wd):
-    proc = snakemake_dry(wd, "--config", "experiment=smoke", "repets=1")
+    proc = run_snakemake(wd, "-n", "--config", "experiment=smoke", "repets=1", timeout=300)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "did you mean 'repeats'?" in text
     assert len([line for line in text.splitlines() if line.strip()]) <= 10, text
 
 
 def test_command_line_lists_and_numbers_work_through_snakemake(wd):
-    proc = snakemake_dry(wd, "--config", "experiment=smoke", "repeats=1", "gpus=[1,2]", "tag=quick",
-                         "train={max_steps: 3}")
+    proc = run_snakemake(wd, "-n", "--config", "experiment=smoke", "repeats=1", "gpus=[1,2]", "tag=quick",
+                         "train={max_steps: 3}", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "results/quick/runs/ddp-g2-r0/metrics.json" in proc.stdout
 
@@ -257,8 +249,8 @@ def test_the_banner_names_the_runs_the_rule_skips():
 
 
 def test_the_train_rule_passes_the_planned_gpus_to_the_launcher(wd):
-    proc = snakemake_dry(wd, "-p", "results/x/runs/ddp-g2-r0/metrics.json",
-                         "--config", "experiment=smoke", "gpus_available=1", "tag=x")
+    proc = run_snakemake(wd, "-n", "-p", "results/x/runs/ddp-g2-r0/metrics.json",
+                         "--config", "experiment=smoke", "gpus_available=1", "tag=x", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "-m dpbench.launch" in proc.stdout and "--planned-gpus 1" in proc.stdout
 
