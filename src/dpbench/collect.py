@@ -10,7 +10,6 @@ import csv
 import hashlib
 import json
 import math
-import re
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -23,7 +22,6 @@ from .errors import error_text
 NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
              "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers",
              "max_cpu_ranks"}
-RUN_ID = re.compile(r"^(?P<variant>.+?)-g(?P<gpus>\d+)(?:-.*)?-r(?P<repeat>\d+)$")
 
 
 def _ident(rec: dict) -> dict:
@@ -53,18 +51,11 @@ def setup_key(cfg: dict) -> str:
 
 
 def planning(rec: dict) -> dict:
-    """How the run was planned and seeded; records written before these keys existed read as
-    strong scaling, per-GPU batch global/gpus, the config's seed, not deterministic."""
-    cfg = rec.get("config") or {}
-    gb, gpus = cfg.get("global_batch"), rec.get("gpus") or cfg.get("gpus")
-    weak = cfg.get("per_gpu_batch") is not None
-    per_gpu = rec.get("per_gpu_batch")
-    if per_gpu is None and gb is not None and gpus:
-        per_gpu = cfg["per_gpu_batch"] if weak else gb / gpus
-    return {"scaling": rec.get("scaling") or ("weak" if weak else "strong"),
-            "per_gpu_batch": per_gpu, "seed": rec.get("seed", cfg.get("seed", 0)),
-            "deterministic": bool(rec.get("deterministic", cfg.get("deterministic", False))),
-            "setup": setup_key(cfg) if cfg else ""}
+    """How the run was planned and seeded (results.RunRecord reads records written before these
+    keys existed), and its setup."""
+    run = results.RunRecord.from_json(rec)
+    return {"scaling": run.scaling, "per_gpu_batch": run.per_gpu_batch, "seed": run.seed,
+            "deterministic": run.deterministic, "setup": setup_key(run.config) if run.config else ""}
 
 
 def summary_row(rec: dict) -> dict:
@@ -94,30 +85,26 @@ def damaged(path: Path, error: Exception) -> dict:
     """The record of a run whose metrics.json cannot be read: a failed run that says which file
     and how to remake it, so the rest of the matrix is still collected."""
     rid = path.parent.name
-    m = RUN_ID.match(rid)
+    parts = results.parse_run_id(rid)
     reason = (f"{path} is damaged ({error_text(error)}); "
               f"rerun it: snakemake --cores all {path} --forcerun train")
-    return {"run_id": rid, "variant": m["variant"] if m else "", "gpus": int(m["gpus"]) if m else 0,
-            "repeat": int(m["repeat"]) if m else 0, "options": {}, "status": results.STATUS_FAILED,
+    return {"run_id": rid, "variant": parts.variant if parts else "", "gpus": parts.gpus if parts else 0,
+            "repeat": parts.repeat if parts else 0, "options": {}, "status": results.STATUS_FAILED,
             "reason": reason, "damaged": True}
 
 
+def _readable(rec: dict | results.DamagedRecord) -> dict:
+    return damaged(rec.path, rec.error) if isinstance(rec, results.DamagedRecord) else rec
+
+
 def read_record(path: Path) -> dict:
-    try:
-        rec = results.read_json(path)
-        if not isinstance(rec, dict) or "run_id" not in rec:
-            raise ValueError("not a run record")
-        return rec
-    except (OSError, ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
-        return damaged(Path(path), exc)
+    return _readable(results.read_run(path))
 
 
 def find_runs(folder: Path) -> list[tuple[dict, Path]]:
-    """(record, run folder) of every finished run in a folder of run folders, sorted by name."""
-    if not folder.exists():
-        return []
-    paths = sorted(p / results.METRICS for p in folder.iterdir() if (p / results.METRICS).is_file())
-    return [(read_record(p), p.parent) for p in paths]
+    """(record, run folder) of every finished run in a folder of run folders, sorted by name; a
+    damaged record comes as a failed run that names its file."""
+    return [(_readable(rec), rdir) for rec, rdir in results.iter_runs(folder, damaged=True)]
 
 
 def damaged_row(rec: dict) -> dict:

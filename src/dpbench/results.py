@@ -18,10 +18,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, overload
+
+if TYPE_CHECKING:   # pandas loads only where a table is read
+    import pandas as pd
 
 METRICS = "metrics.json"
 STEPS = "steps.csv"
@@ -86,6 +90,31 @@ def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None 
     parts += [f"{k}{_slug(v)}" for k, v in sorted((options or {}).items())]
     parts.append(f"r{repeat}")
     return "-".join(parts)
+
+
+class RunId(NamedTuple):
+    """A run id taken apart: `options` is the slugged options part ('' when nothing is swept);
+    slugs do not read back into values (the record's options hold those)."""
+    variant: str
+    gpus: int
+    options: str
+    repeat: int
+
+    @property
+    def cell(self) -> str:
+        """The run id without its repeat: the repeats of one cell share it."""
+        return "-".join([self.variant, f"g{self.gpus}"] + ([self.options] if self.options else []))
+
+
+_RUN_ID = re.compile(r"^(?P<variant>.+?)-g(?P<gpus>\d+)(?:-(?P<options>.*))?-r(?P<repeat>\d+)$")
+
+
+def parse_run_id(rid: str) -> RunId | None:
+    """run_id's parts back out of a run id, or None when it is not one."""
+    m = _RUN_ID.match(rid)
+    if m is None:
+        return None
+    return RunId(m["variant"], int(m["gpus"]), m["options"] or "", int(m["repeat"]))
 
 
 def options_label(options: dict[str, Any] | None) -> str:
@@ -255,7 +284,7 @@ class ResultSet:
         return compare_paths(self.root, self.tag, candidate)
 
     # -- readers ----------------------------------------------------------------------------
-    def table(self, name: str):
+    def table(self, name: str) -> "pd.DataFrame":
         """A tidy table as a pandas DataFrame (read_table's rule: TEXT_COLUMNS as str)."""
         return read_table(self.root, self.tag, name)
 
@@ -272,7 +301,8 @@ class ResultSet:
         return iter_runs(self.runs_dir)
 
     def provenance(self) -> dict[str, Any]:
-        return read_json(self.provenance_path)
+        prov: dict[str, Any] = read_json(self.provenance_path)
+        return prov
 
 
 # -- atomic writes: a reader never sees a half-written file -------------------------------
@@ -336,18 +366,54 @@ def read_metrics(rdir: Path | str) -> dict[str, Any] | None:
     return read_json(path) if path.exists() else None
 
 
-def iter_runs(folder: Path | str) -> Iterable[tuple[dict[str, Any], Path]]:
-    """(record, run folder) of every finished run in a folder of run folders, sorted by name."""
+@dataclass(frozen=True)
+class DamagedRecord:
+    """A finished run whose metrics.json cannot be read as a run record (not JSON, not an
+    object, no run_id): what iter_runs yields for it when asked to go on past it."""
+    path: Path
+    error: Exception
+
+    @property
+    def run_id(self) -> str:
+        return self.path.parent.name
+
+
+def read_run(path: Path | str) -> dict[str, Any] | DamagedRecord:
+    """A metrics.json as a run record (a dict with a run_id), or a DamagedRecord saying why not."""
+    try:
+        rec = read_json(path)
+        if not isinstance(rec, dict) or "run_id" not in rec:
+            raise ValueError("not a run record")
+        return rec
+    except (OSError, ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
+        return DamagedRecord(Path(path), exc)
+
+
+@overload
+def iter_runs(folder: Path | str, *, damaged: Literal[False] = ...) -> Iterator[tuple[dict[str, Any], Path]]: ...
+@overload
+def iter_runs(folder: Path | str, *, damaged: bool) -> Iterator[tuple[dict[str, Any] | DamagedRecord, Path]]: ...
+
+
+def iter_runs(folder: Path | str, *, damaged: bool = False
+              ) -> Iterator[tuple[dict[str, Any] | DamagedRecord, Path]]:
+    """(record, run folder) of every finished run (one with a metrics.json) in a folder of run
+    folders, sorted by name. A record that cannot be read raises its error, or with
+    damaged=True comes as a DamagedRecord so that the other runs are still read."""
     folder = Path(folder)
-    if not folder.exists():
+    if not folder.is_dir():
         return
     for rdir in sorted(p for p in folder.iterdir() if p.is_dir()):
-        rec = read_metrics(rdir)
-        if rec is not None:
-            yield rec, rdir
+        path = rdir / METRICS
+        if not path.is_file():
+            continue   # unfinished: metrics.json is written last
+        rec = read_run(path)
+        if isinstance(rec, DamagedRecord) and not damaged:
+            raise rec.error
+        yield rec, rdir
 
 
-def read_table(root: Path | str, tag: str, name: str):
+def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
     One rule for text: TEXT_COLUMNS read as str, '' where empty (never NaN); the other columns
     are as pandas reads them (numbers, or whatever a damaged file holds, for the caller to judge)."""
@@ -393,10 +459,9 @@ class RunRecord:
             raise ValueError("not a run record (no run_id or status)")
         cfg = data.get("config") or {}
         gpus = data.get("gpus", cfg.get("gpus", 0))
-        weak = cfg.get("per_gpu_batch") is not None
         per_gpu = data.get("per_gpu_batch")
-        if per_gpu is None and cfg.get("global_batch") is not None and gpus:
-            per_gpu = cfg["per_gpu_batch"] if weak else cfg["global_batch"] / gpus
+        if per_gpu is None:
+            per_gpu = cls.planned_per_gpu_batch(cfg, gpus)
         return cls(
             run_id=data["run_id"], status=data["status"], reason=data.get("reason") or "",
             variant=data.get("variant", cfg.get("variant", "")), gpus=gpus,
@@ -404,10 +469,28 @@ class RunRecord:
             options=dict(data.get("options") or cfg.get("options") or {}),
             seed=data.get("seed", cfg.get("seed", 0)),
             deterministic=bool(data.get("deterministic", cfg.get("deterministic", False))),
-            scaling=data.get("scaling") or ("weak" if weak else "strong"),
+            scaling=data.get("scaling") or cls.planned_scaling(cfg),
             per_gpu_batch=per_gpu, device_type=data.get("device_type") or "",
             steps=data.get("steps") or 0, wall_s=data.get("wall_s"),
             final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
+
+    # The defaults of the planning fields, for a record (or a table row) that lacks them. The
+    # tables' reader asks these too (tables.with_run_defaults), so both read old runs alike.
+    @staticmethod
+    def planned_scaling(config: dict[str, Any]) -> str:
+        """Weak when the config fixes the per-GPU batch, else strong (every run before weak
+        scaling existed)."""
+        return "weak" if config.get("per_gpu_batch") is not None else "strong"
+
+    @staticmethod
+    def planned_per_gpu_batch(config: dict[str, Any], gpus: Any) -> float | None:
+        """The config's per-GPU batch for a weak run, else global batch / gpus (a float: an
+        uneven split stays fractional); None when the global batch or the GPU count is unknown."""
+        global_batch = config.get("global_batch")
+        if global_batch is None or not gpus:
+            return None
+        planned: float | None = config.get("per_gpu_batch")
+        return planned if planned is not None else global_batch / gpus
 
 
 # -- provenance.json: each key one value, or the sorted distinct values when runs disagree -----
