@@ -229,16 +229,25 @@ def typed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
-    """Fills what tables written before strong/weak scaling lack: such runs are strong, their
-    per-GPU batch is global/gpus, and their setup is the options without the batch fields plus
-    the precision."""
+    """Fills what tables written before strong/weak scaling lack, by results.RunRecord's rules
+    for records without those fields: such runs are strong, their per-GPU batch is global/gpus,
+    they are not deterministic (a table holds no config, so an unknown seed stays empty).
+
+    Their setup is the options without the batch fields plus the precision. It is not
+    collect.setup_key (a hash of the run's config), which needs the config a table does not
+    hold; the two never meet in one comparison: collect writes the hash for every record with a
+    config, so the fallback fills whole tables written before the column existed, or the failed
+    row of a damaged record, which no cell counts."""
     df = summary.copy()
+    legacy = results.RunRecord(run_id="", status="")   # what a record without these fields reads as
     for col, default in (("scaling", ""), ("setup", ""), ("per_gpu_batch", np.nan),
-                         ("seed", np.nan), ("deterministic", False)):
+                         ("seed", np.nan), ("deterministic", legacy.deterministic)):
         if col not in df.columns:
             df[col] = default
-    df["scaling"] = df["scaling"].replace("", STRONG)
-    df["per_gpu_batch"] = df["per_gpu_batch"].fillna(df["global_batch"] / df["gpus"])
+    df["scaling"] = df["scaling"].replace("", results.RunRecord.planned_scaling({}))
+    planned = [results.RunRecord.planned_per_gpu_batch({"global_batch": b}, g)
+               for b, g in zip(df["global_batch"], df["gpus"])]
+    df["per_gpu_batch"] = df["per_gpu_batch"].fillna(pd.Series(planned, index=df.index, dtype=float))
     fallback = [results.options_label(without_batch(o)) + "|" + str(p)
                 for o, p in zip(df["options"], df["precision"])]
     df["setup"] = df["setup"].where(df["setup"] != "", pd.Series(fallback, index=df.index, dtype=str))
