@@ -32,6 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
+from dpbench import results, tables  # noqa: E402  (after the path that finds them)
+
 EPOCH_IMAGES = 50000   # CIFAR-10's training split: epoch time = 50000 / images per second
 
 # The layouts the targets speak of (everything else at the experiment's settings: gpu feed,
@@ -88,20 +90,6 @@ def find_result_set(given: str | None) -> Path:
     return found[-1].parent
 
 
-def _value(text: str):
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def parse_options(label: str) -> dict:
-    """results.options_label's 'k=v,k=v' back into values."""
-    if not isinstance(label, str) or not label:
-        return {}
-    return {k: _value(v) for k, v in (part.split("=", 1) for part in label.split(","))}
-
-
 def run_defaults() -> dict:
     from dpbench.config import RunConfig
     return RunConfig().to_dict()
@@ -115,18 +103,22 @@ def experiment_train(name: str = "perf") -> dict:
     return base
 
 
+def recorded_config(folder: Path, rid: str) -> dict:
+    """The config in the run's record ({} when it has none, or none that can be read)."""
+    try:
+        rec = results.ResultSet.at(folder).record(rid)
+    except (OSError, ValueError, TypeError, AttributeError):   # a damaged record: use the table
+        return {}
+    return rec.config if rec is not None else {}
+
+
 def settings(row: dict, folder: Path, train: dict) -> dict:
     """The run's settings: its recorded config, else the experiment's train block and its options."""
-    metrics = folder / "runs" / row["run_id"] / "metrics.json"
-    if metrics.is_file():
-        try:
-            cfg = json.loads(metrics.read_text())["config"]
-        except (OSError, ValueError, KeyError):
-            cfg = None
-        if cfg:
-            # a record from before a setting existed ran at that setting's default
-            return {**run_defaults(), **cfg}
-    cfg = {**train, **parse_options(row.get("options", ""))}
+    cfg = recorded_config(folder, row["run_id"])
+    if cfg:
+        # a record from before a setting existed ran at that setting's default
+        return {**run_defaults(), **cfg}
+    cfg = {**train, **tables.parse_options(row.get("options", ""))}
     for key in ("variant", "precision", "feed"):
         if row.get(key):
             cfg[key] = row[key]
@@ -149,14 +141,14 @@ def _num(text) -> float | None:
 def load_cells(folder: Path) -> list[dict]:
     """One entry per cell (run id without its repeat): settings, and the medians of its ok runs."""
     train = experiment_train()
-    with open(folder / "summary.csv") as f:
+    with open(results.ResultSet.at(folder).table_path("summary")) as f:
         rows = list(csv.DictReader(f))
     cells: dict[str, dict] = {}
     for row in rows:
-        cell = cells.setdefault(re.sub(r"-r\d+$", "", row["run_id"]),
-                                {"cell": re.sub(r"-r\d+$", "", row["run_id"]), "ips": [], "p50": [],
-                                 "status": [], "reasons": [],
-                                 "settings": settings(row, folder, train)})
+        parts = results.parse_run_id(row["run_id"])
+        name = parts.cell if parts else row["run_id"]
+        cell = cells.setdefault(name, {"cell": name, "ips": [], "p50": [], "status": [], "reasons": [],
+                                       "settings": settings(row, folder, train)})
         cell["status"].append(row["status"])
         if row["status"] == "ok" and _num(row["images_per_s"]):
             cell["ips"].append(_num(row["images_per_s"]))
@@ -514,7 +506,7 @@ def recipe_figure(folder: Path, cells: list[dict]):
             a.set_xlim(0, right)
     prov = {}
     try:
-        prov = json.loads((folder / "provenance.json").read_text())
+        prov = results.ResultSet.at(folder).provenance()
     except (OSError, ValueError):
         pass
     machine = ", ".join(x for x in [(prov.get("gpu_names") or [None])[0], prov.get("torch") and
