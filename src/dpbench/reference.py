@@ -21,14 +21,12 @@ from . import results
 
 CLEAN_SHA = re.compile(r"^[0-9a-f]{40}$")
 KEEP_TOP = ("*.csv", "*.md", "*.json")
-KEEP_DIRS = ("figures", "claims")
-RUN_FILES = (results.METRICS, results.STEPS)
 
 
 def unclean_runs(src: Path) -> list[str]:
     """Run ids whose record names no clean commit."""
     bad = []
-    for rec, _ in results.iter_runs(src / "runs"):
+    for rec, _ in results.ResultSet.at(src).runs():
         sha = (rec.get("provenance") or {}).get("git_sha") or ""
         if not CLEAN_SHA.match(sha):
             bad.append(f"{rec.get('run_id', '?')} ({sha or 'no git sha'})")
@@ -41,24 +39,26 @@ def make_reference(src: Path, dest: Path) -> list[Path]:
         raise ValueError(f"{len(bad)} run(s) in {src} were not made from a clean commit: "
                          f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; rerun them from a "
                          f"committed tree (or set DPBENCH_GIT_SHA=<commit> where the tree has no .git)")
-    if not (src / "runs").is_dir():
+    have, ref = results.ResultSet.at(src), results.ResultSet.at(dest)
+    if not have.runs_dir.is_dir():
         raise ValueError(f"{src} has no runs/ folder: not a result set")
     dest.mkdir(parents=True, exist_ok=True)
     written = []
-    for pattern in KEEP_TOP:
-        for f in src.glob(pattern):
-            written.append(Path(shutil.copy2(f, dest / f.name)))
-    for name in KEEP_DIRS:
-        if (src / name).is_dir():
-            shutil.copytree(src / name, dest / name, dirs_exist_ok=True)
-            written.append(dest / name)
-    for _, rdir in results.iter_runs(src / "runs"):
-        for name in RUN_FILES:
-            if (rdir / name).exists():
-                target = dest / "runs" / rdir.name / name
+    for pattern in KEEP_TOP:   # the tables, provenance.json, summary.md, claims.md/json
+        for f in have.dir.glob(pattern):
+            written.append(Path(shutil.copy2(f, ref.dir / f.name)))
+    for folder, target in ((have.figures_dir, ref.figures_dir), (have.probes_dir, ref.probes_dir)):
+        if folder.is_dir():
+            shutil.copytree(folder, target, dirs_exist_ok=True)
+            written.append(target)
+    for _, rdir in have.runs():
+        rid = rdir.name   # the folder, as it was (a record's run_id could differ from it)
+        for source, target in ((have.metrics_path(rid), ref.metrics_path(rid)),
+                               (have.steps_path(rid), ref.steps_path(rid))):
+            if source.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                written.append(Path(shutil.copy2(rdir / name, target)))
-    extras = [p for p in [src / "logs", src / "report.html"] if p.exists()]
+                written.append(Path(shutil.copy2(source, target)))
+    extras = [p for p in [have.logs_dir, have.report_html] if p.exists()]
     if extras:
         with tarfile.open(dest / "logs.tar.gz", "w:gz") as tar:
             for p in extras:
