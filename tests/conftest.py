@@ -1,5 +1,6 @@
 import json
 import pickle
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,25 @@ TINY = {"dataset": "synthetic", "synthetic_size": 48, "synthetic_test_size": 16,
 @pytest.fixture(autouse=True)
 def _no_injected_fault(monkeypatch):
     monkeypatch.delenv("DPBENCH_FAULT", raising=False)
+
+
+@pytest.fixture(scope="module")
+def process_group_backend() -> str:
+    """one_rank_group's backend: gloo, for CPU tensors. A module whose DDP runs on CUDA
+    overrides this fixture with nccl."""
+    return "gloo"
+
+
+@pytest.fixture(scope="module")
+def one_rank_group(process_group_backend):
+    """A one-rank process group, for a module: enough to construct DDP and run its reducer
+    (bucketing, all-reduce hooks)."""
+    import torch.distributed as dist
+    store = tempfile.NamedTemporaryFile(delete=False)
+    dist.init_process_group(process_group_backend, init_method=f"file://{store.name}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+    Path(store.name).unlink(missing_ok=True)   # the FileStore may have removed it already
 
 
 def run_engine(out: Path, **overrides) -> dict:

@@ -6,13 +6,11 @@ DistributedDataParallel was really given; the engine-level tests go through the 
 import csv
 import functools
 import math
-import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from dpbench import results, train
@@ -40,16 +38,6 @@ class Tiny(nn.Module):
 def tiny(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return Tiny()
-
-
-@pytest.fixture(scope="module")
-def one_rank_group():
-    """A one-rank gloo group: enough to construct DDP and run its reducer."""
-    store = tempfile.NamedTemporaryFile(delete=False)
-    dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-    Path(store.name).unlink(missing_ok=True)
 
 
 # -- the knobs reach DDP ---------------------------------------------------------------------------

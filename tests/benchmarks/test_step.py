@@ -10,13 +10,10 @@ The dp variants use every visible GPU; ddp runs one rank (its reducer, buckets a
 hooks are in the step). Recipes: fp32 (TF32 convolutions, contiguous), bf16 autocast +
 channels_last, and for ddp the latter with gradient_as_bucket_view + static_graph.
 """
-import tempfile
 from contextlib import nullcontext
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from dpbench import DP_VARIANTS, VARIANTS
 from dpbench.model import resnet18
@@ -37,20 +34,17 @@ pytestmark = pytest.mark.skipif(not CUDA, reason="the step benchmarks time the C
 
 
 @pytest.fixture(scope="module")
-def process_group():
-    """A one-rank group, so that DDP's step (bucketing, all-reduce hooks) is in the timing."""
-    store = tempfile.NamedTemporaryFile(delete=False)
-    dist.init_process_group("nccl", init_method=f"file://{store.name}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-    Path(store.name).unlink(missing_ok=True)   # the FileStore may have removed it already
+def process_group_backend() -> str:
+    """one_rank_group (tests/conftest.py) on NCCL: the all-reduce DDP runs on CUDA is in the
+    timing."""
+    return "nccl"
 
 
 @pytest.mark.parametrize("name,recipe", CASES, ids=[f"{v}-{r}" for v, r in CASES])
 def test_one_training_step(benchmark, name, recipe, request):
     spec = RECIPES[recipe]
     if name == "ddp":
-        request.getfixturevalue("process_group")
+        request.getfixturevalue("one_rank_group")
     n = torch.cuda.device_count() if name in DP_VARIANTS else 1
     devices = [torch.device("cuda", i) for i in range(n)]
     torch.backends.cudnn.benchmark = False   # the engine's default; the engine's runs say what it buys
