@@ -194,3 +194,13 @@ def run_snakemake(wd: Path | str, *args: str, cores: int | None = 2, env: dict |
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n"
                              f"{proc.stderr[-6000:]}")
     return proc
+
+
+def load_perf_targets():
+    """tools/device/perf_targets.py as a module (a script, not part of the package)."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "tools" / "device" / "perf_targets.py"
+    spec = importlib.util.spec_from_file_location("perf_targets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

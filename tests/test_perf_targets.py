@@ -2,12 +2,10 @@
 were not measured, the recipe ladder's order and the recipe figure."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-from pathlib import Path
 
-from fakes import fake_result_set
+from fakes import fake_result_set, load_perf_targets
 
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"
 CL = {"global_batch": 512, "channels_last": True}
@@ -18,12 +16,6 @@ LADDER = ["fp32, contiguous", "+ channels_last", "bf16 + channels_last", "+ cudn
           "+ compile (cudnn.benchmark off)"]
 
 
-def _perf_targets():
-    path = Path(__file__).resolve().parents[1] / "tools" / "device" / "perf_targets.py"
-    spec = importlib.util.spec_from_file_location("perf_targets", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _perf_set(tmp_path, ddp_measured: bool = False):
@@ -50,7 +42,7 @@ def _perf_set(tmp_path, ddp_measured: bool = False):
 
 
 def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path):
-    pt = _perf_targets()
+    pt = load_perf_targets()
     folder = _perf_set(tmp_path)
     md, js, png = tmp_path / "targets.md", tmp_path / "targets.json", tmp_path / "fig" / "recipe.png"
     assert pt.main([str(folder), "--md", str(md), "--json", str(js), "--figure", str(png)]) == 0
@@ -80,7 +72,7 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
 
 
 def test_the_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path):
-    pt = _perf_targets()
+    pt = load_perf_targets()
     folder = _perf_set(tmp_path, ddp_measured=True)
     cells = pt.load_cells(folder)
     assert len(pt.sweep_rows(cells)) == 1

@@ -18,6 +18,7 @@ from dpbench.config import RunConfig
 from dpbench.variants import Variant, ddp_kwargs
 
 from conftest import run_engine
+from fakes import load_perf_targets
 
 CPU = [torch.device("cpu")]
 
@@ -184,13 +185,6 @@ def test_short_last_batch_is_not_timed_and_images_per_s_agrees_with_p50(tmp_path
 
 # -- the perf experiment and its targets -----------------------------------------------------------
 
-def _perf_targets():
-    import importlib.util
-    path = Path(__file__).resolve().parents[1] / "tools" / "device" / "perf_targets.py"
-    spec = importlib.util.spec_from_file_location("perf_targets", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _perf_plan(gpus: int):
@@ -202,7 +196,7 @@ def _perf_plan(gpus: int):
 def test_perf_experiment_plans_every_target_cell_once(tmp_path):
     """A summary.csv made from the perf plan on 2 GPUs: every target finds its runs and exactly
     one baseline, and the ratios are what the numbers say."""
-    pt = _perf_targets()
+    pt = load_perf_targets()
     plan = _perf_plan(2)
     assert len(plan.runs) == 20 and all(rc.gpus <= 2 for rc in plan.runs.values())
     rows = []
