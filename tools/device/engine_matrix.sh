@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine's GPU check (issue 2): all five variants on 1 and 2 GPUs, fp32, global batch 512,
+# The engine's GPU check: all five variants on 1 and 2 GPUs, fp32, global batch 512,
 # synthetic and real CIFAR-10; dp with cudnn.benchmark on; the feed benchmark (gpu vs fixed
 # batch vs DataLoader). Runs the engine directly, no Snakemake. Usage (repo root):
 #   tools/device/engine_matrix.sh OUT_DIR [CIFAR_ROOT]

@@ -11,7 +11,7 @@ out=${1:?usage: perf.sh OUT_DIR}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 ver=$("$py" -c "import torch; print(torch.__version__)")
-tag="perf-torch-$ver"
+tag=$("$py" -m dpbench.cli tag perf)   # the pipeline's own rule for the default tag
 start=$(date +%s)
 timeout "${LIMIT:-380}" snakemake --cores all --rerun-incomplete --config experiment=perf 2>&1 \
   | tee "$out/perf-snakemake.log" | grep -E "^dpbench|Error|error|steps \("

@@ -15,7 +15,7 @@ start=$(date +%s)
 timeout "${LIMIT:-480}" snakemake --cores all --rerun-incomplete "$@" --config experiment="$exp" 2>&1 \
   | tee "$out/$exp-snakemake.log" | grep -E "^dpbench|Error|error|steps \("
 echo "pipeline wall time: $(( $(date +%s) - start )) s" | tee -a "$out/$exp-snakemake.log"
-tag=$(python3 -c "import torch; t=f\"torch-{torch.__version__}\"; print(t if \"$exp\" == \"scaling\" else f\"$exp-{t}\")")
+tag=$(python3 -m dpbench.cli tag "$exp")   # the pipeline's own rule for the default tag
 # Snakemake's report can fail on a mismatched plugin set; it can be rebuilt elsewhere from the outputs.
 snakemake --report "results/$tag/report.html" --config experiment="$exp" > "$out/$exp-report.log" 2>&1 || echo "report failed"
 tar czf "$out/$exp-results.tgz" --exclude='*.pt' -C results "$tag"
