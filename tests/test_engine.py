@@ -18,7 +18,7 @@ def _weights(path):
     return torch.load(path, map_location="cpu")
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])   # 3 ranks: the slow loop
 def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
     # Global batch 7 splits unevenly (4/3, 3/3/1); BatchNorm frozen so only the reduction can differ.
     common = dict(max_steps=1, global_batch=7, batchnorm="eval", save_checkpoint=True,
