@@ -364,12 +364,13 @@ def identical_to_single(curves: pd.DataFrame, y: str, x: str) -> list[str]:
 
 def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str = "step",
                       subtitle: str = "", difference: bool = False,
-                      marker: str | None = None) -> Figure:
+                      marker: str | None = None, min_span: float = 0.0) -> Figure:
     """Curves of y against x per variant, one panel per (option set, GPU count). Plain curves get
     single's curve at the same setup and global batch in every panel as the reference; with
     `difference`, y already is the difference to single and the reference is the zero line.
     Curves equal to the reference are dashed on top of it and named in the panel (a panel of
-    one point per curve shows no line, so its note says no dashes)."""
+    one point per curve shows no line, so its note says no dashes). `min_span`: the smallest y
+    range shown, so that differences far below what matters are not blown up to the full panel."""
     panels = curve_panels(df)
     variants = variant_order(df["variant"])
     fig, axes = panel_grid(len(panels), n_cols=min(4, df["gpus"].nunique()))
@@ -391,6 +392,8 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         lo, hi = float(panel[y].min()), float(panel[y].max())
         if difference:
             lo, hi = min(lo, 0.0), max(hi, 0.0)
+        if hi - lo < min_span:
+            lo, hi = (lo + hi - min_span) / 2, (lo + hi + min_span) / 2
         span = (hi - lo) or abs(hi) or 1.0
         ax.set_ylim(lo - 0.08 * span, hi + 0.08 * span)
         ax.set(xlabel="optimizer step" if x == "step" else x, ylabel=ylabel)
@@ -465,7 +468,8 @@ def plot_accuracy(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no test accuracy recorded"))
     acc = with_run_info(acc, t["summary"])
     curves = mean_curves(acc, "test_acc", x="epoch")
-    return draw_curve_panels(curves, "test_acc", "test accuracy", title, x="epoch", marker="o",
+    # At least 2 percentage points on the axis: a gap of hundredths of a point must not fill it.
+    return draw_curve_panels(curves, "test_acc", "test accuracy", title, x="epoch", marker="o", min_span=0.02,
                              subtitle="mean over repeats; single at the same global batch in "
                                       "every panel")
 
