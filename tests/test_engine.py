@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dpbench import launch, measure, results, train
+from dpbench import gpu_lease, launch, measure, results, train
 from dpbench.variants import ReplicaLoss, reduce_replica_losses
 
 from conftest import run_engine
@@ -111,6 +111,31 @@ def test_skip_counts_no_more_gpus_than_the_plan_and_none_without_cuda(monkeypatc
     assert "none is visible" in launch.skip_reason(train.RunConfig(variant="dp", gpus=2), 0)
     monkeypatch.setattr(launch, "cuda_devices", lambda: pytest.fail("the CPU plan asks torch nothing"))
     assert launch.visible_gpus(0) == 0
+
+
+def test_a_leased_ddp_run_is_counted_without_torch_and_its_ranks_confirm_it(tmp_path, monkeypatch):
+    """The launcher of a ddp run with leased GPUs and a CUDA build of torch counts the lease
+    (importing torch there costs every DDP run seconds); a rank whose torch sees fewer devices
+    than the lease gave fails with the reason instead of training on the CPU."""
+    monkeypatch.setenv(gpu_lease.LEASED_ENV, "")   # restored (removed) after the test, whoever sets it
+    monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: True)
+    monkeypatch.setattr(launch, "cuda_devices", lambda: pytest.fail("asked torch for a leased ddp run"))
+    assert launch.visible_gpus(2, leased=2) == 2 and os.environ[gpu_lease.LEASED_ENV] == "2"
+    assert launch.visible_gpus(1, leased=2) == 1                 # never more than the plan's
+    monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: False)   # a CPU-only torch: ask it
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 0)
+    assert launch.visible_gpus(2, leased=2) == 0
+    # a rank of a one-process torchrun group, with a lease of 2 and a torch that sees none
+    monkeypatch.setenv(gpu_lease.LEASED_ENV, "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    for var, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(var, value)
+    cfg = json.dumps({"variant": "ddp", "gpus": 1, "dataset": "synthetic"})
+    assert launch.main(["--config", cfg, "--out", str(tmp_path)]) == 1   # a failed rank exits 1
+    rec = results.read_json(tmp_path / results.METRICS)
+    assert rec["status"] == "failed"
+    assert "given 2 GPU(s) but torch sees 0 CUDA device(s)" in rec["reason"]
+    assert "driver" in rec["reason"]
 
 
 def test_a_run_the_plan_skips_is_skipped_on_a_machine_with_more_gpus(tmp_path, monkeypatch):

@@ -60,7 +60,7 @@ def _ways_out(folder: Path) -> str:
 
 @dataclass
 class Split:
-    images: np.ndarray   # (N, 32, 32, 3) uint8, HWC like the official pickles after reshape
+    images: np.ndarray   # (N, 32, 32, 3) uint8, HWC; may be a view of channel-first memory
     labels: np.ndarray   # (N,) int64
 
 
@@ -131,8 +131,8 @@ def _read_batch(path: Path) -> Split:
         cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
         raise DatasetDamaged(f"CIFAR-10 file {path} is damaged ({cause}); "
                              f"{_ways_out(path.parent)}") from exc
-    data = raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    return Split(np.ascontiguousarray(data), labels)
+    # A view: the gpu feed turns it back to channel-first, which is then a free reshape.
+    return Split(raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)
 
 
 def missing_message(folder: Path, cause: str, missing: list[str] | None = None) -> str:
@@ -164,7 +164,9 @@ def load_cifar10(root: Path, download: bool = True) -> Dataset:
         warnings.warn(f"CIFAR-10 at {folder}: {detail}", UserWarning, stacklevel=2)
     else:
         checksum, detail = "ok", "md5 matches the official release"
-    train = Split(np.concatenate([p.images for p in parts]), np.concatenate([p.labels for p in parts]))
+    # Joined channel-first (one copy of the pickles' memory order), seen as HWC.
+    images = np.concatenate([p.images.transpose(0, 3, 1, 2) for p in parts]).transpose(0, 2, 3, 1)
+    train = Split(images, np.concatenate([p.labels for p in parts]))
     return Dataset("cifar10", train, test, checksum, detail)
 
 

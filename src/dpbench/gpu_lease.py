@@ -22,6 +22,8 @@ from pathlib import Path
 
 # One place per machine and user, so that two pipelines on one machine don't share GPUs either.
 LOCK_DIR = Path(tempfile.gettempdir()) / f"dpbench-gpu-locks-{os.getuid()}"
+# How many GPUs a launcher gave its DDP ranks without asking torch; each rank checks it.
+LEASED_ENV = "DPBENCH_LEASED_GPUS"
 
 
 def pool() -> list[str]:

@@ -67,14 +67,25 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
     return None
 
 
-def visible_gpus(planned: int | None) -> int:
+def visible_gpus(planned: int | None, leased: int | None = None) -> int:
     """The CUDA devices this run may use: what torch sees (0 with a CPU-only torch on a GPU
     machine), and no more than the plan was made for, so that a run the plan counted as skipped
-    (and gave no GPU) is skipped here too."""
+    (and gave no GPU) is skipped here too. `leased`: the GPUs the lease gave a ddp run. With a
+    CUDA build of torch they are counted as seen without importing torch here, which would cost
+    every DDP run seconds its ranks pay again; the ranks confirm it (`train.check_leased_cuda`)."""
     if planned == 0:
         return 0
-    seen = cuda_devices()
+    if leased is not None and torch_is_cuda_build():
+        os.environ[gpu_lease.LEASED_ENV] = str(leased)
+        seen = leased
+    else:
+        seen = cuda_devices()
     return seen if planned is None else min(seen, planned)
+
+
+def torch_is_cuda_build() -> bool:
+    from .plan import torch_version   # torch's version facts, read without importing it
+    return bool(torch_version()["cuda"])
 
 
 def where(planned: int | None) -> str:
@@ -99,7 +110,6 @@ def clear_stale(out: Path) -> None:
 
 def launch_ddp(cfg: RunConfig, out: Path, visible: int) -> int:
     """Start `gpus` ranks under torchrun; write a failed record if none was written."""
-    from .train import Record
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.launch",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
@@ -120,6 +130,7 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int) -> int:
         or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
     rec = results.read_metrics(out)
     if rec is None:
+        from .train import Record   # not before: importing torch here costs every DDP run seconds
         fallback = Record(cfg, out)
         fallback.started = started
         fallback.write(results.STATUS_FAILED, reason)
@@ -203,8 +214,9 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None) -> 
     return 0
 
 
-def run(cfg: RunConfig, out: Path, planned: int | None = None) -> int:
-    """One run; `planned`: the GPUs its plan was made for (None: this machine's)."""
+def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None) -> int:
+    """One run; `planned`: the GPUs its plan was made for (None: this machine's); `leased`: the
+    GPUs the lease gave it (None: no lease)."""
     out.mkdir(parents=True, exist_ok=True)
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
@@ -212,7 +224,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None) -> int:
         from .train import run_process
         return run_process(cfg, out)
     clear_stale(out)
-    visible = visible_gpus(planned)
+    visible = visible_gpus(planned, leased if cfg.variant == "ddp" else None)
     reason = skip_reason(cfg, visible)
     if reason is None and planned is not None:   # the plan gave a run it counts as skipped no GPU
         reason = skip_reason(cfg, planned)
@@ -264,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
             print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
             log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
+            return run(cfg, args.out, planned, leased=len(ids))
         return run(cfg, args.out, planned)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import DP_VARIANTS, measure, provenance, results
+from . import DP_VARIANTS, gpu_lease, measure, provenance, results
 from .config import RunConfig
 from .data import load_dataset, make_feed
 from .errors import error_text
@@ -106,6 +106,16 @@ def freeze_batchnorm(model: torch.nn.Module) -> None:
             m.eval()
 
 
+def check_leased_cuda() -> None:
+    """In a rank: GPUs the launcher counted without torch must be seen by torch (a driver too
+    old for torch's CUDA shows GPUs to NVML and none to torch)."""
+    leased = os.environ.get(gpu_lease.LEASED_ENV)
+    if leased and torch.cuda.device_count() < int(leased):
+        raise RuntimeError(f"this run was given {leased} GPU(s) but torch sees "
+                           f"{torch.cuda.device_count()} CUDA device(s): check that the NVIDIA "
+                           f"driver supports torch {torch.__version__} (CUDA {torch.version.cuda})")
+
+
 class Context:
     """Process layout: the devices this process drives, and its place in a DDP group. A context
     manager: the process group is opened on entry and closed on exit, whatever happened."""
@@ -120,6 +130,8 @@ class Context:
             raise ValueError(f"the run config says gpus={cfg.gpus} but torchrun started "
                              f"{self.world} processes; set gpus to the world size "
                              f"(nnodes x nproc-per-node) so that the run is labelled as what it is")
+        if self.distributed:
+            check_leased_cuda()
         cuda = uses_cuda(cfg)
         if cfg.variant in DP_VARIANTS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
