@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
-from dpbench.claims import c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
+from dpbench.claims import c1_max_batch, c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
 from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe
 from dpbench.claims.figures import DRAW
 from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, write_ledger
@@ -90,7 +90,7 @@ def test_c6_cpu_emulation_uneven_split_biases_mean_of_means_only():
 
 
 @cpu_only
-@pytest.mark.parametrize("module", [c2_device_ids, c5_gather_warning, c7_cudnn_threads])
+@pytest.mark.parametrize("module", [c1_max_batch, c2_device_ids, c5_gather_warning, c7_cudnn_threads])
 def test_gpu_probes_report_not_measured_on_cpu(module):
     rec = module.run()
     assert rec.verdict == NOT_RUN == "not measured here"
@@ -489,6 +489,72 @@ def test_c1_noise_is_the_spread_over_repeats_and_ddp_ranks(tmp_path):
 def test_c1_momentum_comes_from_the_run_config(tmp_path):
     f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"momentum": 0.0})))
     assert all(c["estimate_mib"]["momentum"] == 0.0 for c in f.data["cells"] if "estimate_mib" in c)
+
+
+@pytest.mark.parametrize("boundary", [8, 100, 4_000, 5_000, 123_457])
+def test_largest_batch_search_brackets_the_boundary_within_its_resolution(boundary):
+    tried = []
+    found = c1_max_batch.largest(lambda b: tried.append(b) or b <= boundary, granule=16)
+    lo, hi = found["largest"], found["smallest_failing"]
+    assert lo <= boundary < hi and lo % 16 == 0 and hi % 16 == 0
+    assert hi - lo <= max(16, lo / 32)                     # within 1/32 (or one granule)
+    assert [b for b, _ in found["trials"]] == tried and len(tried) <= 20
+    assert all(ok == (b <= boundary) for b, ok in found["trials"])
+
+
+def test_largest_batch_search_says_when_nothing_or_everything_fits():
+    assert c1_max_batch.largest(lambda b: False, granule=16) == {
+        "largest": 0, "smallest_failing": 16, "trials": [[256, False], [128, False], [64, False], [32, False], [16, False]]}
+    found = c1_max_batch.largest(lambda b: True, granule=16, ceiling=4096)
+    assert found["largest"] == 4096 and found["smallest_failing"] is None
+
+
+@cpu_only
+def test_max_batch_search_without_cuda_says_what_it_needs(capsys):
+    assert c1_max_batch.main(["--variant", "dp"]) == 0
+    assert '"skipped": "needs 2 GPUs (found 0)"' in capsys.readouterr().out
+
+
+def max_batch_probe(per_width):
+    """A C1 probe record: per_width = {classes: {variant: global batch}}."""
+    return _probe("C1", c1_max_batch.verdict_from(
+        {v: {str(c): b for c, row in per_width.items() for vv, b in row.items() if vv == v}
+         for v in c1_max_batch.VARIANTS}), [
+        obs(f"c1.max_batch.{v}.out{c}", f"largest batch {v} trains within 8 GiB per GPU, {c:,} outputs (2 GPUs)",
+            global_batch=b, process_batch=b, smallest_failing=b + 64, peak_mib_per_device=[8000, 7000], trials=11)
+        for c, row in per_width.items() for v, b in row.items()])
+
+
+@pytest.mark.parametrize("per_width, verdict", [
+    # the gathered outputs cost batch at every width: the article's reason holds
+    ({10: {"single": 3000, "dp": 4000, "dp_sum": 5000}, 32768: {"single": 2000, "dp": 1000, "dp_sum": 3600}},
+     CONFIRMED),
+    # device 0 limits dp at 10 outputs too, but not through the outputs: nuance
+    ({10: {"single": 3000, "dp": 5000, "dp_sum": 5050}, 32768: {"single": 2000, "dp": 1000, "dp_sum": 3600}},
+     NUANCE),
+    # dp trains as much as two GPUs at every width: device 0 costs nothing
+    ({10: {"single": 3000, "dp": 6000, "dp_sum": 6000}, 32768: {"single": 2000, "dp": 3950, "dp_sum": 4000}},
+     REFUTED),
+])
+def test_max_batch_verdict_flips_with_the_planted_batches(per_width, verdict):
+    assert max_batch_probe(per_width).verdict == verdict
+
+
+def test_c1_max_batch_joins_the_runs_evidence_and_decides_only_without_runs(tmp_path):
+    per_width = {10: {"single": 3000, "dp": 5000, "dp_sum": 5050, "ddp": 5900},
+                 32768: {"single": 2000, "dp": 1000, "dp_sum": 3600, "ddp": 3900}}
+    probes = {**fake_gpu_probes(), "C1": max_batch_probe(per_width)}
+    f = from_runs.c1(evidence(tmp_path / "runs", gpu_tag(), probes))
+    assert f.verdict == NUANCE and "from 32,768 outputs at batch 2048" in f.summary   # the runs decide
+    assert ("largest global batch within 8 GiB per GPU: 10 outputs: single (1 GPU) 3,000, dp 5,000, dp_sum 5,050, "
+            "ddp 5,900; 32,768 outputs: single (1 GPU) 2,000, dp 1,000, dp_sum 3,600, ddp 3,900") in f.summary
+    assert any("global_batch 1000" in e for e in f.evidence) and len(f.measured_on) == 2
+    # without memory runs the probe's verdict stands, and the runs' absence is said
+    per_width[10]["dp"] = 3900
+    probes["C1"] = max_batch_probe(per_width)
+    f = from_runs.c1(evidence(tmp_path / "probe_only", FakeTag(), probes))
+    assert f.verdict == CONFIRMED and f.summary.startswith("largest global batch within 8 GiB per GPU")
+    assert f.evidence[0].startswith("not measured here") and f.not_run is None
 
 
 def test_c1_estimate_itemises_device0_from_sizes():

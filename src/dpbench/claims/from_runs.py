@@ -16,7 +16,7 @@ import pandas as pd
 from dpbench import DP_VARIANTS
 from dpbench.collect import model_mib
 from dpbench.claims import ADVICE, CONFIRMED, NOT_RUN, NUANCE, REFUTED
-from dpbench.claims.from_probes import probe_finding
+from dpbench.claims.from_probes import c1_max_batch, probe_finding
 from dpbench.claims.records import STAGES, Finding, ProbeRecord
 
 MIB = 2 ** 20
@@ -176,7 +176,31 @@ def _c1_line(c: dict[str, Any]) -> str:
     return line
 
 
+def _with_max_batch(ev, f: Finding) -> Finding:
+    """C1's runs measure memory at fixed batches; the probe (dpbench.claims.c1_max_batch) what
+    that costs in batch. Its numbers join the evidence and the summary; its verdict counts only
+    where no run measured memory."""
+    if "C1" not in ev.probes:
+        return f
+    p = probe_finding(ev, "C1", c1_max_batch)
+    f.evidence += p.evidence
+    f.measured_on += p.measured_on
+    f.data["probe"] = p.data.get("probe")
+    if p.verdict == NOT_RUN:
+        return f
+    if f.verdict == NOT_RUN:
+        f.evidence.insert(0, f.not_run or NOT_RUN)
+        f.verdict, f.summary, f.not_run = p.verdict, p.summary, None
+    else:
+        f.summary = f"{f.summary}; {p.summary}"
+    return f
+
+
 def c1(ev) -> Finding:
+    return _with_max_batch(ev, _c1_from_runs(ev))
+
+
+def _c1_from_runs(ev) -> Finding:
     groups = ev.claim_groups("C1")
     cells = _c1_cells(ev, groups)
     dp = [c for c in cells if c["variant"] == "dp"]

@@ -10,6 +10,7 @@ import importlib
 from dpbench.results import write_json
 
 MODULES = {
+    "C1": "c1_max_batch",
     "C2": "c2_device_ids",
     "C3": "c3_wrap_optimizer",
     "C4": "c4_save_load",

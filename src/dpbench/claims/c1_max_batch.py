@@ -1,0 +1,209 @@
+"""C1 in practice: the largest global batch each variant trains within a fixed memory budget
+per GPU, at a narrow and a wide output.
+
+    python -m dpbench.claims.c1_max_batch --variant dp [--classes 10 32768] [--cap-gib 8]
+
+prints one JSON line (one variant, each output size); the C1 probe starts one fresh process per
+variant, so that no search inherits another's cached or fragmented memory. Every device the
+variant uses is capped at CAP_GIB (torch.cuda.set_per_process_memory_fraction): the answer
+does not depend on how large the GPU is, and the search stays quick. The batch doubles from
+START until a training step runs out of memory, then is bisected to within 1/32.
+
+A trial is two SGD steps with momentum (the second holds the momentum buffers) on random
+images through dpbench's own model and variant wrappers, with the batch on the first device
+as the gpu feed puts it; the training runs' resident dataset (about 0.25 GiB on each rank's
+device, all on device 0 under DataParallel) is not part of it. `dp` computes the loss on the
+gathered outputs on device 0, `dp_sum` inside each replica. `ddp` is one rank in a one-process
+group: every rank of a DDP run holds the same, so its global batch on N GPUs is N x the rank's.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+from typing import Any, Callable
+
+CAP_GIB = 8.0
+CLASSES = (10, 32768)
+VARIANTS = ("single", "dp", "dp_sum", "ddp")
+START = 256
+CEILING = 1 << 20           # a batch beyond this fits anything this search is for
+RESOLUTION = 1 / 32         # bisect until the gap is this share of the largest fitting batch
+DP_GPUS = 2                 # DataParallel is measured on this many GPUs
+
+
+def devices_for(variant: str) -> int:
+    return DP_GPUS if variant in ("dp", "dp_mean", "dp_sum") else 1
+
+
+def largest(fits: Callable[[int], bool], granule: int = 1, start: int = START,
+            ceiling: int = CEILING, resolution: float = RESOLUTION) -> dict[str, Any]:
+    """The largest batch (a multiple of `granule`) for which fits() holds, assuming it holds
+    for every smaller batch: {largest, smallest_failing, trials: [[batch, fits], ...]}.
+    largest is 0 when not even `granule` fits; smallest_failing None when `ceiling` fits."""
+    trials: list[list[Any]] = []
+
+    def test(b: int) -> bool:
+        ok = bool(fits(b))
+        trials.append([b, ok])
+        return ok
+
+    lo, hi = 0, None
+    b = max(granule, start - start % granule)
+    while hi is None:
+        if test(b):
+            lo = b
+            if b >= ceiling:
+                return {"largest": lo, "smallest_failing": None, "trials": trials}
+            b = min(b * 2, ceiling)
+        else:
+            hi = b
+    while hi - lo > max(granule, int(lo * resolution)):
+        mid = (lo + hi) // 2
+        mid -= mid % granule
+        if mid <= lo:
+            break
+        if test(mid):
+            lo = mid
+        else:
+            hi = mid
+    return {"largest": lo, "smallest_failing": hi, "trials": trials}
+
+
+class _Trial:
+    """Two training steps of one variant at one batch, on capped devices."""
+
+    def __init__(self, variant: str, classes: int, devices: list):
+        self.variant, self.classes, self.devices = variant, classes, devices
+        self.peaks: dict[int, list[float]] = {}
+
+    def __call__(self, batch: int) -> bool:
+        import torch
+
+        from dpbench.model import resnet18
+        from dpbench.variants import Variant
+
+        for d in self.devices:
+            torch.cuda.reset_peak_memory_stats(d)
+        try:
+            model = resnet18(self.classes).to(self.devices[0])
+            wrapped = Variant(self.variant, model, self.devices, world=1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            x = torch.randn(batch, 3, 32, 32, device=self.devices[0])
+            y = torch.randint(0, self.classes, (batch,), device=self.devices[0])
+            for _ in range(2):
+                opt.zero_grad(set_to_none=True)
+                wrapped.losses(x, y, batch).optimised.backward()
+                opt.step()
+            for d in self.devices:
+                torch.cuda.synchronize(d)
+            self.peaks[batch] = [torch.cuda.max_memory_allocated(d) / 2**20 for d in self.devices]
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+        except RuntimeError as exc:   # cuBLAS/cuDNN report a failed allocation in their own words
+            if "out of memory" in str(exc).lower() or "ALLOC_FAILED" in str(exc):
+                return False
+            raise
+        finally:
+            model = wrapped = opt = x = y = None   # noqa: F841  (drop every reference before freeing)
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+def search(variant: str, classes: list[int], cap_gib: float) -> dict[str, Any]:
+    """One variant's searches in this process (CUDA must not be initialised by anyone else)."""
+    import torch
+    import torch.distributed as dist
+
+    n = devices_for(variant)
+    if not torch.cuda.is_available() or torch.cuda.device_count() < n:
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return {"variant": variant, "skipped": f"needs {n} GPU{'s' if n > 1 else ''} (found {found})"}
+    devices = [torch.device("cuda", i) for i in range(n)]
+    for d in devices:
+        total = torch.cuda.get_device_properties(d).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gib * 2**30 / total), d)
+    if variant == "ddp":   # one rank: its memory is every rank's
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
+    out: dict[str, Any] = {"variant": variant, "gpus": n, "cap_gib": cap_gib,
+                           "gpu_name": torch.cuda.get_device_name(0), "per_classes": {}}
+    try:
+        for c in classes:
+            trial = _Trial(variant, c, devices)
+            found = largest(trial, granule=8 * n)
+            found["peak_mib_per_device"] = [round(m) for m in trial.peaks.get(found["largest"], [])]
+            out["per_classes"][str(c)] = found
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return out
+
+
+# -- the probe: one process per variant, and a verdict ------------------------------------------
+
+def global_batch(variant: str, largest: int) -> int:
+    """The global batch on DP_GPUS GPUs (single: on its one GPU)."""
+    return largest * DP_GPUS if variant == "ddp" else largest
+
+
+def verdict_from(found: dict[str, dict[str, int]]) -> str:
+    """found: variant -> {classes: global batch}. Confirmed where computing the loss on the
+    gathered outputs (dp) costs batch against computing it in the replicas (dp_sum) at every
+    width measured; refuted where dp trains as much as two single GPUs at every width; else
+    nuance. Differences within 2 x RESOLUTION are the search's own granularity."""
+    from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
+    dp, inside, single = found.get("dp", {}), found.get("dp_sum", {}), found.get("single", {})
+    if not dp:
+        return NOT_RUN
+    margin = 1 - 2 * RESOLUTION
+    widths = sorted(dp, key=int)
+    if inside and all(c in inside and dp[c] < margin * inside[c] for c in widths):
+        return CONFIRMED
+    if single and all(c in single and dp[c] >= margin * DP_GPUS * single[c] for c in widths):
+        return REFUTED
+    return NUANCE
+
+
+def run():
+    from dpbench.claims import NOT_RUN
+    from dpbench.claims.common import gpus_visible, needs, record, run_python
+    from dpbench.claims.records import obs as observation
+
+    n = gpus_visible()
+    if n < 1:
+        return record("C1", [], NOT_RUN, not_run=needs(DP_GPUS, n))
+    observations, parts_not_run = [], []
+    found: dict[str, dict[str, int]] = {}
+    for variant in VARIANTS:
+        r = run_python("", args=["-m", "dpbench.claims.c1_max_batch", "--variant", variant])
+        if r.get("rc") or "per_classes" not in r:
+            why = r.get("skipped") or (f"failed (exit code {r.get('rc')}): "
+                                       + " / ".join(r.get("stderr_tail") or []))
+            parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB per GPU: {why}")
+            continue
+        for classes, f in r["per_classes"].items():
+            total = global_batch(variant, f["largest"])
+            found.setdefault(variant, {})[classes] = total
+            where = ("one rank of a one-process group, global = " + f"{DP_GPUS} x the rank's"
+                     if variant == "ddp" else f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}")
+            observations.append(observation(
+                f"c1.max_batch.{variant}.out{classes}",
+                f"largest batch {variant} trains within {r['cap_gib']:g} GiB per GPU, {int(classes):,} outputs ({where})",
+                global_batch=total, process_batch=f["largest"], smallest_failing=f["smallest_failing"],
+                peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
+    return record("C1", observations, verdict_from(found), parts_not_run=parts_not_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--variant", required=True, choices=VARIANTS)
+    ap.add_argument("--classes", type=int, nargs="+", default=list(CLASSES))
+    ap.add_argument("--cap-gib", type=float, default=CAP_GIB)
+    args = ap.parse_args(argv)
+    print(json.dumps(search(args.variant, args.classes, args.cap_gib)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
