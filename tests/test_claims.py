@@ -521,7 +521,7 @@ def max_batch_probe(per_width):
         {v: {str(c): b for c, row in per_width.items() for vv, b in row.items() if vv == v}
          for v in c1_max_batch.VARIANTS}), [
         obs(f"c1.max_batch.{v}.out{c}", f"largest batch {v} trains within 8 GiB per GPU, {c:,} outputs (2 GPUs)",
-            global_batch=b, process_batch=b, smallest_failing=b + 64, peak_mib_per_device=[8000, 7000], trials=11)
+            global_batch=b, smallest_failing=b + 64, peak_mib_per_device=[8000, 7000], trials=11)
         for c, row in per_width.items() for v, b in row.items()])
 
 

@@ -187,11 +187,12 @@ def run():
             found.setdefault(variant, {})[classes] = total
             where = ("one rank of a one-process group, global = " + f"{DP_GPUS} x the rank's"
                      if variant == "ddp" else f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}")
+            failing = f["smallest_failing"] and global_batch(variant, f["smallest_failing"])
             observations.append(observation(
                 f"c1.max_batch.{variant}.out{classes}",
                 f"largest batch {variant} trains within {r['cap_gib']:g} GiB per GPU, {int(classes):,} outputs ({where})",
-                global_batch=total, process_batch=f["largest"], smallest_failing=f["smallest_failing"],
-                peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
+                global_batch=total, smallest_failing=failing, peak_mib_per_device=f["peak_mib_per_device"],
+                trials=len(f["trials"]), gpu=r["gpu_name"]))
     return record("C1", observations, verdict_from(found), parts_not_run=parts_not_run)
 
 
