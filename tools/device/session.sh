@@ -5,7 +5,8 @@
 # JPEG pack in .carry/ with dpbench.cifar_pack), runs Snakemake for at most LIMIT_S seconds
 # (a rerun continues where it stopped), then checks and packs the result set with
 # dpbench.reference (refused unless every run names a clean commit: export DPBENCH_GIT_SHA
-# where the copied tree carries no .git) into OUT_DIR/TAG.tgz, and prints the summary.
+# where the copied tree carries no .git) into OUT_DIR/TAG.tgz ('+' in TAG written as '_': the
+# device's file transfer drops names with '+'), and prints the summary.
 set -uo pipefail
 out=${1:?usage: session.sh OUT_DIR EXPERIMENT TAG LIMIT_S [overrides]}
 exp=${2:?experiment} tag=${3:?tag} limit=${4:?seconds}
@@ -24,6 +25,6 @@ echo "$tag: snakemake exit $? after $(( $(date +%s) - start )) s"
 grep -E "^dpbench: [0-9]+ GPU|Error" "$out/$tag-snakemake.log" | head -5
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" > /dev/null 2>&1
 rm -rf "/tmp/ref/$tag"
-"$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/$tag.tgz" -C /tmp/ref "$tag"
+"$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/${tag//+/_}.tgz" -C /tmp/ref "$tag"
 head -c 6000 "results/$tag/summary.md" 2>/dev/null
 exit 0
