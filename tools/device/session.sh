@@ -20,9 +20,9 @@ export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
 mkdir -p "$out"
 start=$(date +%s)
 timeout "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
-  > "$out/$tag-snakemake.log" 2>&1
+  > "$out/${tag//+/_}-snakemake.log" 2>&1
 echo "$tag: snakemake exit $? after $(( $(date +%s) - start )) s"
-grep -E "^dpbench: [0-9]+ GPU|Error" "$out/$tag-snakemake.log" | head -5
+grep -E "^dpbench: [0-9]+ GPU|Error" "$out/${tag//+/_}-snakemake.log" | head -5
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" > /dev/null 2>&1
 rm -rf "/tmp/ref/$tag"
 "$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/${tag//+/_}.tgz" -C /tmp/ref "$tag"
