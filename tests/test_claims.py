@@ -502,6 +502,23 @@ def test_largest_batch_search_brackets_the_boundary_within_its_resolution(bounda
     assert all(ok == (b <= boundary) for b, ok in found["trials"])
 
 
+def test_max_batch_verdict_needs_a_batch_that_fits():
+    assert c1_max_batch.verdict_from({"dp": {"10": 0}, "dp_sum": {"10": 0}, "single": {"10": 0}}) == NOT_RUN
+    assert c1_max_batch.verdict_from({"single": {"10": 3000}}) == NOT_RUN
+
+
+def test_largest_batch_search_keeps_to_the_granule_up_to_the_ceiling():
+    found = c1_max_batch.largest(lambda b: True, granule=24, ceiling=1 << 20)
+    assert found["largest"] % 24 == 0 and found["largest"] > (1 << 20) - 24
+
+
+def test_a_probe_subprocess_that_times_out_is_one_part_not_the_record(monkeypatch):
+    from dpbench.claims import common
+    monkeypatch.setattr(common, "TIMEOUT_S", 1)
+    r = common.run_python("import time; time.sleep(30)")
+    assert r == {"rc": 124, "stderr_tail": ["timed out after 1 s"]}
+
+
 def test_largest_batch_search_says_when_nothing_or_everything_fits():
     assert c1_max_batch.largest(lambda b: False, granule=16) == {
         "largest": 0, "smallest_failing": 16, "trials": [[256, False], [128, False], [64, False], [32, False], [16, False]]}
@@ -521,7 +538,7 @@ def max_batch_probe(per_width):
         {v: {str(c): b for c, row in per_width.items() for vv, b in row.items() if vv == v}
          for v in c1_max_batch.VARIANTS}), [
         obs(f"c1.max_batch.{v}.out{c}", f"largest batch {v} trains within 8 GiB per GPU, {c:,} outputs (2 GPUs)",
-            global_batch=b, smallest_failing=b + 64, peak_mib_per_device=[8000, 7000], trials=11)
+            global_batch=b, smallest_failing=b + 64, cap_gib=8.0, peak_mib_per_device=[8000, 7000], trials=11)
         for c, row in per_width.items() for v, b in row.items()])
 
 
@@ -546,14 +563,14 @@ def test_c1_max_batch_joins_the_runs_evidence_and_decides_only_without_runs(tmp_
     probes = {**fake_gpu_probes(), "C1": max_batch_probe(per_width)}
     f = from_runs.c1(evidence(tmp_path / "runs", gpu_tag(), probes))
     assert f.verdict == NUANCE and "from 32,768 outputs at batch 2048" in f.summary   # the runs decide
-    assert ("largest global batch within 8 GiB per GPU: 10 outputs: single (1 GPU) 3,000, dp 5,000, dp_sum 5,050, "
+    assert ("largest global batch within 8 GiB allocated per GPU: 10 outputs: single (1 GPU) 3,000, dp 5,000, dp_sum 5,050, "
             "ddp 5,900; 32,768 outputs: single (1 GPU) 2,000, dp 1,000, dp_sum 3,600, ddp 3,900") in f.summary
     assert any("global_batch 1000" in e for e in f.evidence) and len(f.measured_on) == 2
     # without memory runs the probe's verdict stands, and the runs' absence is said
     per_width[10]["dp"] = 3900
     probes["C1"] = max_batch_probe(per_width)
     f = from_runs.c1(evidence(tmp_path / "probe_only", FakeTag(), probes))
-    assert f.verdict == CONFIRMED and f.summary.startswith("largest global batch within 8 GiB per GPU")
+    assert f.verdict == CONFIRMED and f.summary.startswith("largest global batch within 8 GiB allocated per GPU")
     assert f.evidence[0].startswith("not measured here") and f.not_run is None
 
 

@@ -2,6 +2,7 @@ import json
 import math
 import os
 import threading
+import types
 import warnings
 
 import pytest
@@ -113,29 +114,69 @@ def test_skip_counts_no_more_gpus_than_the_plan_and_none_without_cuda(monkeypatc
     assert launch.visible_gpus(0) == 0
 
 
-def test_a_leased_ddp_run_is_counted_without_torch_and_its_ranks_confirm_it(tmp_path, monkeypatch):
-    """The launcher of a ddp run with leased GPUs and a CUDA build of torch counts the lease
-    (importing torch there costs every DDP run seconds); a rank whose torch sees fewer devices
-    than the lease gave fails with the reason instead of training on the CPU."""
-    monkeypatch.setenv(gpu_lease.LEASED_ENV, "")   # restored (removed) after the test, whoever sets it
+def test_a_leased_ddp_run_is_counted_without_torch(monkeypatch):
+    """The launcher of a ddp run with leased GPUs and a CUDA build of torch counts the lease:
+    importing torch there costs every DDP run seconds its ranks pay again."""
     monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: True)
-    monkeypatch.setattr(launch, "cuda_devices", lambda: pytest.fail("asked torch for a leased ddp run"))
-    assert launch.visible_gpus(2, leased=2) == 2 and os.environ[gpu_lease.LEASED_ENV] == "2"
-    assert launch.visible_gpus(1, leased=2) == 1                 # never more than the plan's
+    ddp, single = train.RunConfig(variant="ddp", gpus=2), train.RunConfig(variant="single")
+    assert launch.counted_lease(ddp, 2) == 2
+    assert launch.counted_lease(single, 1) is None and launch.counted_lease(ddp, None) is None
+    monkeypatch.setattr(launch, "cuda_devices", lambda: pytest.fail("asked torch for a counted lease"))
+    assert launch.visible_gpus(2, 2) == 2 and launch.visible_gpus(1, 2) == 1   # never more than planned
     monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: False)   # a CPU-only torch: ask it
-    monkeypatch.setattr(launch, "cuda_devices", lambda: 0)
-    assert launch.visible_gpus(2, leased=2) == 0
-    # a rank of a one-process torchrun group, with a lease of 2 and a torch that sees none
+    assert launch.counted_lease(ddp, 2) is None
+
+
+def test_the_lease_reaches_the_ranks_environment_and_no_other_process(tmp_path, monkeypatch):
+    """main -> lease -> torchrun: the ranks get the counted lease; the launcher's own environment
+    does not keep it (a later run in the same process would inherit it)."""
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", gpu_lease.LEASED_ENV):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setattr(gpu_lease, "pool", lambda: ["0", "1"])
+    monkeypatch.setattr(gpu_lease, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(launch, "stop_with_pipeline", lambda: None)
+    monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: True)
+    started = []
+
+    class Torchrun:
+        pid = os.getpid()
+
+        def __init__(self, cmd, env, **kwargs):
+            started.append(env)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(launch, "subprocess", types.SimpleNamespace(Popen=Torchrun))
+    cfg = json.dumps({"variant": "ddp", "gpus": 2, "dataset": "synthetic"})
+    assert launch.main(["--config", cfg, "--out", str(tmp_path / "run"), "--lease", "--planned-gpus", "2"]) == 0
+    (env,) = started
+    assert env[gpu_lease.LEASED_ENV] == "2" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert gpu_lease.LEASED_ENV not in os.environ
+    # torch counted the GPUs (a CPU-only torch): the ranks are told nothing to check
+    started.clear()
+    monkeypatch.setattr(launch, "torch_is_cuda_build", lambda: False)
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 2)
+    monkeypatch.setenv(gpu_lease.LEASED_ENV, "2")   # even if an outer launcher left one
+    assert launch.main(["--config", cfg, "--out", str(tmp_path / "run"), "--lease", "--planned-gpus", "2"]) == 0
+    assert gpu_lease.LEASED_ENV not in started[0]
+
+
+@pytest.mark.parametrize("seen, cause", [(0, "driver supports torch"), (1, "check the ids it names")])
+def test_a_rank_whose_torch_sees_fewer_gpus_than_leased_fails_saying_so(tmp_path, monkeypatch, seen, cause):
     monkeypatch.setenv(gpu_lease.LEASED_ENV, "2")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: seen)
+    monkeypatch.setattr(launch, "die_with_parent", lambda: None)   # not on the test process
     for var, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}.items():
         monkeypatch.setenv(var, value)
     cfg = json.dumps({"variant": "ddp", "gpus": 1, "dataset": "synthetic"})
     assert launch.main(["--config", cfg, "--out", str(tmp_path)]) == 1   # a failed rank exits 1
     rec = results.read_json(tmp_path / results.METRICS)
     assert rec["status"] == "failed"
-    assert "given 2 GPU(s) but torch sees 0 CUDA device(s)" in rec["reason"]
-    assert "driver" in rec["reason"]
+    assert f"given 2 GPU(s) but torch sees {seen} CUDA device(s) with CUDA_VISIBLE_DEVICES=3,5" in rec["reason"]
+    assert cause in rec["reason"]
 
 
 def test_a_run_the_plan_skips_is_skipped_on_a_machine_with_more_gpus(tmp_path, monkeypatch):

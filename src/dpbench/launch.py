@@ -70,17 +70,21 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
 def visible_gpus(planned: int | None, leased: int | None = None) -> int:
     """The CUDA devices this run may use: what torch sees (0 with a CPU-only torch on a GPU
     machine), and no more than the plan was made for, so that a run the plan counted as skipped
-    (and gave no GPU) is skipped here too. `leased`: the GPUs the lease gave a ddp run. With a
-    CUDA build of torch they are counted as seen without importing torch here, which would cost
-    every DDP run seconds its ranks pay again; the ranks confirm it (`train.check_leased_cuda`)."""
+    (and gave no GPU) is skipped here too. `leased`: GPUs counted without asking torch (see
+    `counted_lease`)."""
     if planned == 0:
         return 0
-    if leased is not None and torch_is_cuda_build():
-        os.environ[gpu_lease.LEASED_ENV] = str(leased)
-        seen = leased
-    else:
-        seen = cuda_devices()
+    seen = leased if leased is not None else cuda_devices()
     return seen if planned is None else min(seen, planned)
+
+
+def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
+    """The GPUs a ddp run's launcher counts as seen without importing torch: the lease's, with a
+    CUDA build of torch. Importing torch here would cost every DDP run seconds that its ranks
+    pay again; the ranks confirm the count instead (`train.check_leased_cuda`)."""
+    if cfg.variant == "ddp" and leased and torch_is_cuda_build():
+        return leased
+    return None
 
 
 def torch_is_cuda_build() -> bool:
@@ -108,12 +112,16 @@ def clear_stale(out: Path) -> None:
         stale.unlink(missing_ok=True)
 
 
-def launch_ddp(cfg: RunConfig, out: Path, visible: int) -> int:
-    """Start `gpus` ranks under torchrun; write a failed record if none was written."""
+def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = None) -> int:
+    """Start `gpus` ranks under torchrun; write a failed record if none was written. `counted`:
+    the GPUs counted without torch, which the ranks check (None: torch counted them here)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
            f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.launch",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
     env = dict(os.environ)
+    env.pop(gpu_lease.LEASED_ENV, None)
+    if counted:
+        env[gpu_lease.LEASED_ENV] = str(counted)
     if visible == 0 or cfg.device == "cpu":   # the ranks share the job's threads
         threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -224,14 +232,15 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         from .train import run_process
         return run_process(cfg, out)
     clear_stale(out)
-    visible = visible_gpus(planned, leased if cfg.variant == "ddp" else None)
+    counted = counted_lease(cfg, leased)
+    visible = visible_gpus(planned, counted)
     reason = skip_reason(cfg, visible)
     if reason is None and planned is not None:   # the plan gave a run it counts as skipped no GPU
         reason = skip_reason(cfg, planned)
     if reason:
         return record_skip(cfg, out, reason, planned)
     if cfg.variant == "ddp":
-        return launch_ddp(cfg, out, visible)
+        return launch_ddp(cfg, out, visible, counted)
     from .train import run_process
     return run_process(cfg, out)
 

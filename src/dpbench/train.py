@@ -107,13 +107,14 @@ def freeze_batchnorm(model: torch.nn.Module) -> None:
 
 
 def check_leased_cuda() -> None:
-    """In a rank: GPUs the launcher counted without torch must be seen by torch (a driver too
-    old for torch's CUDA shows GPUs to NVML and none to torch)."""
+    """In a rank: GPUs the launcher counted without torch must be seen by torch."""
     leased = os.environ.get(gpu_lease.LEASED_ENV)
-    if leased and torch.cuda.device_count() < int(leased):
-        raise RuntimeError(f"this run was given {leased} GPU(s) but torch sees "
-                           f"{torch.cuda.device_count()} CUDA device(s): check that the NVIDIA "
-                           f"driver supports torch {torch.__version__} (CUDA {torch.version.cuda})")
+    seen = torch.cuda.device_count() if leased else 0
+    if leased and seen < int(leased):
+        cause = (f"check that the NVIDIA driver supports torch {torch.__version__} (CUDA {torch.version.cuda})"
+                 if seen == 0 else "check the ids it names")
+        raise RuntimeError(f"this run was given {leased} GPU(s) but torch sees {seen} CUDA device(s) with "
+                           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}: {cause}")
 
 
 class Context:

@@ -4,9 +4,11 @@ per GPU, at a narrow and a wide output.
     python -m dpbench.claims.c1_max_batch --variant dp [--classes 10 32768] [--cap-gib 8]
 
 prints one JSON line (one variant, each output size); the C1 probe starts one fresh process per
-variant, so that no search inherits another's cached or fragmented memory. Every device the
-variant uses is capped at CAP_GIB (torch.cuda.set_per_process_memory_fraction): the answer
-does not depend on how large the GPU is, and the search stays quick. The batch doubles from
+variant, so that no search inherits another's cached or fragmented memory. On every device the
+variant uses, what PyTorch may allocate is capped at CAP_GIB
+(torch.cuda.set_per_process_memory_fraction): the answer does not depend on how large the GPU
+is, and the search stays quick. The CUDA context, NCCL's buffers and the cuBLAS/cuDNN handles
+lie outside the cap, so a card of CAP_GIB holds somewhat less. The batch doubles from
 START until a training step runs out of memory, then is bisected to within 1/32.
 
 A trial is two SGD steps with momentum (the second holds the momentum buffers) on random
@@ -49,7 +51,8 @@ def largest(fits: Callable[[int], bool], granule: int = 1, start: int = START,
         return ok
 
     lo, hi = 0, None
-    b = max(granule, start - start % granule)
+    ceiling -= ceiling % granule
+    b = min(max(granule, start - start % granule), ceiling)
     while hi is None:
         if test(b):
             lo = b
@@ -157,7 +160,9 @@ def verdict_from(found: dict[str, dict[str, int]]) -> str:
     if not dp:
         return NOT_RUN
     margin = 1 - 2 * RESOLUTION
-    widths = sorted(dp, key=int)
+    widths = sorted((c for c, b in dp.items() if b > 0), key=int)
+    if not widths:
+        return NOT_RUN
     if inside and all(c in inside and dp[c] < margin * inside[c] for c in widths):
         return CONFIRMED
     if single and all(c in single and dp[c] >= margin * DP_GPUS * single[c] for c in widths):
@@ -180,9 +185,13 @@ def run():
         if r.get("rc") or "per_classes" not in r:
             why = r.get("skipped") or (f"failed (exit code {r.get('rc')}): "
                                        + " / ".join(r.get("stderr_tail") or []))
-            parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB per GPU: {why}")
+            parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB allocated per GPU: {why}")
             continue
         for classes, f in r["per_classes"].items():
+            if f["largest"] == 0:
+                parts_not_run.append(f"largest batch of {variant} at {int(classes):,} outputs: not even "
+                                     f"{f['smallest_failing']} images fit in {r['cap_gib']:g} GiB per GPU")
+                continue
             total = global_batch(variant, f["largest"])
             found.setdefault(variant, {})[classes] = total
             where = ("one rank of a one-process group, global = " + f"{DP_GPUS} x the rank's"
@@ -190,9 +199,10 @@ def run():
             failing = f["smallest_failing"] and global_batch(variant, f["smallest_failing"])
             observations.append(observation(
                 f"c1.max_batch.{variant}.out{classes}",
-                f"largest batch {variant} trains within {r['cap_gib']:g} GiB per GPU, {int(classes):,} outputs ({where})",
-                global_batch=total, smallest_failing=failing, peak_mib_per_device=f["peak_mib_per_device"],
-                trials=len(f["trials"]), gpu=r["gpu_name"]))
+                f"largest batch {variant} trains within {r['cap_gib']:g} GiB allocated by PyTorch per GPU, "
+                f"{int(classes):,} outputs ({where})",
+                global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
+                peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
     return record("C1", observations, verdict_from(found), parts_not_run=parts_not_run)
 
 

@@ -14,6 +14,9 @@ from dpbench.claims.records import Observation, ProbeRecord
 from dpbench.errors import error_text  # noqa: F401  (the probes report errors as the engine does)
 
 
+TIMEOUT_S = 600   # one probe subprocess; the pipeline's jobs have their own limits
+
+
 def gpus_visible() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -49,8 +52,11 @@ def run_python(code: str, env: dict[str, str] | None = None, args: list[str] | N
     import os
 
     argv = [sys.executable, *(args if args is not None else ["-c", code])]
-    proc = subprocess.run(argv, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True,
+                              env={**os.environ, **(env or {})}, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:   # one part of a probe, not the whole record
+        return {"rc": 124, "stderr_tail": [f"timed out after {TIMEOUT_S} s"]}
     out: dict[str, Any] = {"rc": proc.returncode}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode == 0 and lines:

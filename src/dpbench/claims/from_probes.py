@@ -49,16 +49,16 @@ def probe_finding(ev, cid: str, summarise: Callable[[ProbeRecord], str]) -> Find
 def c1_max_batch(p: ProbeRecord) -> str:
     """'largest global batch within 8 GiB per GPU: 10 outputs: dp 5,000, dp_sum ...; 32,768 outputs: ...'"""
     cells: dict[str, list[str]] = {}
-    cap = None
+    caps = set()
     for o in p.with_prefix("c1.max_batch."):
         _, _, variant, width = o.id.split(".")
         label = f"{int(width.removeprefix('out')):,} outputs"
         name = "single (1 GPU)" if variant == "single" else variant
         cells.setdefault(label, []).append(f"{name} {o.get('global_batch'):,}")
-        cap = cap or o.what.split(" within ")[1].split(" per GPU")[0]
+        caps.add(f"{o.get('cap_gib'):g} GiB")
     if not cells:
         return "no batch search finished"
-    return (f"largest global batch within {cap} per GPU: "
+    return (f"largest global batch within {'/'.join(sorted(caps))} allocated per GPU: "
             + "; ".join(f"{label}: {', '.join(parts)}" for label, parts in cells.items()))
 
 
