@@ -70,6 +70,12 @@ TARGETS = [
     ("single bf16 + channels_last epoch (s)", "epoch", single(BF16_CL, 512), None, 1, 0.80),
     ("single bf16 + channels_last vs the same loop fed one fixed batch", "ratio",
      single(BF16_CL, 512), single(BF16_CL, 512, feed="fixed"), 1, 0.97),
+    # the same two targets for the compiled recipe (CUDA graphs: eager bf16 is launch-bound)
+    ("single bf16 + channels_last, compiled (reduce-overhead), epoch (s)", "epoch",
+     single(BF16_CL, 512, compile="reduce-overhead"), None, 1, 0.80),
+    ("single bf16 + channels_last, compiled (reduce-overhead), vs the same loop fed one fixed batch", "ratio",
+     single(BF16_CL, 512, compile="reduce-overhead"),
+     single(BF16_CL, 512, compile="reduce-overhead", feed="fixed"), 1, 0.97),
     ("ddp fp32 + channels_last, 2 GPUs, weak vs 2 x single in that layout", "ratio",
      ddp2(FP32_CL, "weak", 512), single(FP32_CL, 512), 2, 0.95),
 ]
@@ -302,7 +308,7 @@ def fmt(value, spec: str = ",.0f") -> str:
 
 
 def outcome_counts(rows: list[dict]) -> str:
-    """'2 pass, 1 FAIL, 10 not measured (of 13 rows)'."""
+    """'2 pass, 1 FAIL, 12 not measured (of 15 rows)'."""
     counts = [(o, sum(r["outcome"] == o for r in rows)) for o in ("pass", "FAIL", NOT_MEASURED)]
     return ", ".join(f"{n} {o}" for o, n in counts if n) + f" (of {len(rows)} rows)"
 
