@@ -273,6 +273,13 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
 
 # -- memory ---------------------------------------------------------------------------------
 
+def grid_columns(gpus: pd.Series, panels: int) -> int:
+    """A column per GPU count (up to 4); panels that all have one GPU count wrap four to a row
+    instead of stacking in one tall column."""
+    counts = gpus.nunique()
+    return max(1, min(4, counts if counts > 1 else panels))
+
+
 def plot_memory(t: Tables) -> Figure:
     title = "Peak allocated memory per device"
     mem = only_ok(t["memory"], t["summary"]).dropna(subset=["allocated_mib"])
@@ -284,7 +291,7 @@ def plot_memory(t: Tables) -> Figure:
     mem = with_run_info(mem.assign(device=mem["device"].astype(int)), t["summary"])
     keys = mem[["label", "options", "gpus"]].drop_duplicates()
     order = [(lab, g) for lab in label_order(mem) for g in ordered(keys[keys["label"] == lab]["gpus"])]
-    fig, axes = panel_grid(len(order), n_cols=min(4, mem["gpus"].nunique() or 1))
+    fig, axes = panel_grid(len(order), n_cols=grid_columns(mem["gpus"], len(order)))
     variants = variant_order(mem["variant"])
     tops, any_interval = [], False
     for ax, (lab, g) in zip(axes, order):
@@ -373,7 +380,7 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
     range shown, so that differences far below what matters are not blown up to the full panel."""
     panels = curve_panels(df)
     variants = variant_order(df["variant"])
-    fig, axes = panel_grid(len(panels), n_cols=min(4, df["gpus"].nunique()))
+    fig, axes = panel_grid(len(panels), n_cols=grid_columns(df["gpus"], len(panels)))
     for ax, (lab, g) in zip(axes, panels):
         panel = df[(df["label"] == lab) & (df["gpus"] == g)]
         if difference:
