@@ -198,7 +198,7 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path):
     one baseline, and the ratios are what the numbers say."""
     pt = load_perf_targets()
     plan = _perf_plan(2)
-    assert len(plan.runs) == 20 and all(rc.gpus <= 2 for rc in plan.runs.values())
+    assert len(plan.runs) == 21 and all(rc.gpus <= 2 for rc in plan.runs.values())
     rows = []
     for rid, rc in plan.runs.items():
         ips = 20000.0 if rc.variant == "single" else 39000.0
