@@ -34,6 +34,8 @@ def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
     assert worst < 1e-5
     s_loss, d_loss = (results.read_json(tmp_path / n / results.METRICS)["final_loss"] for n in ("single", "ddp"))
     assert math.isclose(s_loss, d_loss, rel_tol=1e-5)
+    # from the launch to the first step: torchrun and its ranks' start-up are in ddp's, not single's
+    assert 0 < single["start_s"] < ddp["start_s"] < 300
 
 
 def _weights_init():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import matplotlib
 import matplotlib.image
@@ -340,6 +341,20 @@ def test_figures_and_summary_without_ok_runs(tmp_path, spec):
     text = write_summary_md(rs.root, rs.tag).read_text()
     assert "No successful runs." in text
     assert (SKIP_REASON in text) == bool(spec)
+
+
+def test_summary_gives_start_up_times_from_records_that_have_them(tmp_path):
+    rs = fake_result_set(tmp_path, [dict(variant="single", repeat=r) for r in range(3)]
+                         + [dict(variant="ddp", gpus=2, repeat=r) for r in range(2)])
+    assert "## Start-up" not in render_summary(rs.root, rs.tag)   # records from before it was measured
+    for rid, start in {"single-g1-r0": 7.0, "single-g1-r1": 9.5, "single-g1-r2": 8.0,
+                       "ddp-g2-r0": 15.25}.items():
+        path = results.ResultSet(rs.root, rs.tag).metrics_path(rid)
+        results.write_json(path, dict(results.read_json(path), start_s=start))
+    text = render_summary(rs.root, rs.tag)
+    assert "## Start-up" in text
+    assert re.search(r"\| single +\| +1 \| +3 \| +8\.0 \| +7\.0-9\.5 \|", text)
+    assert re.search(r"\| ddp +\| +2 \| +1 \| +15\.2 \| +15\.2-15\.2 \|", text)   # r1 has none
 
 
 def test_summary_md_headline_intervals_reasons_and_provenance(simple):

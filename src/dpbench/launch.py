@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import DP_VARIANTS, gpu_lease, results
 from .config import RunConfig
-from .runlog import CHECKPOINT, log
+from .runlog import CHECKPOINT, log, mark_launch
 
 CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
 
@@ -232,6 +232,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         from .train import run_process
         return run_process(cfg, out)
     clear_stale(out)
+    mark_launch()   # with its GPUs held: what follows is the run's own start-up
     counted = counted_lease(cfg, leased)
     visible = visible_gpus(planned, counted)
     reason = skip_reason(cfg, visible)

@@ -445,6 +445,7 @@ class RunRecord:
     device_type: str = ""
     steps: int = 0
     wall_s: float | None = None
+    start_s: float | None = None   # launch to first step; None in records from before it existed
     final_loss: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -471,7 +472,7 @@ class RunRecord:
             deterministic=bool(data.get("deterministic", cfg.get("deterministic", False))),
             scaling=data.get("scaling") or cls.planned_scaling(cfg),
             per_gpu_batch=per_gpu, device_type=data.get("device_type") or "",
-            steps=data.get("steps") or 0, wall_s=data.get("wall_s"),
+            steps=data.get("steps") or 0, wall_s=data.get("wall_s"), start_s=data.get("start_s"),
             final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
 
     # The defaults of the planning fields, for a record (or a table row) that lacks them. The

@@ -1,6 +1,7 @@
 """results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
-and weak scaling, medians over repeats, skipped and failed runs, and warnings, all from the tidy
-tables and provenance.json. The statistics are dpbench.tables', shared with the figures.
+and weak scaling, medians over repeats, start-up times (from the run records), skipped and failed
+runs, and warnings, all from the tidy tables and provenance.json. The statistics are
+dpbench.tables', shared with the figures.
 
     python -m dpbench.summarize --results-dir results --tag TAG
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from statistics import median
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,6 +175,27 @@ def medians_section(med: pd.DataFrame) -> str:
     return "\n".join(out + [md_table(headers, rows, right=right), "", note, ""])
 
 
+def startup_section(rs: results.ResultSet) -> str:
+    """How long runs took from their launch to the first training step (imports, torchrun, the
+    devices, the data, the model): the fixed cost that a run's timed steps leave out. Empty for
+    records from before it was measured."""
+    rows: dict[tuple[str, int], list[float]] = {}
+    for data, _ in rs.runs():
+        rec = results.RunRecord.from_json(data)
+        if rec.ok and rec.start_s is not None:
+            rows.setdefault((rec.variant, rec.gpus), []).append(rec.start_s)
+    if not rows:
+        return ""
+    order = {v: i for i, v in enumerate(variant_order(pd.Series([v for v, _ in rows])))}
+    table = [[v, str(g), str(len(t)), f"{median(t):.1f}", f"{min(t):.1f}-{max(t):.1f}"]
+             for (v, g), t in sorted(rows.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))]
+    return "\n".join(["## Start-up", "",
+                      "Seconds from a run's launch (its GPUs held) to its first training step: "
+                      "imports, torchrun, the devices, the data and the model, none of it in images/s.",
+                      "", md_table(["variant", "gpus", "ok runs", "median s", "min-max s"], table,
+                                   right=[1, 2, 3, 4]), ""])
+
+
 def not_ok_section(summary: pd.DataFrame) -> str:
     """Skipped and failed runs, each distinct reason once with the runs that gave it."""
     out = ["## Skipped and failed runs", ""]
@@ -224,6 +247,7 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
     sections = [f"# dpbench results: {tag}\n", cpu_note,
                 provenance_section(results.ResultSet(results_dir, tag)),
                 headline_section(med), scaling_section(med), medians_section(med),
+                startup_section(results.ResultSet(results_dir, tag)),
                 not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
 

@@ -22,7 +22,7 @@ from . import DP_VARIANTS, gpu_lease, measure, provenance, results
 from .config import RunConfig
 from .data import load_dataset, make_feed
 from .errors import error_text
-from .runlog import CHECKPOINT, log
+from .runlog import CHECKPOINT, log, since_launch
 from .model import resnet18
 from .variants import Variant
 
@@ -52,6 +52,7 @@ class Record:
         self.device_type = "cuda" if uses_cuda(cfg) else "cpu"
         self.hosts: list[str] = [socket.gethostname()]
         self.compile_s: float | None = None
+        self.start_s: float | None = None   # from the launch to the first training step
 
     def write(self, status: str, reason: str = "") -> dict:
         cfg = self.cfg
@@ -70,6 +71,7 @@ class Record:
             "final_loss": sum(losses) / len(losses) if losses else None,
             "steps": len(self.steps),
             "wall_s": time.perf_counter() - self.started,
+            "start_s": self.start_s,
             "provenance": provenance.collect(self.dataset, cfg),
         }
         if self.steps:
@@ -277,6 +279,11 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                             break
                         warn.drain()   # what came before this step keeps its own step
                         warn.step = step
+                        if step == 0:
+                            rec.start_s = since_launch()
+                            if rec.start_s is not None and ctx.is_main:
+                                log(f"first step {rec.start_s:.1f} s after the launch (imports, "
+                                    f"{'torchrun, ' if ctx.distributed else ''}devices, data, model)")
                         if step == fault:
                             raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
                         lr = lr_at(cfg, step, total)
