@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from fakes import fake_result_set, load_perf_targets
 
@@ -83,3 +84,21 @@ def test_the_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path):
     assert png.stat().st_size > 0
     measured = [r for r in pt.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
     assert measured and all(r["verdict"] in ("pass", "FAIL") for r in measured)
+
+
+def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments_cells():
+    """tools/device/perf_ddp_targets.yaml: a short 2-GPU run. Its groups must be perf.yaml's
+    (same names, same cells), and together they must hold every DDP target and its baseline."""
+    import yaml
+    root = Path(__file__).resolve().parents[1]
+    perf = {g["name"]: g for g in yaml.safe_load((root / "experiments" / "perf.yaml").read_text())["matrix"]}
+    overlay = yaml.safe_load((root / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
+    assert overlay and all(g == perf[g["name"]] for g in overlay)
+    pt = load_perf_targets()
+    train = pt.experiment_train()
+    cells = [{"settings": {**train, **g.get("options", {}), "variant": v,
+                           "gpus": (g.get("gpus") or [1])[0]}} for g in overlay for v in g["variants"]]
+    ddp_targets = [t for t in pt.TARGETS if t[0].startswith("ddp")]
+    for name, _, numerator, baseline, *_ in ddp_targets:
+        assert any(pt.matches(c, numerator) for c in cells), name
+        assert any(pt.matches(c, baseline) for c in cells), name
