@@ -181,6 +181,26 @@ def test_a_rank_whose_torch_sees_fewer_gpus_than_leased_fails_saying_so(tmp_path
     assert cause in rec["reason"]
 
 
+def test_a_skipped_run_is_recorded_without_torch_in_the_same_layout(tmp_path):
+    """Every skipped run would otherwise pay a torch import (seconds, beside timed runs)."""
+    import subprocess
+    import sys
+    code = ("import json, sys; from dpbench import launch; "
+            "launch.main(['--config', json.dumps({'variant': 'dp', 'gpus': 2, 'dataset': 'synthetic'}), "
+            f"'--out', {str(tmp_path / 'dp')!r}, '--planned-gpus', '0']); print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "False", done.stderr
+    skipped = results.read_json(tmp_path / "dp" / results.METRICS)
+    ran = run_engine(tmp_path / "single", variant="single", max_steps=1)
+    assert skipped["status"] == "skipped" and "needs CUDA" in skipped["reason"]
+    assert sorted(skipped) == sorted(ran) and skipped["throughput"] == results.NO_THROUGHPUT
+    assert sorted(results.NO_THROUGHPUT) == sorted(ran["throughput"])
+    assert dict(measure.throughput([], []), compile_s=None) == results.NO_THROUGHPUT
+    facts = ("torch", "torch_git", "git_sha", "hostname", "python", "compile")
+    assert {k: skipped["provenance"][k] for k in facts} == {k: ran["provenance"][k] for k in facts}
+    assert skipped["launch"] == ran["launch"] and skipped["device_type"] == "cpu"
+
+
 def test_a_run_the_plan_skips_is_skipped_on_a_machine_with_more_gpus(tmp_path, monkeypatch):
     """Planned for 1 GPU (gpus_available=1), ddp on 2 is skipped and given no GPU; on a machine
     with 2 GPUs the launcher must not train it anyway."""

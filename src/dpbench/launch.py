@@ -23,12 +23,13 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import DP_VARIANTS, gpu_lease, results
+from . import DP_VARIANTS, gpu_lease, provenance, results
 from .config import RunConfig
 from .runlog import CHECKPOINT, log, mark_launch
 
@@ -213,12 +214,16 @@ def stop_with_pipeline(poll_s: float = 2.0) -> None:
     threading.Thread(target=watch, daemon=True, name="dpbench-watchdog").start()
 
 
-def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None) -> int:
-    from .train import Record
+def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, visible: int) -> int:
+    """A skipped run's record, written without importing torch (seconds for every skipped run,
+    on a host where timed runs may be running)."""
     if reason.startswith("needs"):   # too few GPUs: say what limited them
         reason += f" ({where(planned)})"
     log(f"skipped: {reason}")
-    Record(cfg, out).write(results.STATUS_SKIPPED, reason)
+    device_type = "cuda" if visible and cfg.device != "cpu" else "cpu"
+    results.write_json(out / results.METRICS, results.record_fields(
+        cfg, results.STATUS_SKIPPED, reason, device_type=device_type,
+        launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 0
 
 
@@ -233,13 +238,13 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         return run_process(cfg, out)
     clear_stale(out)
     mark_launch()   # with its GPUs held: what follows is the run's own start-up
+    if planned is not None and (reason := skip_reason(cfg, planned)):
+        # the plan counted it as skipped (and gave it no GPU): no need to ask torch
+        return record_skip(cfg, out, reason, planned, planned)
     counted = counted_lease(cfg, leased)
     visible = visible_gpus(planned, counted)
-    reason = skip_reason(cfg, visible)
-    if reason is None and planned is not None:   # the plan gave a run it counts as skipped no GPU
-        reason = skip_reason(cfg, planned)
-    if reason:
-        return record_skip(cfg, out, reason, planned)
+    if reason := skip_reason(cfg, visible):
+        return record_skip(cfg, out, reason, planned, visible)
     if cfg.variant == "ddp":
         return launch_ddp(cfg, out, visible, counted)
     from .train import run_process

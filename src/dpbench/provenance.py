@@ -1,4 +1,5 @@
-"""Where a result came from: versions, devices, topology, flags, code revision."""
+"""Where a result came from: versions, devices, topology, flags, code revision, how its processes
+were started. Only `collect` imports torch: a skipped run's record is written without it."""
 from __future__ import annotations
 
 import os
@@ -7,8 +8,6 @@ import re
 import socket
 import subprocess
 from pathlib import Path
-
-import torch
 
 from .nvml import driver_version
 
@@ -39,8 +38,37 @@ def git_sha() -> str | None:
     return sha
 
 
+def launch_facts(hosts: list[str]) -> dict:
+    """How the run's processes were started: world size, nodes and hosts (multi-node DDP)."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
+            else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
+            "hosts": sorted(set(hosts))}
+
+
+def host_facts(cfg=None) -> dict:
+    """What is known without importing torch: torch's version (its version.py, read as text),
+    the host, the code revision and the environment switches."""
+    from .plan import torch_version
+    torch = torch_version()
+    return {
+        "torch": torch["version"],
+        "torch_git": torch["git"],
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "compile": getattr(cfg, "compile", None),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "git_sha": git_sha(),
+    }
+
+
 def collect(dataset: dict | None = None, cfg=None) -> dict:
     """Versions, devices and the numerics switches in force (`cfg`: the run's RunConfig)."""
+    import torch
+
     cuda = torch.cuda.is_available()
     nccl = None
     if cuda and torch.distributed.is_nccl_available():

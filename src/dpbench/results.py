@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, 
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
 
+    from .config import RunConfig
+
 METRICS = "metrics.json"
 STEPS = "steps.csv"
 PROVENANCE = "provenance.json"
@@ -422,6 +424,35 @@ def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
     text = {c: str for c in TEXT_COLUMNS if c in TABLES[name]}
     return pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""],
                        dtype=text).fillna({c: "" for c in text})
+
+
+# -- writing a record -----------------------------------------------------------------------
+
+# A run that measured nothing (skipped, or failed before its first timed step): the keys of
+# dpbench.measure.throughput with no steps, and no compile time.
+NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
+                 "step_ms_mean": None, "compile_s": None}
+
+
+def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: str, launch: dict,
+                  provenance: dict, throughput: dict | None = None, memory: list | None = None,
+                  warnings: list | None = None, accuracy: list | None = None,
+                  final_loss: float | None = None, steps: int = 0, wall_s: float = 0.0,
+                  start_s: float | None = None) -> dict[str, Any]:
+    """A run's metrics.json: the one layout, for the engine's records (measurements given) and
+    the launcher's skipped ones (none), which it writes without importing torch."""
+    return {
+        "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
+        "status": status, "reason": reason,
+        "variant": cfg.variant, "gpus": cfg.gpus, "repeat": cfg.repeat, "options": cfg.options,
+        "seed": cfg.seed, "deterministic": cfg.deterministic, "scaling": cfg.scaling,
+        "per_gpu_batch": cfg.global_batch / cfg.gpus,
+        "config": cfg.to_dict(), "device_type": device_type, "launch": launch,
+        "throughput": dict(throughput or NO_THROUGHPUT),
+        "memory": memory or [], "warnings": warnings or [], "accuracy": accuracy or [],
+        "final_loss": final_loss, "steps": steps, "wall_s": wall_s, "start_s": start_s,
+        "provenance": provenance,
+    }
 
 
 # -- typed records --------------------------------------------------------------------------

@@ -57,36 +57,17 @@ class Record:
     def write(self, status: str, reason: str = "") -> dict:
         cfg = self.cfg
         losses = [r["loss_global"] for r in self.steps[-20:]]
-        rec = {
-            "run_id": results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
-            "status": status, "reason": reason,
-            "variant": cfg.variant, "gpus": cfg.gpus, "repeat": cfg.repeat, "options": cfg.options,
-            "seed": cfg.seed, "deterministic": cfg.deterministic, "scaling": cfg.scaling,
-            "per_gpu_batch": cfg.global_batch / cfg.gpus,
-            "config": cfg.to_dict(), "device_type": self.device_type,
-            "launch": launch_facts(self.hosts),
-            "throughput": dict(measure.throughput(self.timed_ms, self.timed_batches),
-                               compile_s=self.compile_s),
-            "memory": self.memory, "warnings": self.warnings, "accuracy": self.accuracy,
-            "final_loss": sum(losses) / len(losses) if losses else None,
-            "steps": len(self.steps),
-            "wall_s": time.perf_counter() - self.started,
-            "start_s": self.start_s,
-            "provenance": provenance.collect(self.dataset, cfg),
-        }
+        rec = results.record_fields(
+            cfg, status, reason, device_type=self.device_type, launch=provenance.launch_facts(self.hosts),
+            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches), compile_s=self.compile_s),
+            memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
+            final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
+            wall_s=time.perf_counter() - self.started, start_s=self.start_s,
+            provenance=provenance.collect(self.dataset, cfg))
         if self.steps:
             results.write_csv(self.out / results.STEPS, results.STEP_COLUMNS, self.steps)
         results.write_json(self.out / results.METRICS, rec)  # last: marks the run finished
         return rec
-
-
-def launch_facts(hosts: list[str]) -> dict:
-    """How the run's processes were started: world size, nodes and hosts (multi-node DDP)."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
-            else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
-            "hosts": sorted(set(hosts))}
 
 
 # -- training -------------------------------------------------------------------------------------
