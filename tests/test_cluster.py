@@ -272,8 +272,9 @@ def test_cpu_plan_through_slurm_equals_a_local_run(slurm, workflow):
 @pytest.mark.slow
 def test_fake_gpus_are_requested_granted_and_seen_by_the_runs(slurm, workflow):
     """gpus_available=2 plans the GPU runs: the jobs ask SLURM for their GPUs, the runs take the
-    CUDA_VISIBLE_DEVICES SLURM sets, with locks of their own job. Without CUDA in this torch, each
-    run is then recorded as skipped (device=cuda), naming what it was given."""
+    CUDA_VISIBLE_DEVICES SLURM sets, with locks of their own job. Without CUDA in this torch, the
+    GPU run is recorded as skipped (device=cuda) by its ranks, naming what it was given; the run
+    the plan skips, with the plan's reason."""
     wd = workflow
     overlay = wd / "fakegpu.yaml"
     overlay.write_text(yaml.safe_dump({"experiment": "cluster", "tag": "fakegpu",
@@ -302,7 +303,11 @@ def test_fake_gpus_are_requested_granted_and_seen_by_the_runs(slurm, workflow):
     seen = {rid: r["provenance"]["cuda_visible_devices"] for rid, r in recs.items()}
     assert len(set(seen["ddp-g2-r0"].split(","))) == 2    # the two GPUs SLURM granted
     assert seen["ddp-g3-r0"] is None                        # asked for none, granted none
-    assert all("device=cuda was asked for" in r["reason"] for r in recs.values())
+    # ddp-g2 was given both fake GPUs and its ranks' torch sees none; ddp-g3 the plan skipped
+    assert recs["ddp-g2-r0"]["reason"].startswith("device=cuda was asked for but no CUDA device is visible")
+    assert "torch sees 0" in recs["ddp-g2-r0"]["reason"], recs["ddp-g2-r0"]["reason"]
+    assert recs["ddp-g3-r0"]["reason"].startswith("needs 3 GPUs, 2 visible"), recs["ddp-g3-r0"]["reason"]
+    assert "the plan was made for 2 GPU(s)" in recs["ddp-g3-r0"]["reason"]
     text = (wd / "results" / "fakegpu" / "logs" / "ddp-g2-r0.log").read_text()
     assert f"placed on GPU(s) {seen['ddp-g2-r0']}" in text and "waiting" not in text
     locks = wd / "tmp" / f"dpbench-gpu-locks-{os.getuid()}"

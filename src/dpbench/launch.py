@@ -29,9 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import DP_VARIANTS, gpu_lease, provenance, results
+from . import gpu_lease, provenance, results
 from .config import RunConfig
 from .runlog import CHECKPOINT, log, mark_launch
+from .skips import skip_reason
 
 CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
 
@@ -39,33 +40,6 @@ CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic c
 def cuda_devices() -> int:
     import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def skip_reason(cfg: RunConfig, visible: int) -> str | None:
-    """Why this run cannot run with `visible` CUDA devices (None when it can): the one rule, used
-    by the plan (from the GPUs it is made for, without torch) and by the launcher (from the GPUs
-    this process sees, no more than the plan's)."""
-    if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
-        return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
-                "step, outside the compiled graph); use compile with single or ddp")
-    if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
-        return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
-    if cfg.device == "cpu":
-        if cfg.variant in DP_VARIANTS:
-            return "nn.DataParallel needs CUDA devices; device=cpu was asked for"
-        return None
-    if visible == 0:
-        if cfg.variant in DP_VARIANTS:
-            return "nn.DataParallel needs CUDA devices and none is visible: DP variants run only on GPUs"
-        if cfg.device == "cuda":
-            return "device=cuda was asked for but no CUDA device is visible"
-        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
-            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
-                    f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
-        return None
-    if cfg.gpus > visible:
-        return f"needs {cfg.gpus} GPUs, {visible} visible"
-    return None
 
 
 def visible_gpus(planned: int | None, leased: int | None = None) -> int:
@@ -82,7 +56,7 @@ def visible_gpus(planned: int | None, leased: int | None = None) -> int:
 def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
     """The GPUs a ddp run's launcher counts as seen without importing torch: the lease's, with a
     CUDA build of torch. Importing torch here would cost every DDP run seconds that its ranks
-    pay again; the ranks confirm the count instead (`train.check_leased_cuda`)."""
+    pay again; the ranks confirm the count instead (`train.unseen_lease`)."""
     if cfg.variant == "ddp" and leased and torch_is_cuda_build():
         return leased
     return None

@@ -7,7 +7,7 @@ gave (pipeline.load_experiment keeps those); the same run ids are kept, what can
 recorded as skipped with its reason, and its timed runs take one `cpu_timing` slot each, so that
 no two of them share the machine.
 
-Which runs are skipped is `dpbench.launch.skip_reason`, asked with the GPUs the plan is made for;
+Which runs are skipped is `dpbench.skips.skip_reason`, asked with the GPUs the plan is made for;
 the launcher asks it again with the GPUs it sees, no more than the plan's (`--planned-gpus`).
 
 Planning imports no torch: GPUs are counted through NVML and the tag comes from torch's
@@ -21,7 +21,7 @@ from functools import cached_property, lru_cache
 
 from . import results
 from .config import RunConfig
-from .launch import skip_reason
+from .skips import skip_reason
 
 
 def visible_gpus() -> int:

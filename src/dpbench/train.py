@@ -23,6 +23,7 @@ from .config import RunConfig
 from .data import load_dataset, make_feed
 from .errors import error_text
 from .runlog import CHECKPOINT, log, since_launch
+from .skips import skip_reason
 from .model import resnet18
 from .variants import Variant
 
@@ -89,15 +90,16 @@ def freeze_batchnorm(model: torch.nn.Module) -> None:
             m.eval()
 
 
-def check_leased_cuda() -> None:
-    """In a rank: GPUs the launcher counted without torch must be seen by torch."""
+def unseen_lease(cfg: RunConfig) -> str | None:
+    """In a rank: when torch sees fewer GPUs than the launcher counted without it (a driver too
+    old for torch's CUDA, ids it cannot open), the skip the launcher would have recorded had it
+    asked torch; None when torch sees them, or the run can go on with what it sees."""
     leased = os.environ.get(gpu_lease.LEASED_ENV)
     seen = torch.cuda.device_count() if leased else 0
-    if leased and seen < int(leased):
-        cause = (f"check that the NVIDIA driver supports torch {torch.__version__} (CUDA {torch.version.cuda})"
-                 if seen == 0 else "check the ids it names")
-        raise RuntimeError(f"this run was given {leased} GPU(s) but torch sees {seen} CUDA device(s) with "
-                           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}: {cause}")
+    if not leased or seen >= int(leased) or not (reason := skip_reason(cfg, seen)):
+        return None
+    where = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; torch sees {seen}"
+    return f"{reason} ({where})"
 
 
 class Context:
@@ -114,8 +116,6 @@ class Context:
             raise ValueError(f"the run config says gpus={cfg.gpus} but torchrun started "
                              f"{self.world} processes; set gpus to the world size "
                              f"(nnodes x nproc-per-node) so that the run is labelled as what it is")
-        if self.distributed:
-            check_leased_cuda()
         cuda = uses_cuda(cfg)
         if cfg.variant in DP_VARIANTS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
@@ -360,6 +360,11 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     rec = Record(cfg, out)
     # From the environment, not the Context: a rank whose set-up fails must still know its place.
     distributed, rank = "LOCAL_RANK" in os.environ, int(os.environ.get("RANK", 0))
+    if distributed and (reason := unseen_lease(cfg)):   # every rank sees the same: all stop here
+        log(f"skipped: {reason}")
+        if rank == 0:
+            rec.write(results.STATUS_SKIPPED, reason)
+        return 0
     with measure.WarningRecorder() as warn:
         try:
             with Context(cfg) as ctx:
