@@ -82,12 +82,17 @@ SIMPLE = [
 ]
 
 
+def draw_figures(rs) -> dict:
+    """Every pipeline figure of a result set, drawn in the project's style (not saved)."""
+    tables = load_tables(rs.root, rs.tag)
+    with style():
+        return {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     rs = fake_result_set(tmp_path_factory.mktemp("mixed"), MIXED)
-    tables = load_tables(rs.root, rs.tag)
-    with style():
-        figures = {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
+    figures = draw_figures(rs)
     for fig in figures.values():   # geometry only: a low resolution renders faster
         fig.set_dpi(50)
         FigureCanvasAgg(fig).draw()
@@ -242,10 +247,7 @@ ONE_EPOCH = [
 
 @pytest.fixture(scope="module")
 def one_epoch(tmp_path_factory):
-    rs = fake_result_set(tmp_path_factory.mktemp("one_epoch"), ONE_EPOCH)
-    tables = load_tables(rs.root, rs.tag)
-    with style():
-        figures = {name: DRAW[name](tables) for name in results.FIGURE_NAMES}
+    figures = draw_figures(fake_result_set(tmp_path_factory.mktemp("one_epoch"), ONE_EPOCH))
     for fig in figures.values():
         FigureCanvasAgg(fig).draw()
     return figures

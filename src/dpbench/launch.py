@@ -42,14 +42,14 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def visible_gpus(planned: int | None, leased: int | None = None) -> int:
+def visible_gpus(planned: int | None, counted: int | None = None) -> int:
     """The CUDA devices this run may use: what torch sees (0 with a CPU-only torch on a GPU
     machine), and no more than the plan was made for, so that a run the plan counted as skipped
-    (and gave no GPU) is skipped here too. `leased`: GPUs counted without asking torch (see
+    (and gave no GPU) is skipped here too. `counted`: GPUs counted without asking torch (see
     `counted_lease`)."""
     if planned == 0:
         return 0
-    seen = leased if leased is not None else cuda_devices()
+    seen = counted if counted is not None else cuda_devices()
     return seen if planned is None else min(seen, planned)
 
 

@@ -74,7 +74,8 @@ def collect(dataset: dict | None = None, cfg=None) -> dict:
     if cuda and torch.distributed.is_nccl_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version()))
     return {
-        "torch": torch.__version__,
+        **host_facts(cfg),
+        "torch": torch.__version__,   # the imported torch's own word over its version.py's
         "torch_git": torch.version.git_version,
         "cuda": torch.version.cuda if cuda else None,
         "cudnn": torch.backends.cudnn.version() if cuda else None,
@@ -82,18 +83,11 @@ def collect(dataset: dict | None = None, cfg=None) -> dict:
         "driver": driver_version() if cuda else None,
         "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "topology": _plain(_run(["nvidia-smi", "topo", "-m"])) if cuda else None,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
         "cudnn_deterministic": torch.backends.cudnn.deterministic,
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "compile": getattr(cfg, "compile", None),
         "cpu_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
-        "git_sha": git_sha(),
         "dataset": dataset,
     }
