@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from statistics import median
 import sys
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import pandas as pd
