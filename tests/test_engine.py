@@ -36,6 +36,11 @@ def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
     assert math.isclose(s_loss, d_loss, rel_tol=1e-5)
     # from the launch to the first step: torchrun and its ranks' start-up are in ddp's, not single's
     assert 0 < single["start_s"] < ddp["start_s"] < 300
+    for rec in (single, ddp):   # every phase ended, in order, before the first step
+        ends = [rec["startup"][p] for p in results.STARTUP_PHASES]
+        assert 0 <= ends[0] and ends == sorted(ends) and ends[-1] <= rec["start_s"]
+    # single ran in this process, torch imported; ddp's ranks started under torchrun
+    assert single["startup"]["imports"] < ddp["startup"]["imports"]
 
 
 def _weights_init():

@@ -428,6 +428,13 @@ def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
 
 # -- writing a record -----------------------------------------------------------------------
 
+# A run's start-up, in the order it happens: each phase's end in seconds since the launch
+# (runlog.mark_launch), in the record's "startup"; its first step begins at "start_s".
+#   imports: the launcher, torchrun and its ranks where ddp, Python and torch's imports
+#   devices: CUDA and the process group; data: the dataset read; model: model, wrapper, optimizer;
+#   feed: the batches' source (the gpu feed's upload)
+STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
+
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of
 # dpbench.measure.throughput with no steps, and no compile time.
 NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
@@ -438,7 +445,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
                   provenance: dict, throughput: dict | None = None, memory: list | None = None,
                   warnings: list | None = None, accuracy: list | None = None,
                   final_loss: float | None = None, steps: int = 0, wall_s: float = 0.0,
-                  start_s: float | None = None) -> dict[str, Any]:
+                  start_s: float | None = None, startup: dict | None = None) -> dict[str, Any]:
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
     the launcher's skipped ones (none), which it writes without importing torch."""
     return {
@@ -451,7 +458,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
         "throughput": dict(throughput or NO_THROUGHPUT),
         "memory": memory or [], "warnings": warnings or [], "accuracy": accuracy or [],
         "final_loss": final_loss, "steps": steps, "wall_s": wall_s, "start_s": start_s,
-        "provenance": provenance,
+        "startup": dict(startup or {}), "provenance": provenance,
     }
 
 
@@ -477,6 +484,7 @@ class RunRecord:
     steps: int = 0
     wall_s: float | None = None
     start_s: float | None = None   # launch to first step; None in records from before it existed
+    startup: dict[str, float] = field(default_factory=dict)   # STARTUP_PHASES' ends, where measured
     final_loss: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -504,7 +512,7 @@ class RunRecord:
             scaling=data.get("scaling") or cls.planned_scaling(cfg),
             per_gpu_batch=per_gpu, device_type=data.get("device_type") or "",
             steps=data.get("steps") or 0, wall_s=data.get("wall_s"), start_s=data.get("start_s"),
-            final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
+            startup=dict(data.get("startup") or {}), final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
 
     # The defaults of the planning fields, for a record (or a table row) that lacks them. The
     # tables' reader asks these too (tables.with_run_defaults), so both read old runs alike.

@@ -175,25 +175,46 @@ def medians_section(med: pd.DataFrame) -> str:
     return "\n".join(out + [md_table(headers, rows, right=right), "", note, ""])
 
 
+def startup_phases(rec: results.RunRecord) -> list[float] | None:
+    """Seconds each of results.STARTUP_PHASES took, then the rest up to the first step; None for
+    a record without every phase (from before they were measured)."""
+    ends = [rec.startup.get(p) for p in results.STARTUP_PHASES]
+    if rec.start_s is None or None in ends:
+        return None
+    ends = [float(e) for e in ends] + [rec.start_s]
+    return [b - a for a, b in zip([0.0] + ends, ends)]
+
+
 def startup_section(rs: results.ResultSet) -> str:
-    """How long runs took from their launch to the first training step (imports, torchrun, the
-    devices, the data, the model): the fixed cost that a run's timed steps leave out. Empty for
-    records from before it was measured."""
-    rows: dict[tuple[str, int], list[float]] = {}
+    """How long runs took from their launch to the first training step, and in which phase: the
+    fixed cost that a run's timed steps leave out. Empty for records from before it was measured."""
+    totals: dict[tuple[str, int], list[float]] = {}
+    phases: dict[tuple[str, int], list[list[float]]] = {}
     for data, _ in rs.runs():
         rec = results.RunRecord.from_json(data)
         if rec.ok and rec.start_s is not None:
-            rows.setdefault((rec.variant, rec.gpus), []).append(rec.start_s)
-    if not rows:
+            totals.setdefault((rec.variant, rec.gpus), []).append(rec.start_s)
+            if (split := startup_phases(rec)) is not None:
+                phases.setdefault((rec.variant, rec.gpus), []).append(split)
+    if not totals:
         return ""
-    order = {v: i for i, v in enumerate(variant_order(pd.Series([v for v, _ in rows])))}
-    table = [[v, str(g), str(len(t)), f"{median(t):.1f}", f"{min(t):.1f}-{max(t):.1f}"]
-             for (v, g), t in sorted(rows.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))]
-    return "\n".join(["## Start-up", "",
-                      "Seconds from a run's launch (its GPUs held) to its first training step: "
-                      "imports, torchrun, the devices, the data and the model, none of it in images/s.",
-                      "", md_table(["variant", "gpus", "ok runs", "median s", "min-max s"], table,
-                                   right=[1, 2, 3, 4]), ""])
+    order = {v: i for i, v in enumerate(variant_order(pd.Series([v for v, _ in totals])))}
+    names = (list(results.STARTUP_PHASES) + ["rest"]) if phases else []
+    table = []
+    for (v, g), t in sorted(totals.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        split = phases.get((v, g))
+        cells = [f"{median(col):.1f}" for col in zip(*split)] if split else ["–"] * len(names)
+        table.append([v, str(g), str(len(t)), f"{median(t):.1f}", f"{min(t):.1f}-{max(t):.1f}", *cells])
+    text = ("Seconds from a run's launch (its GPUs held) to its first training step: imports, "
+            "torchrun, the devices, the data and the model, none of it in images/s.")
+    if names:
+        text += (" Then the median of each phase: imports (Python and torch; for ddp torchrun and "
+                 "its ranks too), devices (CUDA, the process group), data (the dataset read), model "
+                 "(model, wrapper, optimizer), feed (the batches' source: the gpu feed's upload), "
+                 "rest (to the first step); – where a cell's records predate the phases.")
+    return "\n".join(["## Start-up", "", text, "",
+                      md_table(["variant", "gpus", "ok runs", "median s", "min-max s", *names], table,
+                               right=list(range(1, 5 + len(names)))), ""])
 
 
 def not_ok_section(summary: pd.DataFrame) -> str:

@@ -54,6 +54,12 @@ class Record:
         self.hosts: list[str] = [socket.gethostname()]
         self.compile_s: float | None = None
         self.start_s: float | None = None   # from the launch to the first training step
+        self.startup: dict[str, float] = {}  # phase -> seconds since the launch when it ended
+
+    def phase_done(self, phase: str) -> None:
+        """Mark the end of a start-up phase (results.STARTUP_PHASES), in seconds since the launch."""
+        if (t := since_launch()) is not None:
+            self.startup[phase] = round(t, 3)
 
     def write(self, status: str, reason: str = "") -> dict:
         cfg = self.cfg
@@ -63,7 +69,7 @@ class Record:
             throughput=dict(measure.throughput(self.timed_ms, self.timed_batches), compile_s=self.compile_s),
             memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
-            wall_s=time.perf_counter() - self.started, start_s=self.start_s,
+            wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
             provenance=provenance.collect(self.dataset, cfg))
         if self.steps:
             results.write_csv(self.out / results.STEPS, results.STEP_COLUMNS, self.steps)
@@ -163,7 +169,9 @@ def set_numerics(cfg: RunConfig) -> None:
     torch.backends.cudnn.allow_tf32 = cfg.tf32
     torch.backends.cudnn.benchmark = cfg.cudnn_benchmark and not cfg.deterministic
     torch.backends.cudnn.deterministic = cfg.deterministic
-    torch.use_deterministic_algorithms(cfg.deterministic)
+    if torch.are_deterministic_algorithms_enabled() != cfg.deterministic:
+        # Only when it changes: the call imports torch._inductor's config, 1-2 s of every run.
+        torch.use_deterministic_algorithms(cfg.deterministic)
 
 
 def ddp_options(cfg: RunConfig) -> dict:
@@ -218,6 +226,7 @@ def _fault_step(ctx: Context) -> int | None:
 def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecorder) -> None:
     set_numerics(cfg)
     dataset = load_dataset(cfg)
+    rec.phase_done("data")
     rec.dataset = dataset.provenance()
     warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
     model = build_model(cfg, ctx)
@@ -226,6 +235,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                       autocast_dtype=torch.bfloat16 if bf16 else None)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay)
+    rec.phase_done("model")
     feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
                      ctx.world, ctx.rank, augment=True, workers=cfg.workers)
     test_split = dataset.test
@@ -233,6 +243,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
         test_split = type(test_split)(test_split.images[:cfg.eval_samples], test_split.labels[:cfg.eval_samples])
     test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, test_split, EVAL_BATCH, cfg.seed, ctx.device,
                           ctx.world, ctx.rank, augment=False, workers=cfg.workers)
+    rec.phase_done("feed")
     if cfg.compile != "none":
         variant.compile(cfg.compile)
     data_mib = {0: 0.0}
@@ -358,6 +369,7 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
 def run_process(cfg: RunConfig, out: Path) -> int:
     """Train in this process (single, dp*, or one DDP rank) and write the record."""
     rec = Record(cfg, out)
+    rec.phase_done("imports")
     # From the environment, not the Context: a rank whose set-up fails must still know its place.
     distributed, rank = "LOCAL_RANK" in os.environ, int(os.environ.get("RANK", 0))
     if distributed and (reason := unseen_lease(cfg)):   # every rank sees the same: all stop here
@@ -368,6 +380,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     with measure.WarningRecorder() as warn:
         try:
             with Context(cfg) as ctx:
+                rec.phase_done("devices")
                 try:
                     train(cfg, ctx, rec, warn)
                 except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
