@@ -210,6 +210,34 @@ def test_scaling_efficiency_shows_strong_and_weak(mixed):
         assert any(np.allclose(line.get_ydata(), 1.0) for line in ax.lines), ax.get_title()
 
 
+def test_scaling_efficiency_keeps_cells_that_differ_only_in_ddp_knobs_apart(tmp_path):
+    # A bucket sweep: every ddp cell compares with the same single runs, but each is its own point.
+    spec = [dict(variant="single", images_per_s=[1000, 1010, 990])]
+    spec += [dict(variant="ddp", gpus=2, options={"bucket_cap_mb": mb}, images_per_s=ips)
+             for mb, ips in ((1, [1300, 1310]), (25, [1800, 1790]))]
+    rs = fake_result_set(tmp_path, spec)
+    fig = DRAW["scaling_efficiency"](load_tables(rs.root, rs.tag))
+    strong = {ax.get_title(): ax for ax in fig.axes if ax.get_title().startswith("strong")}
+    assert len(strong) == 2, list(strong)
+    medians = sorted(float(max(line.get_ydata())) for ax in strong.values() for line in ax.lines
+                     if line.get_marker() == "o")
+    assert medians == pytest.approx([1305 / 2000, 1795 / 2000])
+
+
+def test_memory_bars_show_the_resident_dataset_as_their_base(tmp_path):
+    # dp on 2 GPUs with the gpu feed: 259 MiB of data on device 0, none on device 1
+    dev = [{"device": 0, "allocated_mib": 1634.0, "reserved_mib": 2000.0, "nvml_used_mib": None, "data_mib": 259.0},
+           {"device": 1, "allocated_mib": 1308.0, "reserved_mib": 1600.0, "nvml_used_mib": None, "data_mib": 0.0}]
+    rs = fake_result_set(tmp_path, [dict(variant="dp", gpus=2, memory=dev)])
+    fig = DRAW["memory"](load_tables(rs.root, rs.tag))
+    bars = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_height() > 0]
+    hatched = [(p.get_y(), p.get_height()) for p in bars if p.get_hatch()]
+    solid = sorted((p.get_y(), p.get_y() + p.get_height()) for p in bars if not p.get_hatch())
+    assert hatched == [(0.0, 259.0)]
+    assert solid == [(0.0, 1308.0), (259.0, 1634.0)]   # each bar still tops out at the peak
+    assert any("dataset" in t.get_text() for leg in fig.legends for t in leg.get_texts())
+
+
 def test_throughput_axes_are_independent_when_ranges_differ(mixed):
     _, figures = mixed
     tops = {ax.get_title(): ax.get_ylim()[1] for ax in figures["throughput"].axes}
@@ -366,13 +394,28 @@ def test_summary_gives_start_up_times_and_phases_from_records_that_have_them(tmp
     assert re.search(r"\| ddp +\| +2 \| +1 \| +15\.2 \| +15\.2-15\.2 \| +– \|", text)
 
 
+
+def test_start_up_is_given_per_option_set_where_they_differ(tmp_path):
+    rs = fake_result_set(tmp_path, [dict(variant="single", repeat=r) for r in range(2)]
+                         + [dict(variant="single", repeat=r, options={"deterministic": True}) for r in range(2)])
+    for data, _ in results.ResultSet(rs.root, rs.tag).runs():
+        slow = data["options"].get("deterministic", False)
+        results.write_json(results.ResultSet(rs.root, rs.tag).metrics_path(data["run_id"]), dict(data, start_s=20.0 + data["repeat"] if slow else 8.0 + data["repeat"]))
+    section = render_summary(rs.root, rs.tag).split("## Start-up", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "single" in line]
+    assert "| settings" in section and len(rows) == 2
+    assert sorted(float(r.split("|")[5]) for r in rows) == [8.5, 20.5]   # never pooled into one median
+
+
 def test_summary_md_headline_intervals_reasons_and_provenance(simple):
     _, _, summary_md = simple
     text = summary_md.read_text()
     assert text.startswith("# dpbench results: fake\n")
     speedup = 1770.0 / 1000.0  # medians of ddp-g2 and single
-    assert f"ddp on 2 GPUs: 1,770 images/s (95% CI 1,760–1,780); strong scaling: " \
-           f"{speedup:.2f}× single at global batch 128, efficiency 88% (95% CI" in text
+    # two repeats a cell: their range holds the median at 50%, a ratio's interval at 25%
+    assert f"ddp on 2 GPUs: 1,770 images/s (50% CI 1,760–1,780); strong scaling: " \
+           f"{speedup:.2f}× single at global batch 128, efficiency 88% (25% CI 87%–90%)" in text
+    assert "95% takes 6 repeats for a median" in text
     assert "device 0 holds 1.75×" in text     # dp-g2: 2100 / 1200
     assert f"- {SKIP_REASON}: `ddp-g4-r0`" in text
     assert "| torch" in text and SYNTHETIC_PROVENANCE["torch"] in text

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from dpbench import collect, results
-from dpbench.tables import (NO_INTERVAL, cells, describe, interval_text, median_ci, ratio_ci,
-                            with_efficiency)
+from dpbench.tables import (CONFIDENCE, NO_INTERVAL, cells, describe, interval_text, median_ci,
+                            range_coverage, ratio_ci, repeats_for, with_efficiency)
 from fakes import fake_result_set, write_fake_run
 
 FP32 = {"global_batch": 512}
@@ -78,24 +78,36 @@ def test_each_run_gets_its_own_ratio_against_singles_median(rs):
     assert eff.loc["ddp-g2-global_batch1024-r1", "efficiency_weak"] == pytest.approx(3700 / 2000)
 
 
-def test_intervals_contain_the_estimate_and_are_reproducible(rs):
-    for values in ([990.0, 1000.0, 1010.0], [1.0, 2.0], [5.0, 1.0, 9.0, 3.0, 4.0]):
-        m, lo, hi = median_ci(values)
-        assert lo <= m <= hi
-        assert median_ci(values) == (m, lo, hi)    # a fixed seed: the same data, the same interval
-    value, lo, hi = ratio_ci([1700.0, 1800.0], [990.0, 1000.0, 1010.0], 2)
-    assert lo <= value <= hi and value == pytest.approx(0.875)
+def test_intervals_contain_the_estimate_and_state_the_confidence_their_repeats_give(rs):
+    # the range of n values holds the median with 1 - 2^(1-n): 50% for 2, 75% for 3, 94% for 5
+    for values, level in (([990.0, 1000.0, 1010.0], 0.75), ([1.0, 2.0], 0.5), ([5.0, 1.0, 9.0, 3.0, 4.0], 0.9375)):
+        est = median_ci(values)
+        assert (est.low, est.high) == (min(values), max(values)) and est.low <= est.value <= est.high
+        assert est.level == pytest.approx(level)
+    # with enough repeats the interval narrows to inner order statistics and still reaches 95%
+    est = median_ci(list(range(1, 21)))
+    assert 1 < est.low < est.value < est.high < 20 and est.level >= CONFIDENCE
+    assert (est.low, est.high) == (6, 15)   # k = 6: 1 - 2 P(Bin(20, 1/2) <= 5) = 0.959; k = 7 gives 0.885
+    assert range_coverage(20, 6) == pytest.approx(0.9586, abs=1e-4)
+    assert repeats_for(CONFIDENCE) == 6 and interval_text(est, "{:g}") == "95% CI 6–15"
+    # a ratio spans low/high and high/low of the two ranges, at the product of their confidences
+    ratio = ratio_ci([1700.0, 1800.0], [990.0, 1000.0, 1010.0], 2)
+    assert ratio.value == pytest.approx(0.875)
+    assert (ratio.low, ratio.high) == pytest.approx((1700 / 2020, 1800 / 1980))
+    assert ratio.level == pytest.approx(0.5 * 0.75)
+    assert interval_text(ratio, "{:.2f}") == "37% CI 0.84–0.91"    # 37.5% never rounds up
     med = cells(rs.table("summary"))
     for q in ("images_per_s", "efficiency_strong", "efficiency_weak"):
         has = med[f"{q}_ci_low"].notna()
         assert (med.loc[has, f"{q}_ci_low"] <= med.loc[has, q] + 1e-12).all()
         assert (med.loc[has, q] <= med.loc[has, f"{q}_ci_high"] + 1e-12).all()
+        assert med.loc[has, f"{q}_ci_level"].between(0, 1).all()
 
 
 def test_one_repeat_has_no_interval(rs):
-    assert math.isnan(median_ci([3000.0])[1])
-    assert math.isnan(ratio_ci([5000.0, 5200.0], [3000.0], 2)[1])   # the baseline ran once
-    assert interval_text(math.nan, math.nan, "{:.0%}", 1) == NO_INTERVAL
+    assert math.isnan(median_ci([3000.0]).low)
+    assert math.isnan(ratio_ci([5000.0, 5200.0], [3000.0], 2).low)   # the baseline ran once
+    assert interval_text(median_ci([3000.0]), "{:.0%}", 1) == NO_INTERVAL
     c = cell(cells(rs.table("summary")), "ddp", 2, BF16_1K)
     assert math.isnan(c["efficiency_weak_ci_low"]) and c["weak_reference_n"] == 1
 
@@ -107,7 +119,7 @@ def test_medians_csv_holds_values_intervals_and_references(rs):
                 & (table["options"] == results.options_label(FP32_1K))].iloc[0]
     assert row["value"] == pytest.approx(1.8)
     assert row["reference"] == "single at global batch 512 (the per-GPU batch), n=3"
-    assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert row["ci_low"] <= row["value"] <= row["ci_high"] and 0 < row["ci_level"] < 1
 
 
 def test_summary_csv_records_how_each_run_was_planned(rs):

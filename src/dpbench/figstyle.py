@@ -185,7 +185,7 @@ def variant_handle(variant: str, bars: bool = False) -> Line2D | Patch:
 
 
 def add_legend(fig: Figure, variants: Sequence[str], bars: bool = False,
-               extra: Sequence[Line2D] = ()) -> None:
+               extra: Sequence[Line2D | Patch] = ()) -> None:
     """One legend for the whole figure, right of the panels, so every panel keeps its width."""
     fig.legend(handles=[variant_handle(v, bars) for v in variants] + list(extra),
                loc="outside right center", frameon=False, title="variant")

@@ -23,14 +23,16 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from dpbench import results
 from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, fit_y, note,
                               palette, panel_grid, panel_title, placeholder, save, style,
                               thousands)
-from dpbench.tables import (STRONG, WEAK, describe, gpus_label, label_order, labels, load_table,
-                            median_ci, ok_runs, only_ok, ordered, ratio_ci, reference_batch, single_pools,
-                            variant_order, with_efficiency, without_batch)
+from dpbench.tables import (NONE, STRONG, WEAK, describe, estimate_fields, gpus_label, label_order,
+                            labels, level_text, load_table, median_ci, ok_runs, only_ok, ordered,
+                            ratio_ci, reference_batch, single_pools, variant_order, with_efficiency,
+                            without_batch)
 
 __all__ = ["DRAW", "draw_all", "load_tables"]
 
@@ -104,13 +106,13 @@ def panel_medians(runs: pd.DataFrame, y: str, pools: dict | None = None,
     rows = []
     for (v, k), grp in runs.groupby(["variant", "gpus"], sort=True):
         if pools is None:
-            m, lo, hi = median_ci(grp[y])
+            est = median_ci(grp[y])
         else:
             r = grp.iloc[0]
             pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
-            m, lo, hi = ratio_ci(grp["images_per_s"], pool, k) if pool is not None else (math.nan,) * 3
-        rows.append({"variant": v, "gpus": k, y: m, f"{y}_ci_low": lo, f"{y}_ci_high": hi})
-    return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high"])
+            est = ratio_ci(grp["images_per_s"], pool, k) if pool is not None else NONE
+        rows.append({"variant": v, "gpus": k, **estimate_fields(y, est)})
+    return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high", f"{y}_ci_level"])
 
 
 def on_cpu(df: pd.DataFrame) -> bool:
@@ -137,11 +139,16 @@ def span_is_wide(values: list[float]) -> bool:
 def interval_words(med: pd.DataFrame, y: str) -> str:
     """What the error bars are, or that there are none with a single repeat."""
     has = med[f"{y}_ci_low"].notna() if len(med) else pd.Series(dtype=bool)
-    if has.all() and len(has):
-        return "bars: 95% bootstrap CI of the median"
-    if has.any():
-        return "bars: 95% bootstrap CI of the median; none where n=1"
-    return "n=1 per point: no interval"
+    if not has.any():
+        return "n=1 per point: no interval"
+    words = f"bars: {levels_text(med.loc[has, f'{y}_ci_level'])} CI"
+    return words if has.all() else words + "; none where n=1"
+
+
+def levels_text(levels) -> str:
+    """'75%' or '50–75%': the confidence of a figure's intervals (it depends on the repeats)."""
+    lo, hi = level_text(min(levels)), level_text(max(levels))
+    return lo if lo == hi else f"{lo[:-1]}–{hi}"
 
 
 # -- throughput and scaling -----------------------------------------------------------------
@@ -214,14 +221,16 @@ def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
                       ) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
     """(kind, title, runs, medians) of every scaling panel with data: a strong panel holds one
     global batch of one setup, a weak panel one per-GPU batch (so its runs come from option sets
-    of different global batches)."""
+    of different global batches). Options the setup leaves out (DDP's knobs: every cell still
+    compares with the same single runs) get panels of their own, never one merged point."""
     panels = []
     for kind in (STRONG, WEAK):
         col, q = ("global_batch" if kind == STRONG else "per_gpu_batch"), f"efficiency_{kind}"
         runs = eff_runs[(eff_runs["variant"] != "single") & eff_runs[q].notna()]
+        runs = runs.assign(rest=runs["options"].map(lambda o: results.options_label(without_batch(o))))
         entries = []
-        for key in runs[["setup", col]].drop_duplicates().to_dict("records"):
-            r = runs[(runs["setup"] == key["setup"]) & (runs[col] == key[col])]
+        for key in runs[["setup", col, "rest"]].drop_duplicates().to_dict("records"):
+            r = runs[(runs["setup"] == key["setup"]) & (runs[col] == key[col]) & (runs["rest"] == key["rest"])]
             if kind == WEAK and (r["gpus"] == 1).all():
                 continue   # on one GPU weak is strong: the strong panel shows these points
             first = r.iloc[0]
@@ -293,23 +302,31 @@ def plot_memory(t: Tables) -> Figure:
     order = [(lab, g) for lab in label_order(mem) for g in ordered(keys[keys["label"] == lab]["gpus"])]
     fig, axes = panel_grid(len(order), n_cols=grid_columns(mem["gpus"], len(order)))
     variants = variant_order(mem["variant"])
-    tops, any_interval = [], False
+    tops, levels, any_data = [], [], False
     for ax, (lab, g) in zip(axes, order):
         panel = mem[(mem["label"] == lab) & (mem["gpus"] == g)]
         present = variant_order(panel["variant"])
         width = 0.8 / len(present)
         top = 0.0
         for i, v in enumerate(present):
-            stats = [(d, *median_ci(grp["allocated_mib"]))
+            stats = [(d, median_ci(grp["allocated_mib"]))
                      for d, grp in panel[panel["variant"] == v].groupby("device", sort=True)]
-            x = np.array([d for d, *_ in stats]) + (i - (len(present) - 1) / 2) * width
-            height = np.array([m for _, m, _, _ in stats])
-            ax.bar(x, height, width=width * 0.95, color=color(v))
-            lo = np.array([l for _, _, l, _ in stats])
-            hi = np.array([h for *_, h in stats])
+            x = np.array([d for d, _ in stats]) + (i - (len(present) - 1) / 2) * width
+            height = np.array([e.value for _, e in stats])
+            # The gpu feed's dataset (device 0 only under DataParallel) as the bar's hatched
+            # base: part of the peak, not of what the wrapper costs.
+            data = np.array([np.nan_to_num(grp["data_mib"].median()) if "data_mib" in grp else 0.0
+                             for _, grp in panel[panel["variant"] == v].groupby("device", sort=True)])
+            ax.bar(x, height - data, bottom=data, width=width * 0.95, color=color(v))
+            if (data > 0).any():
+                ax.bar(x, data, width=width * 0.95, color=color(v), alpha=0.35, hatch="///",
+                       edgecolor="white", linewidth=0)
+                any_data = True
+            lo = np.array([e.low for _, e in stats])
+            hi = np.array([e.high for _, e in stats])
             has = ~np.isnan(lo)
             if has.any():
-                any_interval = True
+                levels += [e.level for _, e in stats if not math.isnan(e.level)]
                 ax.errorbar(x[has], height[has], yerr=[height[has] - lo[has], hi[has] - height[has]],
                             fmt="none", ecolor="0.2", elinewidth=1, capsize=3)
                 top = max(top, float(np.nanmax(hi)))
@@ -321,8 +338,10 @@ def plot_memory(t: Tables) -> Figure:
     fit_y(axes, tops)
     for ax in axes:
         thousands(ax)
-    add_legend(fig, variants, bars=True)
-    bars = "bars: 95% bootstrap CI" if any_interval else "n=1 per bar: no interval"
+    add_legend(fig, variants, bars=True, extra=[Patch(facecolor="0.6", alpha=0.35, hatch="///",
+                                                      edgecolor="white", label="dataset held there\n(gpu feed)")]
+               if any_data else ())
+    bars = f"bars: {levels_text(levels)} CI" if levels else "n=1 per bar: no interval"
     figure_title(fig, f"{title} (median over repeats; {bars})")
     return fig
 

@@ -67,9 +67,10 @@ WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category",
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
 RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COLUMNS
 # One row per cell (options, variant, gpus) and quantity: a median over the ok repeats or a
-# ratio of medians (speed-up, efficiency against `reference`), with its bootstrap interval.
+# ratio of medians (speed-up, efficiency against `reference`), with its distribution-free
+# interval and that interval's confidence (ci_level: 0.75 for the range of 3 repeats).
 CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
-                "quantity", "n", "reference", "value", "ci_low", "ci_high"]
+                "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
 
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",

@@ -18,8 +18,9 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS, results
 from dpbench.markdown import md_table
-from dpbench.tables import (NO_INTERVAL, STRONG, WEAK, cells, gpus_label, interval_text,
-                            label_order, load_table, ok_runs, variant_order)
+from dpbench.tables import (CONFIDENCE, NO_INTERVAL, STRONG, WEAK, Estimate, cell_estimate, cells,
+                            gpus_label, interval_text, label, label_order, level_text, load_table,
+                            ok_runs, range_coverage, repeats_for, variant_order)
 
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
                    ("driver", "driver"), ("gpu_names", "GPUs"), ("python", "Python"),
@@ -81,29 +82,29 @@ def ips_spec(value: float) -> str:
     return "{:,.0f}" if not value or math.isnan(value) or value >= 100 else "{:.3g}"
 
 
-def with_interval(value: float, lo: float, hi: float, spec: str, n: int) -> str:
-    """'1.77 (95% CI 1.74–1.80)', '1.34 (95% CI rounds to it)' or '1.77 (n=1, no interval)'."""
-    if n >= 2 and fmt(lo, spec) == fmt(hi, spec) == fmt(value, spec):
-        return f"{fmt(value, spec)} (95% CI rounds to it)"
-    return f"{fmt(value, spec)} ({interval_text(lo, hi, spec, n)})"
+def with_interval(est: Estimate, spec: str, n: int) -> str:
+    """'1.77 (95% CI 1.74–1.80)', '1.34 (75% CI rounds to it)' or '1.77 (n=1, no interval)'."""
+    if n >= 2 and fmt(est.low, spec) == fmt(est.high, spec) == fmt(est.value, spec):
+        return f"{fmt(est.value, spec)} ({level_text(est.level)} CI rounds to it)"
+    return f"{fmt(est.value, spec)} ({interval_text(est, spec, n)})"
 
 
 def scaling_phrase(c: pd.Series, kind: str) -> str:
-    """'strong scaling: 1.77× single at global batch 512, efficiency 88% (95% CI 87–90%)'."""
+    """'strong scaling: 1.77× single at global batch 512, efficiency 88% (56% CI 87–90%)'."""
     ref, eff = c[f"{kind}_reference"], f"efficiency_{kind}"
     if not ref or math.isnan(c[eff]):
         return ""
     n = min(c["n_ok"], c[f"{kind}_reference_n"])
     return (f"{kind} scaling: {c[f'speedup_{kind}']:.2f}× {ref}, efficiency "
-            f"{with_interval(c[eff], c[f'{eff}_ci_low'], c[f'{eff}_ci_high'], '{:.0%}', n)}")
+            f"{with_interval(cell_estimate(c, eff), '{:.0%}', n)}")
 
 
 def headline_line(c: pd.Series) -> str:
-    """e.g. 'ddp on 2 GPUs: 17,700 images/s (95% CI ...); strong scaling: 1.77× single at
+    """e.g. 'ddp on 2 GPUs: 17,700 images/s (75% CI ...); strong scaling: 1.77× single at
     global batch 512, efficiency 88% (...); weak scaling: ...'."""
     where = f"{c['variant']} on {gpus_label(c['gpus'])}"
-    speed = with_interval(c["images_per_s"], c["images_per_s_ci_low"], c["images_per_s_ci_high"],
-                          ips_spec(c["images_per_s"]), c["n_ok"]).replace(" (", " images/s (", 1)
+    speed = with_interval(cell_estimate(c, "images_per_s"), ips_spec(c["images_per_s"]),
+                          c["n_ok"]).replace(" (", " images/s (", 1)
     if c["variant"] == "single":
         return f"- {where}: {speed} (baseline)"
     # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
@@ -114,17 +115,27 @@ def headline_line(c: pd.Series) -> str:
     text = f"{where}: {speed}; " + "; ".join(parts)
     ratio = c["mem_dev0_over_mean_others"]
     if c["variant"] in DP_VARIANTS and c["gpus"] > 1 and not math.isnan(ratio):
-        text += ("; device 0 holds " + with_interval(ratio, c["mem_dev0_over_mean_others_ci_low"],
-                                                     c["mem_dev0_over_mean_others_ci_high"],
+        text += ("; device 0 holds " + with_interval(cell_estimate(c, "mem_dev0_over_mean_others"),
                                                      "{:.2f}", c["n_ok"]).replace(" (", "× (", 1)
                  + " the mean of the other devices' memory")
     return f"- {text}"
 
 
+def intervals_note() -> str:
+    """What the intervals are and why few repeats give less than the usual 95%."""
+    return (f"Intervals are distribution-free, from the order of the repeats alone: the range of n "
+            f"repeats holds the median with confidence 1 − 2^(1−n) ({level_text(range_coverage(2))} "
+            f"for 2, {level_text(range_coverage(3))} for 3), and a ratio of two medians spans both "
+            f"ranges, at no less than the product of their confidences "
+            f"({level_text(range_coverage(3) ** 2)} for 3 and 3). Each interval states its own; {CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} "
+            f"repeats for a median and {repeats_for(math.sqrt(CONFIDENCE))} on each side for a ratio.")
+
+
 def headline_section(med: pd.DataFrame) -> str:
-    out = ["## Headline (medians over repeats, 95% bootstrap intervals)", ""]
+    out = ["## Headline (medians over repeats, with intervals)", ""]
     if med.empty:
         return "\n".join(out + ["No successful runs.", ""])
+    out += [intervals_note(), ""]
     several = med["label"].nunique() > 1
     for lab in label_order(med):
         group = med[med["label"] == lab]
@@ -151,8 +162,7 @@ def scaling_section(med: pd.DataFrame) -> str:
         for kind in (STRONG, WEAK):
             q = f"efficiency_{kind}"
             n = min(c["n_ok"], c[f"{kind}_reference_n"])
-            effs.append("n/a" if math.isnan(c[q]) else
-                        with_interval(c[q], c[f"{q}_ci_low"], c[f"{q}_ci_high"], "{:.0%}", n))
+            effs.append("n/a" if math.isnan(c[q]) else with_interval(cell_estimate(c, q), "{:.0%}", n))
         rows.append([c["variant"], str(c["gpus"]), c["label"], fmt(c["global_batch"], "{:g}"),
                      fmt(c["per_gpu_batch"], "{:g}"), c["scaling"], *effs])
     return "\n".join(out + [md_table(headers, rows, right=[1, 3, 4]), ""])
@@ -187,24 +197,32 @@ def startup_phases(rec: results.RunRecord) -> list[float] | None:
 
 def startup_section(rs: results.ResultSet) -> str:
     """How long runs took from their launch to the first training step, and in which phase: the
-    fixed cost that a run's timed steps leave out. Empty for records from before it was measured."""
-    totals: dict[tuple[str, int], list[float]] = {}
-    phases: dict[tuple[str, int], list[list[float]]] = {}
+    fixed cost that a run's timed steps leave out, per cell (option set, variant, GPUs). Empty
+    for records from before it was measured."""
+    totals: dict[tuple[str, str, int], list[float]] = {}
+    phases: dict[tuple[str, str, int], list[list[float]]] = {}
     for data, _ in rs.runs():
         rec = results.RunRecord.from_json(data)
         if rec.ok and rec.start_s is not None:
-            totals.setdefault((rec.variant, rec.gpus), []).append(rec.start_s)
+            key = (label({"options": rec.options, "precision": rec.config.get("precision"),
+                          "global_batch": rec.config.get("global_batch"),
+                          "per_gpu_batch": rec.per_gpu_batch, "scaling": rec.scaling}),
+                   rec.variant, rec.gpus)
+            totals.setdefault(key, []).append(rec.start_s)
             if (split := startup_phases(rec)) is not None:
-                phases.setdefault((rec.variant, rec.gpus), []).append(split)
+                phases.setdefault(key, []).append(split)
     if not totals:
         return ""
-    order = {v: i for i, v in enumerate(variant_order(pd.Series([v for v, _ in totals])))}
+    lab_rank = {lab: i for i, lab in enumerate(sorted({lab for lab, _, _ in totals}))}
+    order = {v: i for i, v in enumerate(variant_order(pd.Series([v for _, v, _ in totals])))}
+    several = len(lab_rank) > 1   # the settings column only where they differ
     names = (list(results.STARTUP_PHASES) + ["rest"]) if phases else []
     table = []
-    for (v, g), t in sorted(totals.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
-        split = phases.get((v, g))
-        cells = [f"{median(col):.1f}" for col in zip(*split)] if split else ["–"] * len(names)
-        table.append([v, str(g), str(len(t)), f"{median(t):.1f}", f"{min(t):.1f}-{max(t):.1f}", *cells])
+    for (lab, v, g), t in sorted(totals.items(), key=lambda kv: (lab_rank[kv[0][0]], order[kv[0][1]], kv[0][2])):
+        split = phases.get((lab, v, g))
+        cells_ = [f"{median(col):.1f}" for col in zip(*split)] if split else ["–"] * len(names)
+        table.append(([lab] if several else []) + [v, str(g), str(len(t)), f"{median(t):.1f}",
+                                                   f"{min(t):.1f}-{max(t):.1f}", *cells_])
     text = ("Seconds from a run's launch (its GPUs held) to its first training step: imports, "
             "torchrun, the devices, the data and the model, none of it in images/s.")
     if names:
@@ -212,9 +230,10 @@ def startup_section(rs: results.ResultSet) -> str:
                  "its ranks too), devices (CUDA, the process group), data (the dataset read), model "
                  "(model, wrapper, optimizer), feed (the batches' source: the gpu feed's upload), "
                  "rest (to the first step); – where a cell's records predate the phases.")
+    headers = (["settings"] if several else []) + ["variant", "gpus", "ok runs", "median s", "min-max s", *names]
+    first_num = 2 if several else 1
     return "\n".join(["## Start-up", "", text, "",
-                      md_table(["variant", "gpus", "ok runs", "median s", "min-max s", *names], table,
-                               right=list(range(1, 5 + len(names)))), ""])
+                      md_table(headers, table, right=list(range(first_num, len(headers)))), ""])
 
 
 def not_ok_section(summary: pd.DataFrame) -> str:

@@ -1,5 +1,5 @@
 """The tidy-table layer: read the tables, order them, describe option sets in words, and compute
-medians, strong and weak scaling efficiencies and their bootstrap confidence intervals.
+medians, strong and weak scaling efficiencies and their confidence intervals.
 
 summarize.py (summary.md), plots.py (figures) and collect.py (medians.csv) all ask this module,
 so a number means the same thing in every place it appears.
@@ -11,19 +11,22 @@ compared with `single` runs of the same setup (every option equal but the batch 
     weak efficiency   = images/s_k(k·b) / (k × images/s_single(b))  same per-GPU batch
 
 Both are computed wherever the matching single runs exist, whichever way the run was planned
-(`scaling` says how it was planned). A ratio of medians gets a percentile bootstrap interval
-that resamples the run's repeats and the single runs' repeats independently, with a fixed seed
-so that the same data give the same interval.
+(`scaling` says how it was planned).
+
+Intervals come from the order of the repeats alone (no assumption about their distribution),
+and each carries the confidence it has: a handful of repeats cannot give 95%, and a bootstrap
+of three values would call their range 95% when it holds the median three times in four.
 """
 from __future__ import annotations
 
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from dpbench import VARIANTS, results
 
@@ -32,9 +35,10 @@ SORT_KEYS = ["options", "variant", "gpus", "repeat", "device", "epoch", "step", 
 BATCH_KEYS = ("global_batch", "per_gpu_batch")
 STRONG, WEAK = "strong", "weak"
 
+# The confidence an interval aims at. Intervals are distribution-free (order statistics of the
+# repeats), so their confidence follows from the number of repeats alone; with too few repeats
+# for this level an interval is the full range, at the lower confidence it has, and says so.
 CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 0
 NO_INTERVAL = "n=1, no interval"
 
 # Quantities of a cell (options, variant, gpus): a median over its ok repeats, or a ratio of
@@ -273,44 +277,66 @@ def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
 
 # -- intervals ------------------------------------------------------------------------------
 
-def _rng() -> np.random.Generator:
-    return np.random.default_rng(BOOTSTRAP_SEED)
+class Estimate(NamedTuple):
+    """A median or a ratio of medians, with its interval and that interval's confidence (the
+    probability that it holds the true value; NaN bounds and level when there is none)."""
+    value: float
+    low: float
+    high: float
+    level: float
 
 
-def _bounds(stats: np.ndarray) -> tuple[float, float]:
-    tail = (1 - CONFIDENCE) / 2 * 100
-    lo, hi = np.percentile(stats, [tail, 100 - tail])
-    return float(lo), float(hi)
+NONE = Estimate(math.nan, math.nan, math.nan, math.nan)
 
 
-def _resampled_medians(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    return np.median(x[rng.integers(0, len(x), size=(BOOTSTRAP_RESAMPLES, len(x)))], axis=1)
+def range_coverage(n: int, k: int = 1) -> float:
+    """Confidence that the k-th smallest and k-th largest of n values hold their population's
+    median: each value falls below it with probability 1/2, so the count below is binomial."""
+    return float(1 - 2 * stats.binom.cdf(k - 1, n, 0.5))
 
 
-def median_ci(values: Iterable[float]) -> tuple[float, float, float]:
-    """(median, low, high): a percentile bootstrap interval; NaN bounds with fewer than 2 values."""
+def repeats_for(level: float) -> int:
+    """The fewest values whose full range holds the median with at least `level` confidence."""
+    n = 2
+    while range_coverage(n) < level:
+        n += 1
+    return n
+
+
+def _order_interval(x: np.ndarray, level: float) -> tuple[float, float, float]:
+    """(low, high, confidence): the narrowest order-statistic interval of at least `level`
+    confidence, or the full range (and its own confidence) when n is too small for it."""
+    s, n, k = np.sort(x), len(x), 1
+    while k + 1 <= n // 2 and range_coverage(n, k + 1) >= level:
+        k += 1
+    return float(s[k - 1]), float(s[n - k]), range_coverage(n, k)
+
+
+def median_ci(values: Iterable[float]) -> Estimate:
+    """The median with its distribution-free interval; no interval with fewer than 2 values."""
     x = np.asarray([v for v in values if _present(v)], dtype=float)
     if len(x) == 0:
-        return math.nan, math.nan, math.nan
+        return NONE
     if len(x) < 2:
-        return float(np.median(x)), math.nan, math.nan
-    return (float(np.median(x)), *_bounds(_resampled_medians(x, _rng())))
+        return Estimate(float(np.median(x)), math.nan, math.nan, math.nan)
+    return Estimate(float(np.median(x)), *_order_interval(x, CONFIDENCE))
 
 
-def ratio_ci(num: Iterable[float], den: Iterable[float], scale: float = 1.0
-             ) -> tuple[float, float, float]:
-    """median(num) / (scale × median(den)) with a bootstrap interval that resamples both groups
-    independently; NaN bounds unless each group has at least 2 values."""
+def ratio_ci(num: Iterable[float], den: Iterable[float], scale: float = 1.0) -> Estimate:
+    """median(num) / (scale × median(den)), with the interval that spans the two medians'
+    intervals (low over high, high over low): when both hold their medians it holds the ratio,
+    so for independent groups its confidence is the product of theirs (each aims at the square
+    root of CONFIDENCE). No interval unless each group has 2 positive values at least."""
     a = np.asarray([v for v in num if _present(v)], dtype=float)
     b = np.asarray([v for v in den if _present(v)], dtype=float)
     if len(a) == 0 or len(b) == 0 or np.median(b) == 0:
-        return math.nan, math.nan, math.nan
+        return NONE
     value = float(np.median(a) / (scale * np.median(b)))
-    if len(a) < 2 or len(b) < 2:
-        return value, math.nan, math.nan
-    rng = _rng()
-    ra, rb = _resampled_medians(a, rng), _resampled_medians(b, rng)
-    return (value, *_bounds(ra / (scale * rb)))
+    if len(a) < 2 or len(b) < 2 or min(a.min(), b.min()) <= 0:
+        return Estimate(value, math.nan, math.nan, math.nan)
+    lo_a, hi_a, conf_a = _order_interval(a, math.sqrt(CONFIDENCE))
+    lo_b, hi_b, conf_b = _order_interval(b, math.sqrt(CONFIDENCE))
+    return Estimate(value, lo_a / (scale * hi_b), hi_a / (scale * lo_b), conf_a * conf_b)
 
 
 # -- strong and weak scaling ----------------------------------------------------------------
@@ -366,22 +392,31 @@ def cells(summary: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(CELL_KEYS, key), n_ok=len(grp), precision=grp["precision"].iloc[0])
         row["label"] = label(row)
         for q, _, interval in MEDIANS:
-            med, lo, hi = median_ci(grp[q]) if interval else (grp[q].median(), math.nan, math.nan)
-            row.update({q: med, f"{q}_ci_low": lo, f"{q}_ci_high": hi})
+            est = median_ci(grp[q]) if interval else Estimate(grp[q].median(), math.nan, math.nan, math.nan)
+            row.update(estimate_fields(q, est))
         for q, kind, per_gpu in RATIOS:
             batch = reference_batch(kind, row["global_batch"], row["per_gpu_batch"])
             pool = pools.get((row["setup"], batch))
             row[f"{kind}_reference"] = reference_text(kind, batch) if pool is not None else ""
             row[f"{kind}_reference_n"] = len(pool) if pool is not None else 0
             if row["variant"] == "single":   # the baseline against itself: 1 by definition
-                value = (1.0, math.nan, math.nan) if pool is not None else (math.nan,) * 3
+                est = Estimate(1.0, math.nan, math.nan, math.nan) if pool is not None else NONE
             elif pool is None:
-                value = (math.nan,) * 3
+                est = NONE
             else:
-                value = ratio_ci(grp["images_per_s"], pool, row["gpus"] if per_gpu else 1.0)
-            row.update({q: value[0], f"{q}_ci_low": value[1], f"{q}_ci_high": value[2]})
+                est = ratio_ci(grp["images_per_s"], pool, row["gpus"] if per_gpu else 1.0)
+            row.update(estimate_fields(q, est))
         rows.append(row)
     return sort(pd.DataFrame(rows))
+
+
+def estimate_fields(q: str, est: Estimate) -> dict[str, float]:
+    """A quantity's columns in the cell table: q, q_ci_low, q_ci_high, q_ci_level."""
+    return {q: est.value, f"{q}_ci_low": est.low, f"{q}_ci_high": est.high, f"{q}_ci_level": est.level}
+
+
+def cell_estimate(c: pd.Series, q: str) -> Estimate:
+    return Estimate(c[q], c[f"{q}_ci_low"], c[f"{q}_ci_high"], c[f"{q}_ci_level"])
 
 
 def cell_rows(cell_table: pd.DataFrame) -> list[dict]:
@@ -390,21 +425,30 @@ def cell_rows(cell_table: pd.DataFrame) -> list[dict]:
     for _, c in cell_table.iterrows():
         ident = {k: c[k] for k in CELL_KEYS}
         for q, _, _ in MEDIANS:
-            rows.append({**ident, "quantity": q, "n": c["n_ok"], "reference": "",
-                         "value": c[q], "ci_low": c[f"{q}_ci_low"], "ci_high": c[f"{q}_ci_high"]})
+            rows.append({**ident, "quantity": q, "n": c["n_ok"], "reference": "", **long_fields(c, q)})
         for q, kind, _ in RATIOS:
             ref = c[f"{kind}_reference"]
             if not ref:
                 continue
             rows.append({**ident, "quantity": q, "n": c["n_ok"],
-                         "reference": f"{ref}, n={c[f'{kind}_reference_n']}", "value": c[q],
-                         "ci_low": c[f"{q}_ci_low"], "ci_high": c[f"{q}_ci_high"]})
+                         "reference": f"{ref}, n={c[f'{kind}_reference_n']}", **long_fields(c, q)})
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
             for r in rows]
 
 
-def interval_text(lo: float, hi: float, spec: str, n: int | None = None) -> str:
-    """'95% CI 1.62–1.71', or 'n=1, no interval'."""
-    if not (_present(lo) and _present(hi)):
+def long_fields(c: pd.Series, q: str) -> dict[str, float]:
+    est = cell_estimate(c, q)
+    return {"value": est.value, "ci_low": est.low, "ci_high": est.high, "ci_level": est.level}
+
+
+def interval_text(est: Estimate, spec: str, n: int | None = None) -> str:
+    """'95% CI 1.62–1.71', '75% CI 1.62–1.71' (the confidence three repeats give), or
+    'n=1, no interval'."""
+    if not (_present(est.low) and _present(est.high)):
         return NO_INTERVAL if n is None or n < 2 else "no interval"
-    return f"{CONFIDENCE:.0%} CI {spec.format(lo)}–{spec.format(hi)}"
+    return f"{level_text(est.level)} CI {spec.format(est.low)}–{spec.format(est.high)}"
+
+
+def level_text(level: float) -> str:
+    """A confidence as a whole percent, never rounded up to a level it does not reach."""
+    return f"{math.floor(level * 100 + 1e-9)}%"
