@@ -238,6 +238,23 @@ def test_memory_bars_show_the_resident_dataset_as_their_base(tmp_path):
     assert any("dataset" in t.get_text() for leg in fig.legends for t in leg.get_texts())
 
 
+def test_loss_vs_single_shows_each_seed_where_their_mean_would_cancel(tmp_path):
+    # dp's two seeds differ from single by +0.5 and -0.5 at every step: a mean of 0, not identical
+    def loss(sign):
+        return lambda step, repeat: 2.0 + (sign * (0.5 if repeat == 0 else -0.5))
+    spec = [dict(variant="single", repeat=r, loss=loss(0)) for r in range(2)]
+    spec += [dict(variant="dp", repeat=r, loss=loss(1)) for r in range(2)]
+    spec += [dict(variant="ddp", repeat=r, loss=loss(0)) for r in range(2)]
+    rs = fake_result_set(tmp_path, spec)
+    ax = DRAW["loss_vs_single"](load_tables(rs.root, rs.tag)).axes[0]
+    text = " ".join(t.get_text() for t in ax.texts)
+    assert "identical to single (0 at every step): ddp" in text and "dp," not in text
+    bands = [c for c in ax.collections if c.get_paths() and len(c.get_paths()[0].vertices) > 2]
+    heights = sorted(float(np.ptp(c.get_paths()[0].vertices[:, 1])) for c in bands)
+    assert heights[-1] == pytest.approx(1.0)   # dp's band spans -0.5 to +0.5
+    assert ax.get_ylim()[0] < -0.5 and ax.get_ylim()[1] > 0.5
+
+
 def test_throughput_axes_are_independent_when_ranges_differ(mixed):
     _, figures = mixed
     tops = {ax.get_title(): ax.get_ylim()[1] for ax in figures["throughput"].axes}

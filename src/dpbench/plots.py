@@ -404,18 +404,23 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         panel = df[(df["label"] == lab) & (df["gpus"] == g)]
         if difference:
             ax.axhline(0.0, lw=1, color=REFERENCE_COLOR, zorder=1)
-            same = [v for v, c in panel.groupby("variant", sort=False)
-                    if np.allclose(c[y], 0.0, atol=IDENTICAL)]
+            same = [v for v, c in panel.groupby("variant", sort=False)   # every seed, not just their mean
+                    if np.allclose(c[[col for col in (y, f"{y}_lo", f"{y}_hi") if col in c]], 0.0, atol=IDENTICAL)]
         else:
             ref = single_reference(df, panel)
             panel = pd.concat([panel, ref], ignore_index=True)
             same = identical_to_single(panel, y, x)
             missing = not (panel["variant"] == "single").any()
+        band = f"{y}_lo" in panel and f"{y}_hi" in panel
         for v in variant_order(panel["variant"]):
             c = panel[panel["variant"] == v].sort_values(x)
             style_ = dict(ls=(0, (4, 3)), lw=1.6) if v in same else dict(lw=1.1)
             ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, **style_)
-        lo, hi = float(panel[y].min()), float(panel[y].max())
+            if band:
+                ax.fill_between(c[x], c[f"{y}_lo"], c[f"{y}_hi"], color=color(v), alpha=0.18,
+                                linewidth=0, zorder=1)
+        cols = [y, f"{y}_lo", f"{y}_hi"] if band else [y]
+        lo, hi = float(panel[cols].min().min()), float(panel[cols].max().max())
         if difference:
             lo, hi = min(lo, 0.0), max(hi, 0.0)
         if hi - lo < min_span:
@@ -445,10 +450,11 @@ def loss_steps(t: Tables) -> pd.DataFrame:
     return with_run_info(steps, t["summary"])
 
 
-def mean_curves(df: pd.DataFrame, y: str, x: str = "step") -> pd.DataFrame:
+def mean_curves(df: pd.DataFrame, y: str, x: str = "step", how: str = "mean") -> pd.DataFrame:
+    """y over the repeats of each curve at each x: their mean (or min, max)."""
     keys = ["label", "options", "setup", "global_batch", "per_gpu_batch", "scaling", "precision",
             "device_type", "variant", "gpus"]
-    return df.groupby(keys + [x], sort=True)[y].mean().reset_index()
+    return df.groupby(keys + [x], sort=True)[y].agg(how).reset_index()
 
 
 def plot_loss_curves(t: Tables) -> Figure:
@@ -480,10 +486,17 @@ def plot_loss_vs_single(t: Tables) -> Figure:
         return placeholder(title, "no other variant ran with a single run's\n"
                                   "options, global batch and repeat")
     diff = diff.assign(loss_diff=diff["loss_global"] - diff["loss_global_single"])
-    curves, window = smooth(mean_curves(diff, "loss_diff"), "loss_diff", ["label", "variant", "gpus"])
+    # The mean over seeds alone would let opposite signs cancel: each seed's spread is the band.
+    curves = mean_curves(diff, "loss_diff")
+    for name, how in (("lo", "min"), ("hi", "max")):
+        curves[f"loss_diff_{name}"] = mean_curves(diff, "loss_diff", how=how)["loss_diff"].to_numpy()
+    window = 1
+    for col in ("loss_diff", "loss_diff_lo", "loss_diff_hi"):
+        curves, window = smooth(curves, col, ["label", "variant", "gpus"])
     return draw_curve_panels(curves, "loss_diff", "loss_global − single's", title,
-                             subtitle="same setup, global batch and seed; mean over repeats"
-                                      + (f", rolling mean over {window} steps" if window > 1 else ""),
+                             subtitle="same setup, global batch and seed; line: mean over seeds, "
+                                      "band: lowest to highest seed"
+                                      + (f"; rolling mean over {window} steps" if window > 1 else ""),
                              difference=True)
 
 

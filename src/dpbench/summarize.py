@@ -201,19 +201,21 @@ def startup_section(rs: results.ResultSet) -> str:
     for records from before it was measured."""
     totals: dict[tuple[str, str, int], list[float]] = {}
     phases: dict[tuple[str, str, int], list[list[float]]] = {}
+    seen: list[dict] = []   # each run's option set, for label_order
     for data, _ in rs.runs():
         rec = results.RunRecord.from_json(data)
         if rec.ok and rec.start_s is not None:
-            key = (label({"options": rec.options, "precision": rec.config.get("precision"),
-                          "global_batch": rec.config.get("global_batch"),
-                          "per_gpu_batch": rec.per_gpu_batch, "scaling": rec.scaling}),
-                   rec.variant, rec.gpus)
+            row = {"options": rec.options, "precision": rec.config.get("precision"),
+                   "global_batch": rec.config.get("global_batch"),
+                   "per_gpu_batch": rec.per_gpu_batch, "scaling": rec.scaling}
+            key = (label(row), rec.variant, rec.gpus)
+            seen.append(dict(row, label=key[0]))
             totals.setdefault(key, []).append(rec.start_s)
             if (split := startup_phases(rec)) is not None:
                 phases.setdefault(key, []).append(split)
     if not totals:
         return ""
-    lab_rank = {lab: i for i, lab in enumerate(sorted({lab for lab, _, _ in totals}))}
+    lab_rank = {lab: i for i, lab in enumerate(label_order(pd.DataFrame(seen)))}
     order = {v: i for i, v in enumerate(variant_order(pd.Series([v for _, v, _ in totals])))}
     several = len(lab_rank) > 1   # the settings column only where they differ
     names = (list(results.STARTUP_PHASES) + ["rest"]) if phases else []
