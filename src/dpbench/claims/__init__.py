@@ -40,9 +40,13 @@ CLAIM_IDS = list(CLAIMS)
 
 # What a user should do instead (or in addition, where the article is right).
 ADVICE = {
+    # Standing advice, given where no measurement decided otherwise: it says what device 0 holds,
+    # not how large any part of it was here.
     "C1": ('Size the batch for device 0: besides its share of activations it keeps the summed '
             'gradients, the optimizer state (one model-sized buffer for SGD with momentum, two for '
-            'Adam) and the whole input batch; the gathered outputs are negligible. DDP keeps these '
+            'Adam) and the whole input batch, and, with the loss on the gathered outputs, the whole '
+            "batch's outputs and their log-softmax, which grow with batch x outputs. Computing the "
+            'loss inside the replicas keeps the outputs where they were made; DDP keeps all of these '
             'evenly on every rank.'),
     "C2": ("Put the model on device_ids[0] before wrapping (model.to(f'cuda:{device_ids[0]}')). "
             'CUDA_VISIBLE_DEVICES works only if set before CUDA initialises (in the shell, or before '

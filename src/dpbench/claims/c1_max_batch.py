@@ -150,21 +150,38 @@ def global_batch(variant: str, largest: int) -> int:
     return largest * DP_GPUS if variant == "ddp" else largest
 
 
-def verdict_from(found: dict[str, dict[str, int]]) -> str:
-    """found: variant -> {classes: global batch}. Confirmed where computing the loss on the
-    gathered outputs (dp) costs batch against computing it in the replicas (dp_sum) at every
-    width measured; refuted where dp trains as much as two single GPUs at every width; else
-    nuance. Differences within 2 x RESOLUTION are the search's own granularity."""
-    from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
-    dp, inside, single = found.get("dp", {}), found.get("dp_sum", {}), found.get("single", {})
-    if not dp:
-        return NOT_RUN
+def gathered_cost_onset(found: dict[str, dict[str, int]]) -> tuple[str | None, bool]:
+    """found: variant -> {classes: global batch}. The narrowest width from which computing the
+    loss on the gathered outputs (dp) costs batch against computing it in the replicas (dp_sum)
+    at every wider width measured (None where the widest does not), and whether that is clean:
+    no narrower width costs batch (an effect that comes and goes with the width states no
+    condition). Differences within 2 x RESOLUTION are the search's own granularity."""
+    dp, inside = found.get("dp", {}), found.get("dp_sum", {})
     margin = 1 - 2 * RESOLUTION
+    widths = sorted((c for c, b in dp.items() if b > 0), key=int)
+    costs = [c in inside and dp[c] < margin * inside[c] for c in widths]
+    first = None
+    for c, cost in zip(reversed(widths), reversed(costs)):
+        if not cost:
+            break
+        first = c
+    below = costs[:widths.index(first)] if first else costs
+    return first, not any(below)
+
+
+def verdict_from(found: dict[str, dict[str, int]]) -> str:
+    """found: variant -> {classes: global batch}. Confirmed where the gathered outputs cost batch
+    from some width on (gathered_cost_onset: the condition the ledger states) and not below it;
+    refuted where dp trains as much as two single GPUs at every width; else nuance."""
+    from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
+    dp, single = found.get("dp", {}), found.get("single", {})
     widths = sorted((c for c, b in dp.items() if b > 0), key=int)
     if not widths:
         return NOT_RUN
-    if inside and all(c in inside and dp[c] < margin * inside[c] for c in widths):
+    first, clean = gathered_cost_onset(found)
+    if first is not None and clean:
         return CONFIRMED
+    margin = 1 - 2 * RESOLUTION
     if single and all(c in single and dp[c] >= margin * DP_GPUS * single[c] for c in widths):
         return REFUTED
     return NUANCE

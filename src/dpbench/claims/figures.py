@@ -150,6 +150,7 @@ def c8_figure(s: Section) -> Figure:
             if c["series"] != name:
                 continue
             for x in c["crossings"]:
+                ax.axvspan(*x["between"], color=palette([c["variant"]])[c["variant"]], alpha=0.08, lw=0)
                 ax.axvline(x["batch"], color=palette([c["variant"]])[c["variant"]], ls="--", lw=1)
                 ax.annotate(f"{c['variant']}: ~{_about(x['batch'])}", (x["batch"], 1.0), textcoords="offset points",
                             xytext=(4, 6), fontsize="small", color=palette([c["variant"]])[c["variant"]])
@@ -163,7 +164,8 @@ def c8_figure(s: Section) -> Figure:
     handles, labels = axes[0][0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     fig.legend(uniq.values(), uniq.keys(), loc="outside right center", frameon=False, fontsize="small")
-    fig.suptitle(title + "\ndashed: where the speed-up crosses 1 (interpolated in log batch)")
+    fig.suptitle(title + "\nshaded: the crossover's bracket (last batch measured slower, first measured faster);"
+                 " dashed: interpolated between medians in log batch")
     return fig
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from dpbench.claims import NOT_RUN
+from dpbench.claims.c1_max_batch import gathered_cost_onset
 from dpbench.claims.records import Finding, Observation, ProbeRecord
 
 _QUOTED = {"error", "second_line", "warnings"}  # exact text a user would see
@@ -50,16 +51,22 @@ def c1_max_batch(p: ProbeRecord) -> str:
     """'largest global batch within 8 GiB per GPU: 10 outputs: dp 5,000, dp_sum ...; 32,768 outputs: ...'"""
     cells: dict[str, list[str]] = {}
     caps = set()
+    found: dict[str, dict[str, int]] = {}
     for o in p.with_prefix("c1.max_batch."):
         _, _, variant, width = o.id.split(".")
         label = f"{int(width.removeprefix('out')):,} outputs"
         name = "single (1 GPU)" if variant == "single" else variant
         cells.setdefault(label, []).append(f"{name} {o.get('global_batch'):,}")
         caps.add(f"{o.get('cap_gib'):g} GiB")
+        found.setdefault(variant, {})[width.removeprefix("out")] = o.get("global_batch")
     if not cells:
         return "no batch search finished"
+    first, clean = gathered_cost_onset(found)
+    onset = ("" if first is None else
+             f"; the loss on the gathered outputs costs batch against dp_sum from {int(first):,} outputs"
+             + (", not below" if clean else "; below it at some widths, not at others"))
     return (f"largest global batch within {'/'.join(sorted(caps))} allocated per GPU: "
-            + "; ".join(f"{label}: {', '.join(parts)}" for label, parts in cells.items()))
+            + "; ".join(f"{label}: {', '.join(parts)}" for label, parts in cells.items()) + onset)
 
 
 def _c2(p: ProbeRecord) -> str:

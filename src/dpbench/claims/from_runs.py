@@ -1,9 +1,11 @@
 """Ledger findings that rest on the claims experiment's runs: C1, C8, and the training half of C6 and C7.
 
 Every cell is measured over repeats; a difference counts only beyond the spread of those
-repeats (or a named floor where the repeats agree to the last bit). Thresholds are named
-constants so that a verdict can be traced to the number that decided it. Verdicts state the
-conditions they were measured under and say nothing about others.
+repeats, or beyond a floor where the repeats agree closer than identical runs can (for memory:
+one set of the run's gradients, sized from its config). Shares and floors are named constants
+so that a verdict can be traced to the number that decided it. Verdicts state the conditions
+they were measured under (from which output size, between which batches) and say nothing
+about others.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS
 from dpbench.collect import model_mib
-from dpbench.claims import ADVICE, CONFIRMED, NOT_RUN, NUANCE, REFUTED
+from dpbench.config import RunConfig
+from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import c1_max_batch, probe_finding
 from dpbench.claims.records import STAGES, Finding, ProbeRecord
 
@@ -23,14 +26,15 @@ MIB = 2 ** 20
 FEATURES = 512             # ResNet18's penultimate width (dpbench.model.FEATURES)
 BACKBONE_PARAMS = 11_168_832   # ResNet18-CIFAR without its output layer; tests check both against the model
 NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator granularity, not evidence
+# Bytes of one parameter (and so of its gradient) per run precision: bf16 is autocast, which
+# keeps the parameters in fp32.
+PARAM_BYTES = {"fp32": 4, "bf16": 4}
 GATHER_SHARE = 0.5         # the gathered outputs must explain this much of device 0's excess
+THREAD_SHARE = 0.5         # ... and persistent threads this much of DP's time beyond a perfect split
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
 CONFIDENCE = 0.95          # of the intervals on training differences
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
-SPEED_NOISE = 0.03         # relative speed differences below this are not told apart, whatever the repeats say
-THREAD_EFFECT = 1.3        # persistent replica threads this many times faster than stock DP: threads are the cost
-EPOCH_IMAGES = 50_000      # CIFAR-10's training set: epoch time at a run's measured rate
 # Options that set a run's length, not what it measures: groups differing only in these are twins.
 BUDGET_KEYS = {"max_steps", "warmup_steps", "epochs", "eval_each_epoch", "eval_samples", "log_every"}
 
@@ -38,6 +42,19 @@ BUDGET_KEYS = {"max_steps", "warmup_steps", "epochs", "eval_each_epoch", "eval_s
 def param_count(num_classes: int = 10) -> int:
     """ResNet18-CIFAR's parameters with an output layer of num_classes (weights and biases)."""
     return BACKBONE_PARAMS + (FEATURES + 1) * num_classes
+
+
+def grad_set_mib(num_classes: int, precision: str) -> float | None:
+    """One set of the model's gradients in its parameter dtype (MiB); None for a precision whose
+    parameter dtype is not known here."""
+    size = PARAM_BYTES.get(precision)
+    return None if size is None else param_count(num_classes) * size / MIB
+
+
+def uneven_split(batch: int, gpus: int) -> bool:
+    """Whether DataParallel's scatter (torch.chunk) gives devices different shares: 6 on 4 GPUs
+    is 2/2/2 on three devices, an even split, though 6 % 4 != 0."""
+    return len(set(chunk_sizes(batch, gpus))) > 1
 
 
 def _multi_gpu(ev, groups: list[str]) -> int:
@@ -61,12 +78,14 @@ def _about(b: float) -> str:
 # -- C1: memory on device 0, as a function of the output size ------------------------------
 
 def _device_mib(ev, run_id: str) -> pd.DataFrame:
-    """Per device: allocated less the dataset resident there (collect's rule), reserved, NVML."""
+    """Per device, each measure less the dataset resident there (collect's rule): allocated,
+    reserved and NVML alike, so that no comparison counts the gpu feed's data as device 0's cost."""
     mem = ev.tables["memory"]
     rows = mem[mem["run_id"] == run_id]
+    data = pd.to_numeric(rows["data_mib"], errors="coerce").fillna(0.0).to_numpy()
     out = pd.DataFrame({"allocated": [model_mib(r) for r in rows.to_dict("records")],
-                        "reserved": pd.to_numeric(rows["reserved_mib"], errors="coerce").to_numpy(),
-                        "nvml": pd.to_numeric(rows["nvml_used_mib"], errors="coerce").to_numpy()},
+                        "reserved": pd.to_numeric(rows["reserved_mib"], errors="coerce").to_numpy() - data,
+                        "nvml": pd.to_numeric(rows["nvml_used_mib"], errors="coerce").to_numpy() - data},
                        index=rows["device"].to_numpy())
     return out.dropna(subset=["allocated"]).sort_index()
 
@@ -79,7 +98,7 @@ def device0_excess_estimate(global_batch: int, gpus: int, num_classes: int = 10,
     until zero_grad, which follows the forward pass. With the loss on the gathered outputs
     (variant dp) device 0 also holds the whole batch's outputs and the loss's log-softmax of
     them (kept for backward, fp32); with the loss inside the replicas neither exists."""
-    weights = param_count(num_classes) * 4 / MIB
+    weights = grad_set_mib(num_classes, precision) or param_count(num_classes) * 4 / MIB
     sample = (3 * 32 * 32 * 4 + 8) / MIB                  # one image and its int64 label
     own = -(-global_batch // gpus)                         # scatter gives device 0 the largest chunk
     others = (global_batch - own) / (gpus - 1)
@@ -93,6 +112,70 @@ def device0_excess_estimate(global_batch: int, gpus: int, num_classes: int = 10,
             "loss_log_softmax": logits * 4 if loss_on_gathered else 0.0}
 
 
+def _c1_run(ev, rid: str) -> dict[str, Any] | None:
+    """One run's devices: device 0 against the mean of the others, and every device's allocation."""
+    mib = _device_mib(ev, rid)
+    if 0 not in mib.index or len(mib) < 2:
+        return None
+    others = mib.drop(index=0)
+    return {"run_id": rid, "dev0": mib.loc[0].to_dict(), "others": others.mean().to_dict(),
+            "excess": mib.loc[0, "allocated"] - others["allocated"].mean(),
+            "allocated": mib["allocated"].to_dict(), "config": ev.run_config(rid)}
+
+
+def _alike_spread(variant: str, per_run: list[dict]) -> float:
+    """Spread of allocated memory over the devices that should hold the same, pooled over every
+    repeat: all of a DDP run's ranks; DataParallel's devices other than 0. Identical runs differ
+    by whole buffers (a gradient set allocated at the peak or not), and which rank holds it
+    changes between repeats: one run's ranks alone can agree to the byte."""
+    vals = [m for r in per_run for d, m in r["allocated"].items() if variant == "ddp" or d != 0]
+    return max(vals) - min(vals) if vals else 0.0
+
+
+def _c1_cell(group: str, variant: str, gpus: int, per_run: list[dict]) -> dict[str, Any]:
+    excess = [r["excess"] for r in per_run]
+    cfg = per_run[0]["config"]
+    cell = {"group": group, "variant": variant, "gpus": gpus, "repeats": len(per_run),
+            "run_ids": [r["run_id"] for r in per_run],
+            "excess_mib": median(excess), "repeat_spread_mib": max(excess) - min(excess),
+            "alike_spread_mib": _alike_spread(variant, per_run),
+            **{f"dev0_{k}_mib": median(r["dev0"][k] for r in per_run) for k in ("allocated", "reserved", "nvml")},
+            **{f"others_{k}_mib": median(r["others"][k] for r in per_run) for k in ("allocated", "reserved", "nvml")},
+            "config_found": cfg is not None}
+    if cfg is None:
+        return cell
+    cell.update(num_classes=int(cfg.get("num_classes", 10)), precision=cfg.get("precision", "fp32"),
+                global_batch=int(cfg["global_batch"]), momentum=float(cfg.get("momentum", 0.0)))
+    cell["params"] = param_count(cell["num_classes"])
+    cell["grad_set_mib"] = grad_set_mib(cell["num_classes"], cell["precision"])
+    if variant in DP_VARIANTS:
+        est = device0_excess_estimate(cell["global_batch"], gpus, cell["num_classes"],
+                                      cell["precision"], cell["momentum"] > 0, variant == "dp")
+        cell.update(estimate_mib=est, estimate_total_mib=sum(est.values()),
+                    logits_estimate_mib=est["gathered_logits"] + est["loss_log_softmax"])
+    return cell
+
+
+def _same_model(a: dict, b: dict) -> bool:
+    return "num_classes" in a and "num_classes" in b and \
+        (a["num_classes"], a["precision"]) == (b["num_classes"], b["precision"])
+
+
+def _set_noise(c: dict, cells: list[dict]) -> None:
+    """A cell's noise: the largest of what identical runs showed (its repeats, its alike devices
+    over the repeats, the DDP ranks over the repeats of its group or of the same model on as many
+    GPUs) and, where the run's config sizes it, one set of the model's gradients: identical runs
+    swing by that much, gradients allocated or not at the moment of the peak."""
+    ddp = [d["alike_spread_mib"] for d in cells if d["variant"] == "ddp" and d["gpus"] == c["gpus"]
+           and (d["group"] == c["group"] or _same_model(d, c))]
+    terms = {"repeats": c["repeat_spread_mib"], "alike devices": c["alike_spread_mib"],
+             "DDP ranks x repeats": max(ddp, default=0.0), "one gradient set": c.get("grad_set_mib") or 0.0,
+             "allocator floor": NOISE_FLOOR_MIB}
+    c["noise_terms"] = terms
+    c["noise_basis"] = max(terms, key=terms.get)
+    c["noise_mib"] = terms[c["noise_basis"]]
+
+
 def _c1_cells(ev, groups: list[str]) -> list[dict[str, Any]]:
     """One cell per (group, variant, gpus): medians over repeats of device 0 against the others."""
     cells = []
@@ -101,78 +184,74 @@ def _c1_cells(ev, groups: list[str]) -> list[dict[str, Any]]:
         for (variant, gpus), runs in summ[summ["gpus"] > 1].groupby(["variant", "gpus"]):
             if variant not in (*DP_VARIANTS, "ddp"):
                 continue
-            per_run = []
-            for rid in runs["run_id"]:
-                mib = _device_mib(ev, rid)
-                if 0 not in mib.index or len(mib) < 2:
-                    continue
-                others = mib.drop(index=0)
-                per_run.append({"run_id": rid, "dev0": mib.loc[0].to_dict(), "others": others.mean().to_dict(),
-                                "excess": mib.loc[0, "allocated"] - others["allocated"].mean(),
-                                "rank_spread": mib["allocated"].max() - mib["allocated"].min(),
-                                "config": ev.run_config(rid)})
-            if not per_run:
-                continue
-            excess = [r["excess"] for r in per_run]
-            cfg = per_run[0]["config"]
-            cell = {"group": g, "variant": variant, "gpus": int(gpus), "repeats": len(per_run),
-                    "run_ids": [r["run_id"] for r in per_run],
-                    "excess_mib": median(excess), "repeat_spread_mib": max(excess) - min(excess),
-                    "rank_spread_mib": median(r["rank_spread"] for r in per_run),
-                    **{f"dev0_{k}_mib": median(r["dev0"][k] for r in per_run) for k in ("allocated", "reserved", "nvml")},
-                    **{f"others_{k}_mib": median(r["others"][k] for r in per_run) for k in ("allocated", "reserved", "nvml")},
-                    "config_found": cfg is not None}
-            if cfg is not None:
-                cell.update(num_classes=int(cfg.get("num_classes", 10)), precision=cfg.get("precision", "fp32"),
-                            global_batch=int(cfg["global_batch"]), momentum=float(cfg.get("momentum", 0.0)))
-                if variant in DP_VARIANTS:
-                    est = device0_excess_estimate(cell["global_batch"], cell["gpus"], cell["num_classes"],
-                                                  cell["precision"], cell["momentum"] > 0, variant == "dp")
-                    cell.update(estimate_mib=est, estimate_total_mib=sum(est.values()),
-                                logits_estimate_mib=est["gathered_logits"] + est["loss_log_softmax"])
-            cells.append(cell)
-    # the noise of a DP cell: its repeats' spread, the DDP ranks' spread in its group, a floor
+            per_run = [r for r in (_c1_run(ev, rid) for rid in runs["run_id"]) if r is not None]
+            if per_run:
+                cells.append(_c1_cell(g, variant, int(gpus), per_run))
     for c in cells:
-        ddp = [d["rank_spread_mib"] for d in cells if d["variant"] == "ddp" and d["group"] == c["group"]
-               and d["gpus"] == c["gpus"]]
-        c["noise_mib"] = max(c["repeat_spread_mib"], max(ddp, default=0.0), NOISE_FLOOR_MIB)
+        _set_noise(c, cells)
         c["ratio"] = c["dev0_allocated_mib"] / c["others_allocated_mib"] if c["others_allocated_mib"] else math.nan
     return cells
 
 
-def _gathered_share(cell: dict, cells: list[dict]) -> tuple[float | None, str]:
-    """How much of a dp cell's excess the gathered outputs explain: measured as dp's excess less
-    that of DataParallel with the loss inside the replicas (same group), else from sizes."""
+def _gathered(cell: dict, cells: list[dict]) -> dict[str, Any]:
+    """How much of a dp cell's excess the gathered outputs explain, and the noise of that part:
+    measured as dp's excess less that of DataParallel with the loss inside the replicas (same
+    group; the noise of both), else from sizes (dp's noise)."""
     twin = [c for c in cells if c["group"] == cell["group"] and c["gpus"] == cell["gpus"]
             and c["variant"] in ("dp_sum", "dp_mean")]
+    none = {"gathered_share": None, "gathered_mib": None, "gathered_noise_mib": cell["noise_mib"]}
     if cell["excess_mib"] <= 0:
-        return None, "no excess"
+        return {**none, "share_basis": "no excess"}
     if twin:
-        return (cell["excess_mib"] - twin[0]["excess_mib"]) / cell["excess_mib"], f"measured against {twin[0]['variant']}"
-    if "logits_estimate_mib" in cell:
-        return cell["logits_estimate_mib"] / cell["excess_mib"], "estimated from sizes"
-    return None, "no run config (metrics.json) to size the outputs"
+        part, noise, basis = (cell["excess_mib"] - twin[0]["excess_mib"], max(cell["noise_mib"], twin[0]["noise_mib"]),
+                              f"measured against {twin[0]['variant']}")
+    elif "logits_estimate_mib" in cell:
+        part, noise, basis = cell["logits_estimate_mib"], cell["noise_mib"], "estimated from sizes"
+    else:
+        return {**none, "share_basis": "no run config (metrics.json) to size the outputs"}
+    return {"gathered_share": part / cell["excess_mib"], "gathered_mib": part, "gathered_noise_mib": noise,
+            "share_basis": basis}
+
+
+def _judge(c: dict, cells: list[dict]) -> None:
+    """A dp cell's excess is evidence beyond its noise; the article's reason holds there when the
+    gathered outputs' part is beyond its noise too and most of the excess."""
+    c.update(_gathered(c, cells))
+    c["above_noise"] = bool(c["excess_mib"] > c["noise_mib"])
+    c["attributable"] = c["gathered_mib"] is not None and bool(c["gathered_mib"] > c["gathered_noise_mib"]) \
+        and bool(c["gathered_share"] >= GATHER_SHARE)
+    c["outputs_dominate"] = c["above_noise"] and c["attributable"]
+
+
+def _noise_text(c: dict[str, Any]) -> str:
+    t = c["noise_terms"]
+    grad = (f"one gradient set {t['one gradient set']:.1f} ({c['params']:,} parameters in "
+            f"{PARAM_BYTES[c['precision']] * 8}-bit: identical runs differ by whether it is allocated at the peak)"
+            if c.get("grad_set_mib") else "one gradient set not sized (no run config or unknown precision)")
+    return (f"noise {c['noise_mib']:.1f} MiB = the largest of: spread over repeats {t['repeats']:.1f}, over alike "
+            f"devices and repeats {t['alike devices']:.1f}, over DDP ranks and repeats {t['DDP ranks x repeats']:.1f}, "
+            f"{grad}, allocator floor {t['allocator floor']:.1f}")
 
 
 def _c1_line(c: dict[str, Any]) -> str:
     head = (f"{c['variant']} on {c['gpus']} GPUs, batch {c.get('global_batch', '?')}, "
             f"{c.get('num_classes', '?')} outputs ({c.get('precision', '?')}), {c['repeats']} repeats: ")
     alloc = (f"allocated less resident data, device 0 {c['dev0_allocated_mib']:.1f} MiB vs others "
-             f"{c['others_allocated_mib']:.1f}: {c['excess_mib']:+.1f} MiB ({c['ratio']:.2f}x), noise "
-             f"{c['noise_mib']:.1f} MiB")
+             f"{c['others_allocated_mib']:.1f}: {c['excess_mib']:+.1f} MiB ({c['ratio']:.2f}x)")
     if c["variant"] == "ddp":
         alloc = (f"allocated less resident data per rank {c['dev0_allocated_mib']:.1f} / "
-                 f"{c['others_allocated_mib']:.1f} MiB (rank spread {c['rank_spread_mib']:.1f} MiB)")
-    extra = [f"reserved {c['dev0_reserved_mib']:.0f} vs {c['others_reserved_mib']:.0f} MiB"]
+                 f"{c['others_allocated_mib']:.1f} MiB (spread over ranks and repeats {c['alike_spread_mib']:.1f} MiB)")
+    extra = [f"reserved less resident data {c['dev0_reserved_mib']:.0f} vs {c['others_reserved_mib']:.0f} MiB"]
     if not math.isnan(c["dev0_nvml_mib"]):
-        extra.append(f"NVML {c['dev0_nvml_mib']:.0f} vs {c['others_nvml_mib']:.0f} MiB")
-    line = head + alloc + "; " + ", ".join(extra)
+        extra.append(f"NVML less resident data {c['dev0_nvml_mib']:.0f} vs {c['others_nvml_mib']:.0f} MiB")
+    line = head + alloc + "; " + _noise_text(c) + "; " + ", ".join(extra)
     if "estimate_mib" in c:
         e = c["estimate_mib"]
         parts = " + ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in e.items() if v)
         line += f"; from sizes (this run's classes, dtype, momentum): {parts} = {c['estimate_total_mib']:.1f} MiB"
     if c.get("gathered_share") is not None:
-        line += f"; gathered outputs {c['gathered_share']:.0%} of the excess ({c['share_basis']})"
+        line += (f"; gathered outputs {c['gathered_mib']:+.1f} MiB = {c['gathered_share']:.0%} of the excess "
+                 f"({c['share_basis']}; noise {c['gathered_noise_mib']:.1f} MiB)")
     return line
 
 
@@ -200,6 +279,88 @@ def c1(ev) -> Finding:
     return _with_max_batch(ev, _c1_from_runs(ev))
 
 
+def _sweeps(dp: list[dict]) -> list[list[dict]]:
+    """dp cells grouped by what an output-size sweep holds fixed (batch, GPUs, precision), each
+    sorted by output size."""
+    by: dict[tuple, list[dict]] = {}
+    for c in dp:
+        by.setdefault((c.get("global_batch", 0), c["gpus"], str(c.get("precision", "?"))), []).append(c)
+    return [sorted(v, key=lambda c: c.get("num_classes", 0)) for _, v in sorted(by.items())]
+
+
+def _onset(sweep: list[dict]) -> tuple[dict | None, bool]:
+    """The smallest output size measured from which the gathered outputs dominate device 0's
+    excess at every larger size of the sweep (None where the largest does not), and whether the
+    sweep is that clean: no size below the onset dominated (an effect that comes and goes with
+    the output size states no condition)."""
+    first = None
+    for c in reversed(sweep):
+        if not c["outputs_dominate"]:
+            break
+        first = c
+    below = sweep[:sweep.index(first)] if first else sweep
+    return first, not any(c["outputs_dominate"] for c in below)
+
+
+def _size_text(c: dict) -> str:
+    """One output size: is device 0's excess beyond noise, and is it the gathered outputs?"""
+    n = f"{c['num_classes']:,} outputs" if "num_classes" in c else f"{c['group']} (no run config)"
+    head = f"at {n} {c['excess_mib']:+.0f} MiB ({c['ratio']:.2f}x)"
+    if not c["above_noise"]:
+        return f"{head}, within noise ({c['noise_mib']:.0f} MiB)"
+    if c["gathered_share"] is None:
+        return f"{head} beyond noise ({c['noise_mib']:.0f} MiB), not attributed ({c['share_basis']})"
+    part = (f"the gathered outputs {c['gathered_mib']:+.0f} MiB, {c['gathered_share']:.0%} of it "
+            f"({c['share_basis']}, noise {c['gathered_noise_mib']:.0f} MiB)")
+    if c["outputs_dominate"]:
+        return f"{head} beyond noise ({c['noise_mib']:.0f} MiB), {part}"
+    return (f"{head} beyond noise ({c['noise_mib']:.0f} MiB), mostly not the outputs: {part}; the rest, from "
+            f"sizes, is the summed gradients, the optimizer state and the input batch")
+
+
+def _sweep_text(sweep: list[dict], first: dict | None) -> str:
+    c0 = sweep[0]
+    at = f"batch {c0.get('global_batch', '?')} on {c0['gpus']} GPUs, {c0.get('precision', '?')}"
+    if first is None:
+        return f"{at}: " + "; ".join(_size_text(c) for c in sweep)
+    i = sweep.index(first)
+    text = (f"from {first.get('num_classes', 0):,} outputs at {at}: " + "; ".join(_size_text(c) for c in sweep[i:]))
+    if i:
+        text += "; below that, " + "; ".join(_size_text(c) for c in sweep[:i])
+    return text
+
+
+def _c1_verdict(dp: list[dict], onsets: list[tuple[dict | None, bool]]) -> str:
+    """Refuted where device 0 is nowhere heavier beyond noise; confirmed where, in a sweep of the
+    output size, the gathered outputs dominate from some size on (the condition the summary
+    states) and no sweep has them come and go; needs nuance otherwise."""
+    if not any(c["above_noise"] for c in dp):
+        return REFUTED
+    if any(first for first, _ in onsets) and all(clean for _, clean in onsets):
+        return CONFIRMED
+    return NUANCE
+
+
+def _c1_advice(verdict: str, sweeps: list[list[dict]], onsets: list[tuple[dict | None, bool]]) -> str | None:
+    """Advice that follows what was measured; None (the standing, neutral advice) where no condition was found."""
+    starts = [(s, first) for s, (first, _) in zip(sweeps, onsets) if first]
+    if verdict == CONFIRMED:
+        d = starts[0][1]
+        return (f"With a wide output (here from {d.get('num_classes', 0):,} outputs at batch {d.get('global_batch', '?')}) "
+                f"compute the loss inside the replicas and return per-replica sums divided by the global batch "
+                f"(dpbench's dp_sum), or use DDP: device 0 then no longer holds the whole batch's outputs. "
+                f"Below that, device 0's extra is the summed gradients, the optimizer state and the input batch; "
+                f"size the batch for it.")
+    if verdict == NUANCE and not any(c["outputs_dominate"] for s in sweeps for c in s):
+        widest = max((c for s in sweeps for c in s), key=lambda c: c.get("num_classes", 0))
+        return (f"Size the batch for device 0: besides its share of activations it keeps the summed gradients, the "
+                f"optimizer state (one model-sized buffer for SGD with momentum, two for Adam) and the whole input "
+                f"batch. Up to the widest output measured here ({widest.get('num_classes', '?'):,} outputs at batch "
+                f"{widest.get('global_batch', '?')}) the gathered outputs were not the larger part of it; they grow "
+                f"with batch x outputs. DDP keeps these evenly on every rank.")
+    return None
+
+
 def _c1_from_runs(ev) -> Finding:
     groups = ev.claim_groups("C1")
     cells = _c1_cells(ev, groups)
@@ -207,40 +368,29 @@ def _c1_from_runs(ev) -> Finding:
     if not dp:
         return _not_run(ev, groups)
     for c in dp:
-        c["gathered_share"], c["share_basis"] = _gathered_share(c, cells)
-        c["above_noise"] = c["excess_mib"] > c["noise_mib"]
-        c["outputs_dominate"] = c["above_noise"] and (c["gathered_share"] or 0.0) >= GATHER_SHARE
-    dp.sort(key=lambda c: (c.get("num_classes", 0), c.get("global_batch", 0)))
-    dominated = [c for c in dp if c["outputs_dominate"]]
-    if not any(c["above_noise"] for c in dp):
-        verdict = REFUTED
-    elif len(dominated) == len(dp):
-        verdict = CONFIRMED
-    else:
-        verdict = NUANCE   # device 0 is heavier, but not (always) for the article's reason
-    small = [c for c in dp if not c["outputs_dominate"]]
-    parts = []
-    if dominated:
-        d = dominated[0]
-        parts.append(f"right once the gathered outputs dominate: from {d.get('num_classes', '?'):,} outputs at batch "
-                     f"{d.get('global_batch', '?')} device 0 holds {d['excess_mib']:+.0f} MiB ({d['ratio']:.2f}x), "
-                     f"{d['gathered_share']:.0%} of it the gathered outputs")
-    if small:
-        s = small[-1]
-        parts.append(f"at {s.get('num_classes', '?'):,} outputs {s['excess_mib']:+.0f} MiB ({s['ratio']:.2f}x), "
-                     f"gathered outputs {(s['gathered_share'] or 0):.0%} of it (the rest, from sizes: summed "
-                     f"gradients, momentum, input batch)")
+        _judge(c, cells)
+    sweeps = _sweeps(dp)
+    onsets = [_onset(s) for s in sweeps]
+    verdict = _c1_verdict(dp, onsets)
+    lead = {CONFIRMED: "the article is right ",
+            NUANCE: "device 0 is heavier beyond noise, but the gathered outputs do not (cleanly) explain it: ",
+            REFUTED: "device 0 holds no more than the others beyond noise: "}[verdict]
+    parts = [lead + " | ".join(_sweep_text(s, first) for s, (first, _) in zip(sweeps, onsets))]
     inside = [c for c in cells if c["variant"] in ("dp_sum", "dp_mean")]
     if inside:
         worst = max(inside, key=lambda c: c["excess_mib"])
         parts.append(f"loss inside the replicas: at most {worst['excess_mib']:+.0f} MiB ({worst['ratio']:.2f}x)")
     reserved = [c["dev0_reserved_mib"] / c["others_reserved_mib"] for c in dp if c["others_reserved_mib"] > 0]
     if reserved:
-        parts.append(f"reserved memory (what nvidia-smi sees, less the context) device 0 / others "
+        parts.append(f"reserved memory less resident data (what nvidia-smi sees, less the context) device 0 / others "
                      f"{min(reserved):.2f}-{max(reserved):.2f}x")
     ddp = [c for c in cells if c["variant"] == "ddp"]
     if ddp:
-        parts.append("DDP ranks within " + f"{max(c['rank_spread_mib'] for c in ddp):.1f} MiB of each other")
+        parts.append("DDP ranks within " + f"{max(c['alike_spread_mib'] for c in ddp):.1f} MiB of each other "
+                     "over ranks and repeats")
+    grads = sorted({round(c["grad_set_mib"], 1) for c in dp if c.get("grad_set_mib")})
+    if grads:
+        parts.append(f"noise at least one gradient set ({', '.join(f'{g:.1f}' for g in grads)} MiB)")
     lines = [_c1_line(c) for c in cells]
     for c in ddp:   # each rank holds what DP keeps on device 0 alone: is a DDP rank above DP's device 0?
         same = [d for d in dp if d["group"] == c["group"] and d["gpus"] == c["gpus"]]
@@ -248,20 +398,13 @@ def _c1_from_runs(ev) -> Finding:
             lines.append(f"{c['group']}: each DDP rank peaks at {c['dev0_allocated_mib']:.0f} MiB allocated, DP's "
                          f"device 0 at {same[0]['dev0_allocated_mib']:.0f} MiB and its other devices at "
                          f"{same[0]['others_allocated_mib']:.0f} MiB")
-    advice = None
-    if dominated:
-        d = dominated[0]
-        advice = (f"With a wide output (here from {d.get('num_classes', '?'):,} outputs at batch {d.get('global_batch', '?')}) "
-                  f"compute the loss inside the replicas and return per-replica sums divided by the global batch "
-                  f"(dpbench's dp_sum), or use DDP: device 0 then no longer holds the whole batch's outputs. "
-                  f"With a narrow output, device 0's extra is the summed gradients, the optimizer state and the "
-                  f"input batch; size the batch for it.")
-    elif verdict == NUANCE:
-        advice = ADVICE["C1"]
-    return Finding(verdict=verdict, summary="the article is " + "; ".join(parts) if dominated else
-                   "; ".join(parts) or "no DP run above noise",
-                   evidence=lines, data={"cells": cells}, runs_used=True, advice=advice,
-                   measured_on=[ev.measured_on_runs()])
+    conditions = [{"batch": s[0].get("global_batch"), "gpus": s[0]["gpus"], "precision": s[0].get("precision"),
+                   "outputs": [c.get("num_classes") for c in s],
+                   "from_outputs": first.get("num_classes") if first else None, "clean": clean}
+                  for s, (first, clean) in zip(sweeps, onsets)]
+    return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
+                   data={"cells": cells, "conditions": conditions}, runs_used=True,
+                   advice=_c1_advice(verdict, sweeps, onsets), measured_on=[ev.measured_on_runs()])
 
 
 # -- C6: reductions in training, with statistics -------------------------------------------
@@ -343,7 +486,7 @@ def c6_training(ev) -> list[dict[str, Any]]:
                         for s in seeds] for v in ("dp_mean", "dp_sum")}
             deterministic = [bool((ev.run_config(r.run_id) or {}).get("deterministic")) for r in single.itertuples()]
             spread = {m: _interval([float(getattr(by_seed["single"][s], m)) for s in seeds]) for m in ("final_loss", "test_acc")}
-            out.append({"group": g, "gpus": gpus, "batch": batch, "uneven": batch % gpus != 0,
+            out.append({"group": g, "gpus": gpus, "batch": batch, "uneven": uneven_split(batch, gpus),
                         "bn_eval": ev.groups[g]["options"].get("batchnorm") == "eval",
                         "deterministic": all(deterministic), "seeds": [str(s) for s in seeds],
                         "reweighting": reweighting(batch, gpus),
@@ -407,7 +550,8 @@ def c6(ev) -> Finding:
     f.data["training"] = training
     if not decisive:
         need = min((n for g in groups for n in ev.groups[g]["gpus"]
-                    if int(ev.groups[g]["options"].get("global_batch", 128)) % n), default=2)
+                    if uneven_split(int(ev.groups[g]["options"].get("global_batch", RunConfig.global_batch)), n)),
+                   default=2)
         f.evidence.append(f"training runs on an uneven split: {ev.not_run(need, groups)}")
         return f
     t = decisive[0]
@@ -443,6 +587,24 @@ def _c6_summary(p: ProbeRecord) -> str:
 
 # -- where DataParallel's time goes (the C7 probe's step breakdown) -------------------------
 
+def _thread_saving(steps: dict[str, Any]) -> dict[str, Any]:
+    """What persistent replica threads save against stock DP, and whether that names the cause:
+    the saving must lie beyond the step-to-step spread (the two kinds' timed steps' ranges do
+    not overlap) and be at least THREAD_SHARE of stock DP's time beyond a perfect split of one
+    GPU's step over its GPUs."""
+    stock, pers, single = (steps[k] for k in ("dp", "dp_persistent_threads", "single"))
+    gpus = steps.get("gpus") or 2
+    saving = stock["step_ms"] - pers["step_ms"]
+    overhead = stock["step_ms"] - single["step_ms"] / gpus
+    share = saving / overhead if overhead > 0 else math.nan
+    if "step_ms_min" not in stock or "step_ms_max" not in pers:
+        beyond = None   # the record has no step-to-step spread: the saving is not told apart
+    else:
+        beyond = pers["step_ms_max"] < stock["step_ms_min"]
+    return {"saving_ms": saving, "overhead_ms": overhead, "share": share, "beyond_noise": beyond,
+            "threads_are_the_cost": bool(beyond) and share >= THREAD_SHARE}
+
+
 def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
     """From the C7 probe: one GPU, stock DP and DP on persistent replica threads, and the stage
     that costs most; None where the probe did not take the step apart."""
@@ -455,19 +617,28 @@ def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
     stock, pers, single = (steps[k]["step_ms"] for k in ("dp", "dp_persistent_threads", "single"))
     named = {k: v for k, v in stages.items() if k not in ("total", "timed_steps")}
     largest = max(named, key=named.get) if named else None
-    threads = stock / pers >= THREAD_EFFECT
+    saved = _thread_saving(steps)
+    threads = saved["threads_are_the_cost"]
     return {"benchmark": flag, "batch": steps.get("batch"), "gpus": steps.get("gpus"),
             "single_ms": single, "dp_ms": stock, "dp_persistent_ms": pers,
             "dp_speedup": single / stock, "dp_persistent_speedup": single / pers,
             "stages": stages, "persistent_stages": pstages, "largest_stage": largest,
-            "cause": "fresh replica threads" if threads else largest,
+            "threads": saved, "cause": "fresh replica threads" if threads else largest,
             "threads_are_the_cost": threads}
+
+
+def _saving_text(c: dict[str, Any]) -> str:
+    t = c["threads"]
+    noise = {True: "beyond the step-to-step range of both", False: "within the step-to-step range",
+             None: "no step-to-step range recorded"}[t["beyond_noise"]]
+    return (f"persistent threads save {t['saving_ms']:.1f} ms a step ({noise}), {t['share']:.0%} of stock DP's "
+            f"{t['overhead_ms']:.1f} ms beyond a perfect split of one GPU's step")
 
 
 def _cause_text(c: dict[str, Any]) -> str:
     head = (f"batch {c['batch']} on {c['gpus']} GPUs, cudnn.benchmark {c['benchmark']}: one GPU {c['single_ms']:.1f} ms "
             f"a step, stock DP {c['dp_ms']:.1f} ms ({c['dp_speedup']:.2f}x), DP on persistent replica threads "
-            f"{c['dp_persistent_ms']:.1f} ms ({c['dp_persistent_speedup']:.2f}x)")
+            f"{c['dp_persistent_ms']:.1f} ms ({c['dp_persistent_speedup']:.2f}x); {_saving_text(c)}")
     st = c["stages"]
     stage_text = ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
     if c["threads_are_the_cost"]:
@@ -565,9 +736,23 @@ def _series_name(options: dict[str, Any], precision: str) -> str:
     return name + "".join(f", {k}={v}" for k, v in sorted(rest.items()))
 
 
+def _speed_status(lo: float, hi: float, repeats: int) -> str:
+    """A speed-up is faster or slower only where its range over the repeats (slowest against
+    fastest and back) lies wholly on one side of 1; one repeat measures no noise."""
+    if repeats < 2:
+        return "noise unknown"
+    return "faster" if lo > 1 else "slower" if hi < 1 else "within noise"
+
+
+def _train_size(ev, run_ids) -> int | None:
+    """The training set's size as the runs' records know it (None where none says)."""
+    return next((n for n in (ev.train_size(rid) for rid in run_ids) if n), None)
+
+
 def c8_points(ev) -> list[dict[str, Any]]:
     """Speed-up over single (1 GPU, same group) per group, variant and GPU count, with the range
-    over repeats (slowest against fastest and back)."""
+    over repeats (slowest against fastest and back) and whether that range says faster, slower
+    or neither."""
     points = []
     for g in ev.claim_groups("C8"):
         single = ev.rows(g, "single", 1)
@@ -583,22 +768,32 @@ def c8_points(ev) -> list[dict[str, Any]]:
                     continue
                 ips = r["images_per_s"].astype(float)
                 sp = ips.median() / s.median()
+                lo, hi, n = ips.min() / s.max(), ips.max() / s.min(), min(len(r), len(single))
+                status = _speed_status(lo, hi, n)
                 points.append({"group": g, "series": _series_name(opts, precision), "variant": variant,
                                "gpus": int(gpus), "global_batch": int(r["global_batch"].iloc[0]),
                                "images_per_s": ips.median(), "single_images_per_s": s.median(),
-                               "speedup": sp, "speedup_lo": ips.min() / s.max(), "speedup_hi": ips.max() / s.min(),
-                               "repeats": min(len(r), len(single)), "efficiency": sp / gpus,
+                               "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "repeats": n,
+                               "status": status, "faster": status == "faster", "slower": status == "slower",
+                               "efficiency": sp / gpus, "train_size": _train_size(ev, r["run_id"]),
                                "wall_s": r["wall_s"].median(), "single_wall_s": single["wall_s"].median()})
-    for p in points:
-        margin = SPEED_NOISE * p["speedup"]
-        p["faster"] = p["speedup_lo"] > 1 and p["speedup"] > 1 + margin
-        p["slower"] = p["speedup_hi"] < 1 and p["speedup"] < 1 - margin
     return points
 
 
+def _interpolate(seg: list[dict[str, Any]]) -> float:
+    """Where the medians cross 1 between adjacent batches of seg, linearly in log2(batch)."""
+    for a, b in zip(seg, seg[1:]):
+        if (a["speedup"] - 1) * (b["speedup"] - 1) <= 0 and a["speedup"] != b["speedup"]:
+            xa, xb = math.log2(a["global_batch"]), math.log2(b["global_batch"])
+            return 2 ** (xa + (1 - a["speedup"]) * (xb - xa) / (b["speedup"] - a["speedup"]))
+    return math.nan
+
+
 def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (series, variant, gpus) with two or more batches: where the speed-up crosses 1,
-    interpolated linearly in log2(batch) between the measured batches around the crossing."""
+    """Per (series, variant, gpus) with two or more batches: where the speed-up crosses 1. A
+    crossing is called only between a batch measured slower and the next measured faster (or
+    back), each beyond its repeats' range; those two batches bracket it, and any batch between
+    them was within noise. The point estimate interpolates the medians in log2(batch)."""
     out = []
     keys = sorted({(p["series"], p["variant"], p["gpus"]) for p in points})
     for series, variant, gpus in keys:
@@ -606,17 +801,36 @@ def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                        key=lambda p: p["global_batch"])
         if len(curve) < 2:
             continue
+        called = [i for i, p in enumerate(curve) if p["faster"] or p["slower"]]
         found = []
-        for a, b in zip(curve, curve[1:]):
-            if (a["speedup"] - 1) * (b["speedup"] - 1) < 0:
-                xa, xb = math.log2(a["global_batch"]), math.log2(b["global_batch"])
-                x = xa + (1 - a["speedup"]) * (xb - xa) / (b["speedup"] - a["speedup"])
-                found.append({"batch": 2 ** x, "between": [a["global_batch"], b["global_batch"]],
-                              "direction": "faster above" if b["speedup"] > 1 else "slower above"})
+        for i, j in zip(called, called[1:]):
+            a, b = curve[i], curve[j]
+            if a["faster"] != b["faster"]:
+                found.append({"batch": _interpolate(curve[i:j + 1]), "between": [a["global_batch"], b["global_batch"]],
+                              "within_noise": [p["global_batch"] for p in curve[i + 1:j]],
+                              "direction": "faster above" if b["faster"] else "slower above"})
         out.append({"series": series, "variant": variant, "gpus": gpus, "crossings": found,
                     "batches": [p["global_batch"] for p in curve], "speedups": [p["speedup"] for p in curve],
+                    "statuses": [p["status"] for p in curve],
                     "all_faster": all(p["faster"] for p in curve), "all_slower": all(p["slower"] for p in curve)})
     return out
+
+
+def _status_text(c: dict[str, Any]) -> str:
+    """'slower at 128-512, within noise at 2,048, faster at 8,192': runs of batches by status."""
+    runs: list[tuple[str, list[int]]] = []
+    for b, st in zip(c["batches"], c["statuses"]):
+        if runs and runs[-1][0] == st:
+            runs[-1][1].append(b)
+        else:
+            runs.append((st, [b]))
+    return ", ".join(f"{st} at {_fmt_batch(bs[0])}" + (f"-{_fmt_batch(bs[-1])}" if len(bs) > 1 else "")
+                     for st, bs in runs)
+
+
+def _bracket(x: dict[str, Any]) -> str:
+    a, b = x["between"]
+    return f"between {_fmt_batch(a)} and {_fmt_batch(b)} (about {_about(x['batch'])} interpolated between medians)"
 
 
 def _curve_text(c: dict[str, Any]) -> str:
@@ -625,16 +839,29 @@ def _curve_text(c: dict[str, Any]) -> str:
     who = f"{c['variant'].upper()} on {c['gpus']} GPUs, {c['series']}"
     ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
     if c["all_slower"]:
-        return f"{who}: slower than one GPU at every batch from {_fmt_batch(lo)} to {_fmt_batch(hi)} ({span})"
+        return (f"{who}: slower than one GPU at every batch from {_fmt_batch(lo)} to {_fmt_batch(hi)}, beyond the "
+                f"repeats' range ({span})")
     if c["all_faster"]:
-        return f"{who}: faster than one GPU at every batch from {_fmt_batch(lo)} to {_fmt_batch(hi)} ({span})"
+        return (f"{who}: faster than one GPU at every batch from {_fmt_batch(lo)} to {_fmt_batch(hi)}, beyond the "
+                f"repeats' range ({span})")
+    where = _status_text(c)
     if ups and len(c["crossings"]) == 1:
-        return (f"{who}: slower below about {_about(ups[0]['batch'])} images a step on this machine, "
-                f"faster above ({span})")
+        a, b = ups[0]["between"]
+        return (f"{who}: last measured slower at {_fmt_batch(a)} and first measured faster at {_fmt_batch(b)} images "
+                f"a step on this machine, so the crossover lies {_bracket(ups[0])}; by batch: {where} ({span})")
     if c["crossings"]:
-        where = ", ".join(f"{_about(x['batch'])} ({x['direction']})" for x in c["crossings"])
-        return f"{who}: crosses one GPU's speed at about {where} ({span})"
-    return f"{who}: within noise of one GPU somewhere between {_fmt_batch(lo)} and {_fmt_batch(hi)} ({span})"
+        brackets = ", ".join(f"{_bracket(x)}, {x['direction']}" for x in c["crossings"])
+        return f"{who}: crosses one GPU's speed {brackets}; by batch: {where} ({span})"
+    return f"{who}: no crossover told apart from the repeats' noise; by batch: {where} ({span})"
+
+
+def _point_line(p: dict[str, Any]) -> str:
+    epoch = (f"; an epoch of this run's {p['train_size']:,} training images {p['train_size'] / p['images_per_s']:.1f} s "
+             f"vs {p['train_size'] / p['single_images_per_s']:.1f} s" if p["train_size"] else "")
+    return (f"{p['group']}: {p['variant']} on {p['gpus']} GPU(s), batch {_fmt_batch(p['global_batch'])}, "
+            f"{p['series']}: {p['images_per_s']:.0f} images/s vs one GPU {p['single_images_per_s']:.0f}: "
+            f"{p['speedup']:.2f}x, {p['status']} (range over {p['repeats']} repeats each "
+            f"{p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x), efficiency {p['efficiency']:.0%}{epoch}")
 
 
 def c8(ev) -> Finding:
@@ -653,8 +880,8 @@ def c8(ev) -> Finding:
     dp_curves = [c for c in curves if c["variant"] == "dp" and c["gpus"] > 1]
     alone = [p for p in dp if not any(c["series"] == p["series"] and c["gpus"] == p["gpus"] for c in dp_curves)]
     parts = [_curve_text(c) for c in dp_curves]
-    parts += [f"DP on {p['gpus']} GPUs, {p['series']} ({p['group']}, batch {p['global_batch']}): {p['speedup']:.2f}x"
-              for p in alone]
+    parts += [f"DP on {p['gpus']} GPUs, {p['series']} ({p['group']}, batch {p['global_batch']}): {p['speedup']:.2f}x, "
+              f"{p['status']} (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x)" for p in alone]
     ddp = [p for p in points if p["variant"] == "ddp" and p["gpus"] > 1]
     if ddp:
         parts.append(f"DDP {min(p['speedup'] for p in ddp):.2f}x-{max(p['speedup'] for p in ddp):.2f}x")
@@ -664,12 +891,7 @@ def c8(ev) -> Finding:
                                   else f"{cause['largest_stage']}")
                      + f" (DP on persistent threads {cause['dp_persistent_speedup']:.2f}x one GPU at batch "
                        f"{cause['batch']}, stock {cause['dp_speedup']:.2f}x)")
-    lines = [f"{p['group']}: {p['variant']} on {p['gpus']} GPU(s), batch {_fmt_batch(p['global_batch'])}, "
-             f"{p['series']}: {p['images_per_s']:.0f} images/s vs one GPU {p['single_images_per_s']:.0f}: "
-             f"{p['speedup']:.2f}x (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x, {p['repeats']} each), "
-             f"efficiency {p['efficiency']:.0%}; an epoch of {EPOCH_IMAGES:,} images "
-             f"{EPOCH_IMAGES / p['images_per_s']:.1f} s vs {EPOCH_IMAGES / p['single_images_per_s']:.1f} s"
-             for p in points]
+    lines = [_point_line(p) for p in points]
     lines += [f"crossover: {_curve_text(c)}" for c in curves if c["variant"] == "ddp" or c["gpus"] == 1]
     if cause:
         lines.append("where a DataParallel step's time goes (C7 probe): " + _cause_text(cause))
@@ -698,8 +920,10 @@ def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str
     for c in curves:
         ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
         if ups:
-            parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs paid off only from about "
-                         f"{_about(ups[-1]['batch'])} images a step")
+            a, b = ups[-1]["between"]
+            parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs paid off only from {_fmt_batch(b)} "
+                         f"images a step of the batches measured (slower at {_fmt_batch(a)}; the crossover about "
+                         f"{_about(ups[-1]['batch'])}, interpolated)")
         elif c["all_slower"]:
             parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs never paid off up to "
                          f"{_fmt_batch(c['batches'][-1])} images a step")

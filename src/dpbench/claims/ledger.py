@@ -55,13 +55,26 @@ class Evidence:
         self.provenance = self.rs.provenance() if self.rs.provenance_path.exists() else {}
         self.probes = {cid: ProbeRecord.from_json(results.read_json(path))
                        for cid, path in self.rs.probe_paths().items()}
-        self._configs: dict[str, dict | None] = {}
+        self._metrics: dict[str, dict] = {}
+
+    def _record(self, run_id: str) -> dict[str, Any]:
+        if run_id not in self._metrics:
+            self._metrics[run_id] = self.rs.metrics(run_id) or {}
+        return self._metrics[run_id]
 
     def run_config(self, run_id: str) -> dict[str, Any] | None:
         """The config a run actually trained with (its metrics.json), None where the record is absent."""
-        if run_id not in self._configs:
-            self._configs[run_id] = (self.rs.metrics(run_id) or {}).get("config")
-        return self._configs[run_id]
+        return self._record(run_id).get("config")
+
+    def train_size(self, run_id: str) -> int | None:
+        """Images in the run's training set: as its record's provenance counted them, else as its
+        config sizes a synthetic set; None where neither says (no size is assumed)."""
+        rec = self._record(run_id)
+        size = ((rec.get("provenance") or {}).get("dataset") or {}).get("train_size")
+        cfg = rec.get("config") or {}
+        if size is None and cfg.get("dataset") == "synthetic":
+            size = cfg.get("synthetic_size")
+        return int(size) if size else None
 
     def claim_groups(self, cid: str) -> list[str]:
         """The experiment's groups for a claim: those named `<cid>_...` (c1_memory_b512 -> C1)."""
