@@ -16,9 +16,10 @@ for r in $(seq 1 "$rounds"); do
       src=$PWD/src; [ "$tree" = old ] && src=$old
       cfg="{\"variant\":\"$variant\",\"gpus\":1,\"dataset\":\"cifar10\",\"data_root\":\"data\",\"feed\":\"gpu\",\"global_batch\":512,\"max_steps\":20,\"warmup_steps\":5,\"repeat\":$r}"
       dir="$out/runs/$tree-$variant-$r"
-      t0=$(date +%s.%N)
+      t0=$(date +%s%N)
       PYTHONPATH=$src "$py" -m dpbench.launch --config "$cfg" --out "$dir" > "$dir.log" 2>&1
-      echo "$tree $variant $r $(echo "$(date +%s.%N) - $t0" | bc)" >> "$out/process_s.txt"
+      ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+      echo "$tree $variant $r $((ms / 1000)).$(printf %03d $((ms % 1000)))" >> "$out/process_s.txt"
     done
   done
 done
