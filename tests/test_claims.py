@@ -386,6 +386,15 @@ def ledger(tmp_path, tag, probes):
     return md.read_text(), {c["id"]: c for c in data["claims"]}
 
 
+def test_c1_figure_gives_the_ratio_its_own_axis(tmp_path):
+    # MiB on a symlog axis and a ratio near 1 shared one y axis once: the ratio had no ticks
+    _, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
+    left, right = DRAW["C1"](claims["C1"]).axes[:2]
+    assert left.get_yscale() == "symlog" and right.get_yscale() == "linear"
+    lo, hi = right.get_ylim()
+    assert 0.9 < lo < 1.0 and 1.1 < hi < 1.3   # the planted dp ratios: 1.02 to 1.19
+
+
 def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     fig = results.ResultSet(tmp_path, "t").figure_path("warnings")   # drawn by the plots rule, before
     fig.parent.mkdir(parents=True)

@@ -45,7 +45,7 @@ def c1_figure(s: Section) -> Figure:
     df = pd.DataFrame(cells)
     df = df[df["variant"] != "ddp"]
     variants = list(dict.fromkeys(df["variant"]))
-    fig, axes = new_figure(1, 2)
+    fig, axes = new_figure(1, 2, sharey=False)   # MiB and a ratio: never one y axis
     left, right = axes[0]
     for v, part in df.groupby("variant", sort=False):
         part = part.sort_values("num_classes")
