@@ -220,6 +220,16 @@ def run():
                 f"{int(classes):,} outputs ({where})",
                 global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
                 peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
+    # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)
+    from dpbench.claims import c1_attribution
+    for variant in VARIANTS:
+        r = run_python("", args=["-m", "dpbench.claims.c1_attribution", "--variant", variant])
+        if r.get("rc") or "per_classes" not in r:
+            why = r.get("skipped") or (f"failed (exit code {r.get('rc')}): "
+                                       + " / ".join(r.get("stderr_tail") or []))
+            parts_not_run.append(f"each device's peak by what allocated it (memory snapshot), {variant}: {why}")
+            continue
+        observations += c1_attribution.observations(r)
     return record("C1", observations, verdict_from(found), parts_not_run=parts_not_run)
 
 

@@ -59,14 +59,39 @@ def c1_max_batch(p: ProbeRecord) -> str:
         cells.setdefault(label, []).append(f"{name} {o.get('global_batch'):,}")
         caps.add(f"{o.get('cap_gib'):g} GiB")
         found.setdefault(variant, {})[width.removeprefix("out")] = o.get("global_batch")
+    attribution = c1_attribution_text(p)
     if not cells:
-        return "no batch search finished"
+        return attribution or "no batch search finished"
     first, clean = gathered_cost_onset(found)
     onset = ("" if first is None else
              f"; the loss on the gathered outputs costs batch against dp_sum from {int(first):,} outputs"
              + (", not below" if clean else "; below it at some widths, not at others"))
     return (f"largest global batch within {'/'.join(sorted(caps))} allocated per GPU: "
-            + "; ".join(f"{label}: {', '.join(parts)}" for label, parts in cells.items()) + onset)
+            + "; ".join(f"{label}: {', '.join(parts)}" for label, parts in cells.items()) + onset
+            + (f"; {attribution}" if attribution else ""))
+
+
+ATTRIBUTED = 3   # categories named per device in the summary (the evidence lists them all)
+
+
+def c1_attribution_text(p: ProbeRecord) -> str:
+    """'device 0's peak by what allocated it (memory snapshot), dp at batch 2,048: 32,768 outputs:
+    device 0 6,100 MiB (gathered outputs 256, loss 512, ...) vs device 1 ...' for the DataParallel
+    variants; '' where no snapshot was taken."""
+    parts = []
+    for variant in ("dp", "dp_sum"):
+        rows = p.with_prefix(f"c1.attribution.{variant}.")
+        widths = sorted({o.id.split(".")[3] for o in rows}, key=lambda w: int(w.removeprefix("out")))
+        for width in widths[-1:]:   # the widest output: where the article's reason would show
+            devs = sorted((o for o in rows if o.id.split(".")[3] == width), key=lambda o: o.id)
+            text = " vs ".join(
+                f"device {o.id.split('.')[4].removeprefix('dev')} {o.get('peak_mib'):,.0f} MiB ("
+                + ", ".join(f"{c} {m:,.0f}" for c, m in sorted((o.get("by_category") or {}).items(),
+                                                key=lambda cm: -cm[1])[:ATTRIBUTED])
+                + ")" for o in devs)
+            parts.append(f"{variant}, {int(width.removeprefix('out')):,} outputs: {text}")
+    return ("each device's peak by what allocated it (memory snapshot, biggest first): " + "; ".join(parts)
+            if parts else "")
 
 
 def _c2(p: ProbeRecord) -> str:
