@@ -35,6 +35,11 @@ SUMMED = frames((f"{TORCH}/nn/parallel/comm.py", "reduce_add_coalesced"),
 SCATTER_BACK = frames((f"{TORCH}/nn/parallel/comm.py", "scatter"), (f"{TORCH}/nn/parallel/_functions.py", "forward"),
                       (f"{TORCH}/nn/parallel/_functions.py", "backward"))
 SCATTER = frames((f"{TORCH}/nn/parallel/comm.py", "scatter"), (f"{TORCH}/nn/parallel/scatter_gather.py", "scatter_map"))
+DDP_INIT = frames((f"{TORCH}/nn/parallel/distributed.py", "_ddp_init_helper"),
+                 (f"{TORCH}/nn/parallel/distributed.py", "__init__"))
+DDP_FORWARD = frames((f"{TORCH}/nn/modules/conv.py", "_conv_forward"), ("/src/dpbench/model.py", "forward"),
+                     (f"{TORCH}/nn/parallel/distributed.py", "_run_ddp_forward"),
+                     (f"{TORCH}/nn/parallel/distributed.py", "forward"))
 MOMENTUM = frames((f"{TORCH}/optim/sgd.py", "_multi_tensor_sgd"), (f"{TORCH}/optim/optimizer.py", "wrapper"))
 
 
@@ -47,6 +52,8 @@ MOMENTUM = frames((f"{TORCH}/optim/sgd.py", "_multi_tensor_sgd"), (f"{TORCH}/opt
     (SCATTER_BACK, "output gradients, scattered back"),
     (SCATTER, "scattered inputs"),
     (MOMENTUM, "optimizer state"),
+    (DDP_INIT, "DDP's gradient buckets"),
+    (DDP_FORWARD, "forward activations"),    # DDP's forward is not its buckets (seen on the H200)
     ([], att.NO_STACK),                      # autograd's device threads have no Python frames
     (frames(("/somewhere/else.py", "f")), att.OTHER),
 ])
@@ -65,12 +72,13 @@ def free(addr, action="free_requested"):
 def test_the_peak_is_replayed_and_split_by_what_allocated_it():
     trace = [alloc(1, 100, MODEL_TO), alloc(2, 50, FORWARD), free(2), alloc(3, 300, GATHER), alloc(4, 300, LOSS),
              {"action": "segment_alloc", "addr": 9, "size": 10 ** 9, "frames": []},   # cached, not allocated
-             alloc(5, 10, []),                      # total 710: the peak
+             alloc(5, 10, []), alloc(7, 0.01, frames(("/x.py", "f"))),   # total 710: the peak
              free(3), free(3, "free_completed"),    # a request, then its completion: freed once
              free(4, "free_completed"),             # a completion without a recorded request
              alloc(6, 200, MOMENTUM)]               # 310 afterwards: below the peak
     b = att.peak_breakdown(trace)
     assert b["peak_mib"] == 710.0
+    # the 0.01 MiB block rounds away
     assert b["by_category"] == {"gathered outputs": 300.0, "loss": 300.0, "parameters": 100.0, att.NO_STACK: 10.0}
     assert list(b["by_category"])[:2] == ["gathered outputs", "loss"]   # biggest first
     assert att.peak_breakdown([]) == {"peak_mib": 0.0, "by_category": {}}

@@ -44,7 +44,9 @@ CATEGORIES: list[tuple[str, list[tuple[str, str | None]]]] = [
                                ("torch/nn/parallel/comm.py", "broadcast_coalesced")]),
     ("scattered inputs", [("torch/nn/parallel/scatter_gather.py", None),
                           ("torch/nn/parallel/comm.py", "scatter")]),
-    ("DDP's gradient buckets", [("torch/nn/parallel/distributed.py", None)]),
+    # made once, when DDP wraps the model (its forward passes through distributed.py too)
+    ("DDP's gradient buckets", [("torch/nn/parallel/distributed.py", "_ddp_init_helper"),
+                                ("torch/nn/parallel/distributed.py", "__init__")]),
     ("loss", [("torch/nn/functional.py", "cross_entropy"), ("torch/nn/functional.py", "log_softmax")]),
     ("backward, from Python", [("torch/autograd/", None), ("torch/_tensor.py", "backward")]),
     ("parameters", [("torch/nn/modules/module.py", "_apply")]),
@@ -91,8 +93,10 @@ def peak_breakdown(trace: Iterable[dict]) -> dict[str, Any]:
     by: dict[str, float] = {}
     for size, category in at_peak.values():
         by[category] = by.get(category, 0.0) + size / MIB
+    # Categories under 0.05 MiB at the peak (a loss scalar, a step counter) round away.
     return {"peak_mib": round(peak / MIB, 1),
-            "by_category": {c: round(m, 1) for c, m in sorted(by.items(), key=lambda kv: -kv[1])}}
+            "by_category": {c: round(m, 1) for c, m in sorted(by.items(), key=lambda kv: -kv[1])
+                            if round(m, 1) > 0}}
 
 
 def _batch(batch: int, classes: int, device):
