@@ -375,17 +375,33 @@ def single_reference(df: pd.DataFrame, panel: pd.DataFrame) -> pd.DataFrame:
 
 
 def identical_to_single(curves: pd.DataFrame, y: str, x: str) -> list[str]:
-    """Variants whose curve equals single's at every shared x (they hide under it)."""
-    single = curves[curves["variant"] == "single"].set_index(x)[y]
+    """Variants whose curve equals single's at every shared x (they hide under it): the mean and,
+    where drawn, the repeats' band."""
+    cols = [c for c in (y, f"{y}_lo", f"{y}_hi") if c in curves]
+    single = curves[curves["variant"] == "single"].set_index(x)[cols]
     same = []
     for v in variant_order(curves["variant"]):
         if v == "single" or single.empty:
             continue
-        other = curves[curves["variant"] == v].set_index(x)[y]
+        other = curves[curves["variant"] == v].set_index(x)[cols]
         both = other.index.intersection(single.index)
-        if len(both) and np.allclose(other[both], single[both], rtol=IDENTICAL, atol=IDENTICAL):
+        if len(both) and np.allclose(other.loc[both], single.loc[both], rtol=IDENTICAL, atol=IDENTICAL):
             same.append(v)
     return same
+
+
+def repeat_curves(df: pd.DataFrame, y: str, x: str = "step", smoothed: bool = True) -> tuple[pd.DataFrame, int]:
+    """Each curve's mean over repeats with the lowest and highest repeat as y_lo and y_hi (the
+    band: a mean alone hides how far repeats stray, and lets opposite signs cancel), smoothed
+    along x like the mean where there are many points; and the smoothing window."""
+    curves = mean_curves(df, y, x)
+    for name, how in (("lo", "min"), ("hi", "max")):
+        curves[f"{y}_{name}"] = mean_curves(df, y, x, how=how)[y].to_numpy()
+    window = 1
+    if smoothed:
+        for col in (y, f"{y}_lo", f"{y}_hi"):
+            curves, window = smooth(curves, col, ["label", "variant", "gpus"])
+    return curves, window
 
 
 def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str = "step",
@@ -462,12 +478,11 @@ def plot_loss_curves(t: Tables) -> Figure:
     steps = loss_steps(t)
     if steps.empty:
         return placeholder(title, why_empty(t["summary"], "no step records"))
-    curves, window = smooth(mean_curves(steps, "loss_global"), "loss_global",
-                            ["label", "variant", "gpus"])
-    smoothing = f", rolling mean over {window} steps" if window > 1 else ""
+    curves, window = repeat_curves(steps, "loss_global")
+    smoothing = f"; rolling mean over {window} steps" if window > 1 else ""
     return draw_curve_panels(curves, "loss_global", "loss_global", title,
-                             subtitle=f"mean over repeats{smoothing}; single at the same "
-                                      "global batch in every panel")
+                             subtitle=f"line: mean over repeats, band: lowest to highest{smoothing}; "
+                                      "single at the same global batch in every panel")
 
 
 def plot_loss_vs_single(t: Tables) -> Figure:
@@ -486,13 +501,7 @@ def plot_loss_vs_single(t: Tables) -> Figure:
         return placeholder(title, "no other variant ran with a single run's\n"
                                   "options, global batch and repeat")
     diff = diff.assign(loss_diff=diff["loss_global"] - diff["loss_global_single"])
-    # The mean over seeds alone would let opposite signs cancel: each seed's spread is the band.
-    curves = mean_curves(diff, "loss_diff")
-    for name, how in (("lo", "min"), ("hi", "max")):
-        curves[f"loss_diff_{name}"] = mean_curves(diff, "loss_diff", how=how)["loss_diff"].to_numpy()
-    window = 1
-    for col in ("loss_diff", "loss_diff_lo", "loss_diff_hi"):
-        curves, window = smooth(curves, col, ["label", "variant", "gpus"])
+    curves, window = repeat_curves(diff, "loss_diff")
     return draw_curve_panels(curves, "loss_diff", "loss_global − single's", title,
                              subtitle="same setup, global batch and seed; line: mean over seeds, "
                                       "band: lowest to highest seed"
