@@ -17,6 +17,17 @@ def test_a_reference_from_a_dirty_tree_is_refused(tmp_path, capsys):
     assert not (tmp_path / "ref").exists()
 
 
+def test_a_commit_may_be_named_as_git_abbreviates_it(tmp_path, capsys):
+    src = tmp_path / "results" / "t"
+    _run(src, "single-g1-r0", "2951eab")               # DPBENCH_GIT_SHA=$(git rev-parse --short HEAD)
+    assert reference.main([str(src), str(tmp_path / "ref")]) == 0
+    for rid, sha in (("dp-g1-r0", "2951eab+dirty"), ("ddp-g1-r0", "abc"), ("dp_sum-g1-r0", "n/a")):
+        _run(src, rid, sha)
+    assert reference.main([str(src), str(tmp_path / "ref2")]) == 2
+    err = capsys.readouterr().err
+    assert all(rid in err for rid in ("dp-g1-r0", "ddp-g1-r0", "dp_sum-g1-r0")) and "single-g1-r0" not in err
+
+
 def test_a_clean_reference_keeps_records_and_packs_logs(tmp_path):
     src = tmp_path / "results" / "t"
     _run(src, "single-g1-r0", "b" * 40)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import results
 
-CLEAN_SHA = re.compile(r"^[0-9a-f]{40}$")
+# A commit, in full or abbreviated as git prints it (7 hex digits or more); no "+dirty".
+CLEAN_SHA = re.compile(r"^[0-9a-f]{7,40}$")
 KEEP_TOP = ("*.csv", "*.md", "*.json")
 
 
