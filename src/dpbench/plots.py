@@ -432,7 +432,7 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
             c = panel[panel["variant"] == v].sort_values(x)
             style_ = dict(ls=(0, (4, 3)), lw=1.6) if v in same else dict(lw=1.1)
             ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, **style_)
-            if band:
+            if band and v not in same:   # a curve on top of single's adds no band of its own
                 ax.fill_between(c[x], c[f"{y}_lo"], c[f"{y}_hi"], color=color(v), alpha=0.18,
                                 linewidth=0, zorder=1)
         cols = [y, f"{y}_lo", f"{y}_hi"] if band else [y]

@@ -228,8 +228,8 @@ def startup_section(rs: results.ResultSet) -> str:
     text = ("Seconds from a run's launch (its GPUs held) to its first training step: imports, "
             "torchrun, the devices, the data and the model, none of it in images/s.")
     if names:
-        text += (" Then the median of each phase: imports (Python and torch; for ddp torchrun and "
-                 "its ranks too), devices (CUDA, the process group), data (the dataset read), model "
+        text += (" Then the median of each phase: imports (Python, torch and torch._dynamo, which "
+                 "the optimizer would import; for ddp torchrun and its ranks too), devices (CUDA, the process group), data (the dataset read), model "
                  "(model, wrapper, optimizer), feed (the batches' source: the gpu feed's upload), "
                  "rest (to the first step); – where a cell's records predate the phases.")
     headers = (["settings"] if several else []) + ["variant", "gpus", "ok runs", "median s", "min-max s", *names]
