@@ -866,3 +866,30 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
     assert "**Not measured here:** needs 2 GPUs (found 0)" in md
     for key in DRAW:   # every figure written, saying why where nothing was measured
         assert results.ResultSet(tmp_path, "t").claim_figure_path(key).exists()
+
+
+def test_c1_without_run_configs_places_no_cell_on_the_sweep(tmp_path):
+    # The memory tables alone (metrics.json lost): no output size is known, so nothing is
+    # "confirmed from N outputs", and the ledger still renders.
+    tag = gpu_tag()
+    tag.write(tmp_path, "t", fake_gpu_probes())
+    rs = results.ResultSet(tmp_path, "t")
+    for rid in list(tag.configs):
+        if rid.startswith("dp"):
+            rs.metrics_path(rid).unlink()
+    f = from_runs.c1(Evidence(tmp_path, "t", EXPERIMENT))
+    assert f.verdict == NUANCE and "from 0 outputs" not in f.summary
+    assert "without a run config: not placed on the output-size sweep" in f.summary
+
+
+@pytest.mark.parametrize("speedups, only", [
+    ({128: 0.2, 512: 0.5, 2048: 1.5, 8192: 1.9}, True),
+    ({128: 1.5, 512: 0.5, 2048: 1.5, 8192: 1.9}, False),   # faster at 128 too: not "only from 2,048"
+])
+def test_c8_advice_says_only_where_no_smaller_batch_paid_off(tmp_path, speedups, only):
+    t = FakeTag()
+    plant_c8(t, dp_speedup=speedups)
+    f = from_runs.c8(evidence(tmp_path, t))
+    assert ("with fp32 DataParallel on 2 GPUs paid off only from 2,048" in f.advice) == only
+    assert "with fp32 DataParallel on 2 GPUs paid off" in f.advice
+    assert "with bf16+channels_last DataParallel on 2 GPUs paid off only from 2,048" in f.advice   # starts at 512

@@ -136,19 +136,20 @@ def span_is_wide(values: list[float]) -> bool:
     return bool(pos) and max(pos) / min(pos) > LOG_SPAN
 
 
-def interval_words(med: pd.DataFrame, y: str) -> str:
-    """What the error bars are, or that there are none with a single repeat."""
+def interval_words(med: pd.DataFrame, y: str, at_least: bool = False) -> str:
+    """What the error bars are, or that there are none with a single repeat; at_least: their
+    levels are lower bounds (ratios of medians)."""
     has = med[f"{y}_ci_low"].notna() if len(med) else pd.Series(dtype=bool)
     if not has.any():
         return "n=1 per point: no interval"
-    words = f"bars: {levels_text(med.loc[has, f'{y}_ci_level'])} CI"
+    words = f"bars: {levels_text(med.loc[has, f'{y}_ci_level'], at_least)} CI"
     return words if has.all() else words + "; none where n=1"
 
 
-def levels_text(levels) -> str:
-    """'75%' or '50–75%': the confidence of a figure's intervals (it depends on the repeats)."""
-    lo, hi = level_text(min(levels)), level_text(max(levels))
-    return lo if lo == hi else f"{lo[:-1]}–{hi}"
+def levels_text(levels, at_least: bool = False) -> str:
+    """'75%', '50–75%' or '≥25–56%': the confidence of a figure's intervals (it depends on the repeats)."""
+    lo, hi = level_text(min(levels), at_least), level_text(max(levels))
+    return lo if lo.lstrip("≥") == hi else f"{lo[:-1]}–{hi}"
 
 
 # -- throughput and scaling -----------------------------------------------------------------
@@ -274,7 +275,7 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
                WEAK: "weak: against single at the per-GPU batch"}
     kinds = [k for k in (STRONG, WEAK) if any(p[0] == k for p in panels)]
     bars = interval_words(pd.concat([p[3].rename(columns=lambda c: c.replace(f"_{p[0]}", ""))
-                                     for p in panels]), "efficiency")
+                                     for p in panels]), "efficiency", at_least=True)
     figure_title(fig, f"{title} ({'; '.join(against[k] for k in kinds)}; points: runs; "
                       f"line: medians; {bars})")
     return fig
@@ -351,7 +352,8 @@ def plot_memory(t: Tables) -> Figure:
 def smooth(curves: pd.DataFrame, y: str, keys: list[str]) -> tuple[pd.DataFrame, int]:
     """Centered rolling mean along `step` per curve: per-step losses are too noisy to compare."""
     window = max(1, int(curves["step"].nunique()) // CURVE_POINTS)
-    rolled = curves.groupby(keys, sort=False)[y].transform(
+    curves = curves.sort_values(keys + ["step"], kind="stable")
+    rolled = curves.groupby(keys, sort=False, dropna=False)[y].transform(
         lambda s: s.rolling(window, center=True, min_periods=1).mean())
     return curves.assign(**{y: rolled}), window
 
@@ -392,15 +394,15 @@ def identical_to_single(curves: pd.DataFrame, y: str, x: str) -> list[str]:
 
 def repeat_curves(df: pd.DataFrame, y: str, x: str = "step", smoothed: bool = True) -> tuple[pd.DataFrame, int]:
     """Each curve's mean over repeats with the lowest and highest repeat as y_lo and y_hi (the
-    band: a mean alone hides how far repeats stray, and lets opposite signs cancel), smoothed
-    along x like the mean where there are many points; and the smoothing window."""
+    band: a mean alone hides how far repeats stray, and lets opposite signs cancel). Where there
+    are many points each repeat is smoothed along x first, so that the band is the spread
+    between repeats, not one step's noise; and the smoothing window."""
+    window = 1
+    if smoothed and "repeat" in df:
+        df, window = smooth(df, y, ["label", "variant", "gpus", "options", "setup", "global_batch", "repeat"])
     curves = mean_curves(df, y, x)
     for name, how in (("lo", "min"), ("hi", "max")):
         curves[f"{y}_{name}"] = mean_curves(df, y, x, how=how)[y].to_numpy()
-    window = 1
-    if smoothed:
-        for col in (y, f"{y}_lo", f"{y}_hi"):
-            curves, window = smooth(curves, col, ["label", "variant", "gpus"])
     return curves, window
 
 

@@ -433,8 +433,8 @@ def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
 # (runlog.mark_launch), in the record's "startup"; its first step begins at "start_s".
 #   imports: the launcher, torchrun and its ranks where ddp, Python's and torch's imports (with
 #            torch._dynamo, which the optimizer imports anyway: train.preload)
-#   devices: CUDA and the process group; data: the dataset read; model: model, wrapper, optimizer;
-#   feed: the batches' source (the gpu feed's upload)
+#   devices: CUDA and the process group; data: the numeric switches and the dataset read;
+#   model: model, wrapper, optimizer; feed: the batches' source (the gpu feed's upload)
 STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
 
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of

@@ -85,7 +85,7 @@ def ips_spec(value: float) -> str:
 def with_interval(est: Estimate, spec: str, n: int) -> str:
     """'1.77 (95% CI 1.74–1.80)', '1.34 (75% CI rounds to it)' or '1.77 (n=1, no interval)'."""
     if n >= 2 and fmt(est.low, spec) == fmt(est.high, spec) == fmt(est.value, spec):
-        return f"{fmt(est.value, spec)} ({level_text(est.level)} CI rounds to it)"
+        return f"{fmt(est.value, spec)} ({level_text(est.level, est.at_least)} CI rounds to it)"
     return f"{fmt(est.value, spec)} ({interval_text(est, spec, n)})"
 
 
@@ -123,12 +123,25 @@ def headline_line(c: pd.Series) -> str:
 
 def intervals_note() -> str:
     """What the intervals are and why few repeats give less than the usual 95%."""
+    a, b = ratio_repeats_for(CONFIDENCE)
     return (f"Intervals are distribution-free, from the order of the repeats alone: the range of n "
             f"repeats holds the median with confidence 1 − 2^(1−n) ({level_text(range_coverage(2))} "
-            f"for 2, {level_text(range_coverage(3))} for 3), and a ratio of two medians spans both "
-            f"ranges, at no less than the product of their confidences "
-            f"({level_text(range_coverage(3) ** 2)} for 3 and 3). Each interval states its own; {CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} "
-            f"repeats for a median and {repeats_for(math.sqrt(CONFIDENCE))} on each side for a ratio.")
+            f"for 2, {level_text(range_coverage(3))} for 3). A ratio of two medians spans both "
+            f"ranges; its confidence is at least the product of theirs, written with ≥ "
+            f"({level_text(range_coverage(3) ** 2, True)} for 3 and 3). Each interval states its own; "
+            f"{CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} repeats for a median and {a} and {b} "
+            f"for a ratio.")
+
+
+def ratio_repeats_for(level: float) -> tuple[int, int]:
+    """The fewest repeats in all, (a, b) with a <= b, whose two ranges bound a ratio's confidence
+    at `level` or more."""
+    total = 4
+    while True:
+        for a in range(2, total // 2 + 1):
+            if range_coverage(a) * range_coverage(total - a) >= level:
+                return a, total - a
+        total += 1
 
 
 def headline_section(med: pd.DataFrame) -> str:
@@ -229,9 +242,11 @@ def startup_section(rs: results.ResultSet) -> str:
             "torchrun, the devices, the data and the model, none of it in images/s.")
     if names:
         text += (" Then the median of each phase: imports (Python, torch and torch._dynamo, which "
-                 "the optimizer would import; for ddp torchrun and its ranks too), devices (CUDA, the process group), data (the dataset read), model "
+                 "the optimizer would import; for ddp torchrun and its ranks too), devices (CUDA, "
+                 "the process group), data (the numeric switches and the dataset read), model "
                  "(model, wrapper, optimizer), feed (the batches' source: the gpu feed's upload), "
-                 "rest (to the first step); – where a cell's records predate the phases.")
+                 "rest (to the first step); – where a cell's records predate the phases. The "
+                 "phases are medians each, so they need not add up to the total's median.")
     headers = (["settings"] if several else []) + ["variant", "gpus", "ok runs", "median s", "min-max s", *names]
     first_num = 2 if several else 1
     return "\n".join(["## Start-up", "", text, "",

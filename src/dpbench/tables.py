@@ -58,6 +58,7 @@ RATIOS = [   # (name, scaling kind, divided by gpus?)
     ("speedup_weak", WEAK, False),
     ("efficiency_weak", WEAK, True),
 ]
+RATIO_NAMES = {name for name, _, _ in RATIOS}
 CELL_KEYS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch"]
 
 
@@ -279,11 +280,14 @@ def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
 
 class Estimate(NamedTuple):
     """A median or a ratio of medians, with its interval and that interval's confidence (the
-    probability that it holds the true value; NaN bounds and level when there is none)."""
+    probability that it holds the true value; NaN bounds and level when there is none). For a
+    ratio the level is a lower bound (at_least): the interval can hold the ratio when a side's
+    interval misses its median."""
     value: float
     low: float
     high: float
     level: float
+    at_least: bool = False
 
 
 NONE = Estimate(math.nan, math.nan, math.nan, math.nan)
@@ -325,8 +329,9 @@ def median_ci(values: Iterable[float]) -> Estimate:
 def ratio_ci(num: Iterable[float], den: Iterable[float], scale: float = 1.0) -> Estimate:
     """median(num) / (scale × median(den)), with the interval that spans the two medians'
     intervals (low over high, high over low): when both hold their medians it holds the ratio,
-    so for independent groups its confidence is the product of theirs (each aims at the square
-    root of CONFIDENCE). No interval unless each group has 2 positive values at least."""
+    so for independent groups its confidence is at least the product of theirs (each aims at
+    the square root of CONFIDENCE; simulated, 3 and 3 normal repeats are covered about 90% of
+    the time, against the 56% bound). No interval unless each group has 2 positive values."""
     a = np.asarray([v for v in num if _present(v)], dtype=float)
     b = np.asarray([v for v in den if _present(v)], dtype=float)
     if len(a) == 0 or len(b) == 0 or np.median(b) == 0:
@@ -336,7 +341,7 @@ def ratio_ci(num: Iterable[float], den: Iterable[float], scale: float = 1.0) -> 
         return Estimate(value, math.nan, math.nan, math.nan)
     lo_a, hi_a, conf_a = _order_interval(a, math.sqrt(CONFIDENCE))
     lo_b, hi_b, conf_b = _order_interval(b, math.sqrt(CONFIDENCE))
-    return Estimate(value, lo_a / (scale * hi_b), hi_a / (scale * lo_b), conf_a * conf_b)
+    return Estimate(value, lo_a / (scale * hi_b), hi_a / (scale * lo_b), conf_a * conf_b, at_least=True)
 
 
 # -- strong and weak scaling ----------------------------------------------------------------
@@ -416,7 +421,8 @@ def estimate_fields(q: str, est: Estimate) -> dict[str, float]:
 
 
 def cell_estimate(c: pd.Series, q: str) -> Estimate:
-    return Estimate(c[q], c[f"{q}_ci_low"], c[f"{q}_ci_high"], c[f"{q}_ci_level"])
+    return Estimate(c[q], c[f"{q}_ci_low"], c[f"{q}_ci_high"], c[f"{q}_ci_level"],
+                    at_least=q in RATIO_NAMES)
 
 
 def cell_rows(cell_table: pd.DataFrame) -> list[dict]:
@@ -446,9 +452,10 @@ def interval_text(est: Estimate, spec: str, n: int | None = None) -> str:
     'n=1, no interval'."""
     if not (_present(est.low) and _present(est.high)):
         return NO_INTERVAL if n is None or n < 2 else "no interval"
-    return f"{level_text(est.level)} CI {spec.format(est.low)}–{spec.format(est.high)}"
+    return f"{level_text(est.level, est.at_least)} CI {spec.format(est.low)}–{spec.format(est.high)}"
 
 
-def level_text(level: float) -> str:
-    """A confidence as a whole percent, never rounded up to a level it does not reach."""
-    return f"{math.floor(level * 100 + 1e-9)}%"
+def level_text(level: float, at_least: bool = False) -> str:
+    """A confidence as a whole percent, never rounded up to a level it does not reach; '≥56%'
+    where it is a lower bound (a ratio's)."""
+    return f"{'≥' if at_least else ''}{math.floor(level * 100 + 1e-9)}%"

@@ -4,7 +4,8 @@
 #   tools/device/startup_ab.sh OUT_DIR OLD_SRC [ROUNDS]
 # OLD_SRC: the src/ folder of the other commit (e.g. `git archive REV src | tar -x -C DIR`,
 # carried). Each round runs single, then ddp on one GPU, 20 steps of real CIFAR-10 at batch
-# 512 with the gpu feed, old then new, so that neither tree always runs on a warmer machine.
+# 512 with the gpu feed, the two trees in turn: old first in odd rounds, new first in even
+# ones, so that neither always runs on a warmer machine.
 set -uo pipefail
 out=${1:?usage: startup_ab.sh OUT_DIR OLD_SRC [ROUNDS]} old=${2:?old src} rounds=${3:-3}
 py=python3
@@ -12,7 +13,8 @@ py=python3
 mkdir -p "$out/runs"
 for r in $(seq 1 "$rounds"); do
   for variant in single ddp; do
-    for tree in old new; do
+    order="old new"; [ $((r % 2)) -eq 0 ] && order="new old"
+    for tree in $order; do
       src=$PWD/src; [ "$tree" = old ] && src=$old
       cfg="{\"variant\":\"$variant\",\"gpus\":1,\"dataset\":\"cifar10\",\"data_root\":\"data\",\"feed\":\"gpu\",\"global_batch\":512,\"max_steps\":20,\"warmup_steps\":5,\"repeat\":$r}"
       dir="$out/runs/$tree-$variant-$r"

@@ -196,14 +196,15 @@ def _c1_cells(ev, groups: list[str]) -> list[dict[str, Any]]:
 def _gathered(cell: dict, cells: list[dict]) -> dict[str, Any]:
     """How much of a dp cell's excess the gathered outputs explain, and the noise of that part:
     measured as dp's excess less that of DataParallel with the loss inside the replicas (same
-    group; the noise of both), else from sizes (dp's noise)."""
+    group; the sum of both cells' noise), else from sizes (dp's noise)."""
     twin = [c for c in cells if c["group"] == cell["group"] and c["gpus"] == cell["gpus"]
             and c["variant"] in ("dp_sum", "dp_mean")]
     none = {"gathered_share": None, "gathered_mib": None, "gathered_noise_mib": cell["noise_mib"]}
     if cell["excess_mib"] <= 0:
         return {**none, "share_basis": "no excess"}
     if twin:
-        part, noise, basis = (cell["excess_mib"] - twin[0]["excess_mib"], max(cell["noise_mib"], twin[0]["noise_mib"]),
+        # a difference of two cells carries both cells' noise
+        part, noise, basis = (cell["excess_mib"] - twin[0]["excess_mib"], cell["noise_mib"] + twin[0]["noise_mib"],
                               f"measured against {twin[0]['variant']}")
     elif "logits_estimate_mib" in cell:
         part, noise, basis = cell["logits_estimate_mib"], cell["noise_mib"], "estimated from sizes"
@@ -351,7 +352,7 @@ def _c1_advice(verdict: str, sweeps: list[list[dict]], onsets: list[tuple[dict |
                 f"(dpbench's dp_sum), or use DDP: device 0 then no longer holds the whole batch's outputs. "
                 f"Below that, device 0's extra is the summed gradients, the optimizer state and the input batch; "
                 f"size the batch for it.")
-    if verdict == NUANCE and not any(c["outputs_dominate"] for s in sweeps for c in s):
+    if verdict == NUANCE and sweeps and not any(c["outputs_dominate"] for s in sweeps for c in s):
         widest = max((c for s in sweeps for c in s), key=lambda c: c.get("num_classes", 0))
         return (f"Size the batch for device 0: besides its share of activations it keeps the summed gradients, the "
                 f"optimizer state (one model-sized buffer for SGD with momentum, two for Adam) and the whole input "
@@ -369,13 +370,21 @@ def _c1_from_runs(ev) -> Finding:
         return _not_run(ev, groups)
     for c in dp:
         _judge(c, cells)
-    sweeps = _sweeps(dp)
+    # An output-size sweep needs each cell's size: cells without a run config (metrics.json)
+    # join the evidence lines, not the sweeps, their onsets or the advice.
+    sized = [c for c in dp if "num_classes" in c]
+    sweeps = _sweeps(sized)
     onsets = [_onset(s) for s in sweeps]
     verdict = _c1_verdict(dp, onsets)
-    lead = {CONFIRMED: "the article is right ",
-            NUANCE: "device 0 is heavier beyond noise, but the gathered outputs do not (cleanly) explain it: ",
-            REFUTED: "device 0 holds no more than the others beyond noise: "}[verdict]
-    parts = [lead + " | ".join(_sweep_text(s, first) for s, (first, _) in zip(sweeps, onsets))]
+    heads = {CONFIRMED: "the article is right ",
+             NUANCE: "device 0 is heavier beyond noise, but the gathered outputs do not (cleanly) explain it: ",
+             REFUTED: "device 0 holds no more than the others beyond noise: "}
+    # "right" leads only the sweeps where it is; the others say what they showed
+    texts = [(heads[CONFIRMED] if verdict == CONFIRMED and first else "") + _sweep_text(s, first)
+             for s, (first, _) in zip(sweeps, onsets)]
+    if len(sized) < len(dp):
+        texts.append(f"{len(dp) - len(sized)} dp cell(s) without a run config: not placed on the output-size sweep")
+    parts = [("" if verdict == CONFIRMED else heads[verdict]) + " | ".join(texts)]
     inside = [c for c in cells if c["variant"] in ("dp_sum", "dp_mean")]
     if inside:
         worst = max(inside, key=lambda c: c["excess_mib"])
@@ -921,9 +930,11 @@ def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str
         ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
         if ups:
             a, b = ups[-1]["between"]
-            parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs paid off only from {_fmt_batch(b)} "
-                         f"images a step of the batches measured (slower at {_fmt_batch(a)}; the crossover about "
-                         f"{_about(ups[-1]['batch'])}, interpolated)")
+            # "only from B" holds when no smaller batch was faster too
+            only = not any(st == "faster" and bt < a for bt, st in zip(c["batches"], c["statuses"]))
+            parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs paid off {'only ' if only else ''}from "
+                         f"{_fmt_batch(b)} images a step of the batches measured (slower at {_fmt_batch(a)}; the "
+                         f"crossover about {_about(ups[-1]['batch'])}, interpolated)")
         elif c["all_slower"]:
             parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs never paid off up to "
                          f"{_fmt_batch(c['batches'][-1])} images a step")
