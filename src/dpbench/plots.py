@@ -400,10 +400,8 @@ def repeat_curves(df: pd.DataFrame, y: str, x: str = "step", smoothed: bool = Tr
     window = 1
     if smoothed and "repeat" in df:
         df, window = smooth(df, y, ["label", "variant", "gpus", "options", "setup", "global_batch", "repeat"])
-    curves = mean_curves(df, y, x)
-    for name, how in (("lo", "min"), ("hi", "max")):
-        curves[f"{y}_{name}"] = mean_curves(df, y, x, how=how)[y].to_numpy()
-    return curves, window
+    curves = mean_curves(df, y, x, how=["mean", "min", "max"])
+    return curves.rename(columns={"mean": y, "min": f"{y}_lo", "max": f"{y}_hi"}), window
 
 
 def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str = "step",
@@ -468,8 +466,9 @@ def loss_steps(t: Tables) -> pd.DataFrame:
     return with_run_info(steps, t["summary"])
 
 
-def mean_curves(df: pd.DataFrame, y: str, x: str = "step", how: str = "mean") -> pd.DataFrame:
-    """y over the repeats of each curve at each x: their mean (or min, max)."""
+def mean_curves(df: pd.DataFrame, y: str, x: str = "step", how: str | list[str] = "mean") -> pd.DataFrame:
+    """y over the repeats of each curve at each x: their mean (or what `how` names; a list gives
+    a column each)."""
     keys = ["label", "options", "setup", "global_batch", "per_gpu_batch", "scaling", "precision",
             "device_type", "variant", "gpus"]
     return df.groupby(keys + [x], sort=True)[y].agg(how).reset_index()

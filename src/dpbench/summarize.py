@@ -20,7 +20,7 @@ from dpbench import DP_VARIANTS, results
 from dpbench.markdown import md_table
 from dpbench.tables import (CONFIDENCE, NO_INTERVAL, STRONG, WEAK, Estimate, cell_estimate, cells,
                             gpus_label, interval_text, label, label_order, level_text, load_table,
-                            ok_runs, range_coverage, repeats_for, variant_order)
+                            ok_runs, range_coverage, ratio_repeats_for, repeats_for, variant_order)
 
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
                    ("driver", "driver"), ("gpu_names", "GPUs"), ("python", "Python"),
@@ -131,17 +131,6 @@ def intervals_note() -> str:
             f"({level_text(range_coverage(3) ** 2, True)} for 3 and 3). Each interval states its own; "
             f"{CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} repeats for a median and {a} and {b} "
             f"for a ratio.")
-
-
-def ratio_repeats_for(level: float) -> tuple[int, int]:
-    """The fewest repeats in all, (a, b) with a <= b, whose two ranges bound a ratio's confidence
-    at `level` or more."""
-    total = 4
-    while True:
-        for a in range(2, total // 2 + 1):
-            if range_coverage(a) * range_coverage(total - a) >= level:
-                return a, total - a
-        total += 1
 
 
 def headline_section(med: pd.DataFrame) -> str:

@@ -307,6 +307,17 @@ def repeats_for(level: float) -> int:
     return n
 
 
+def ratio_repeats_for(level: float) -> tuple[int, int]:
+    """The fewest repeats in all, (a, b) with a <= b, whose two ranges bound a ratio's confidence
+    at `level` or more."""
+    total = 4
+    while True:
+        for a in range(2, total // 2 + 1):
+            if range_coverage(a) * range_coverage(total - a) >= level:
+                return a, total - a
+        total += 1
+
+
 def _order_interval(x: np.ndarray, level: float) -> tuple[float, float, float]:
     """(low, high, confidence): the narrowest order-statistic interval of at least `level`
     confidence, or the full range (and its own confidence) when n is too small for it."""

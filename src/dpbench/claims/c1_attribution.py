@@ -143,25 +143,15 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
 
 def measure(variant: str, classes: list[int], batch: int) -> dict[str, Any]:
     """One variant at each output size, in this process (CUDA must start here)."""
-    import torch
-    import torch.distributed as dist
+    from dpbench.claims.c1_max_batch import one_rank, variant_devices
 
-    from dpbench.claims.c1_max_batch import devices_for
-
-    n = devices_for(variant)
-    if not torch.cuda.is_available() or torch.cuda.device_count() < n:
-        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return {"variant": variant, "skipped": f"needs {n} GPU{'s' if n > 1 else ''} (found {found})"}
-    devices = [torch.device("cuda", i) for i in range(n)]
+    devices, skipped = variant_devices(variant)
+    if skipped:
+        return {"variant": variant, "skipped": skipped}
     per_gpu = batch // 2 if variant == "ddp" else batch   # a rank of 2 holds half the global batch
-    if variant == "ddp":
-        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with one_rank(variant):
         per_classes = {str(c): attribute(variant, c, per_gpu, devices) for c in classes}
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    return {"variant": variant, "gpus": n, "batch": batch, "per_gpu_batch": per_gpu,
+    return {"variant": variant, "gpus": len(devices), "batch": batch, "per_gpu_batch": per_gpu,
             "per_classes": per_classes}
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 CAP_GIB = 8.0
 CLASSES = (10, 32768)
@@ -114,32 +115,49 @@ class _Trial:
             torch.cuda.empty_cache()
 
 
-def search(variant: str, classes: list[int], cap_gib: float) -> dict[str, Any]:
-    """One variant's searches in this process (CUDA must not be initialised by anyone else)."""
+def variant_devices(variant: str) -> tuple[list, str | None]:
+    """The CUDA devices a variant runs on in this process, or why it cannot ('needs 2 GPUs (found 1)')."""
     import torch
-    import torch.distributed as dist
 
     n = devices_for(variant)
-    if not torch.cuda.is_available() or torch.cuda.device_count() < n:
-        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        return {"variant": variant, "skipped": f"needs {n} GPU{'s' if n > 1 else ''} (found {found})"}
-    devices = [torch.device("cuda", i) for i in range(n)]
-    for d in devices:
-        total = torch.cuda.get_device_properties(d).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gib * 2**30 / total), d)
-    if variant == "ddp":   # one rank: its memory is every rank's
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < n:
+        return [], f"needs {n} GPU{'s' if n > 1 else ''} (found {found})"
+    return [torch.device("cuda", i) for i in range(n)], None
+
+
+@contextmanager
+def one_rank(variant: str) -> Iterator[None]:
+    """ddp as one rank of a one-process group (its memory is every rank's); nothing for the others."""
+    import torch.distributed as dist
+
+    if variant == "ddp":
         dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-    out: dict[str, Any] = {"variant": variant, "gpus": n, "cap_gib": cap_gib,
-                           "gpu_name": torch.cuda.get_device_name(0), "per_classes": {}}
     try:
-        for c in classes:
-            trial = _Trial(variant, c, devices)
-            found = largest(trial, granule=8 * n)
-            found["peak_mib_per_device"] = [round(m) for m in trial.peaks.get(found["largest"], [])]
-            out["per_classes"][str(c)] = found
+        yield
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def search(variant: str, classes: list[int], cap_gib: float) -> dict[str, Any]:
+    """One variant's searches in this process (CUDA must not be initialised by anyone else)."""
+    import torch
+
+    devices, skipped = variant_devices(variant)
+    if skipped:
+        return {"variant": variant, "skipped": skipped}
+    for d in devices:
+        total = torch.cuda.get_device_properties(d).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gib * 2**30 / total), d)
+    out: dict[str, Any] = {"variant": variant, "gpus": len(devices), "cap_gib": cap_gib,
+                           "gpu_name": torch.cuda.get_device_name(0), "per_classes": {}}
+    with one_rank(variant):
+        for c in classes:
+            trial = _Trial(variant, c, devices)
+            found = largest(trial, granule=8 * len(devices))
+            found["peak_mib_per_device"] = [round(m) for m in trial.peaks.get(found["largest"], [])]
+            out["per_classes"][str(c)] = found
     return out
 
 
@@ -187,9 +205,20 @@ def verdict_from(found: dict[str, dict[str, int]]) -> str:
     return NUANCE
 
 
+def variant_json(module: str, variant: str) -> tuple[dict[str, Any], str | None]:
+    """One variant's JSON line from `python -m module --variant V` in a fresh process, and why
+    there is none (skipped, or failed with its exit code and last lines) where there is none."""
+    from dpbench.claims.common import run_python
+
+    r = run_python("", args=["-m", module, "--variant", variant])
+    if r.get("rc") or "per_classes" not in r:
+        return r, r.get("skipped") or (f"failed (exit code {r.get('rc')}): " + " / ".join(r.get("stderr_tail") or []))
+    return r, None
+
+
 def run():
     from dpbench.claims import NOT_RUN
-    from dpbench.claims.common import gpus_visible, needs, record, run_python
+    from dpbench.claims.common import gpus_visible, needs, record
     from dpbench.claims.records import obs as observation
 
     n = gpus_visible()
@@ -198,10 +227,8 @@ def run():
     observations, parts_not_run = [], []
     found: dict[str, dict[str, int]] = {}
     for variant in VARIANTS:
-        r = run_python("", args=["-m", "dpbench.claims.c1_max_batch", "--variant", variant])
-        if r.get("rc") or "per_classes" not in r:
-            why = r.get("skipped") or (f"failed (exit code {r.get('rc')}): "
-                                       + " / ".join(r.get("stderr_tail") or []))
+        r, why = variant_json("dpbench.claims.c1_max_batch", variant)
+        if why:
             parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB allocated per GPU: {why}")
             continue
         for classes, f in r["per_classes"].items():
@@ -223,10 +250,8 @@ def run():
     # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)
     from dpbench.claims import c1_attribution
     for variant in VARIANTS:
-        r = run_python("", args=["-m", "dpbench.claims.c1_attribution", "--variant", variant])
-        if r.get("rc") or "per_classes" not in r:
-            why = r.get("skipped") or (f"failed (exit code {r.get('rc')}): "
-                                       + " / ".join(r.get("stderr_tail") or []))
+        r, why = variant_json("dpbench.claims.c1_attribution", variant)
+        if why:
             parts_not_run.append(f"each device's peak by what allocated it (memory snapshot), {variant}: {why}")
             continue
         observations += c1_attribution.observations(r)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS
 from dpbench.collect import model_mib
+from dpbench.tables import ratio_ci
 from dpbench.config import RunConfig
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import c1_max_batch, probe_finding
@@ -777,7 +778,10 @@ def c8_points(ev) -> list[dict[str, Any]]:
                     continue
                 ips = r["images_per_s"].astype(float)
                 sp = ips.median() / s.median()
-                lo, hi, n = ips.min() / s.max(), ips.max() / s.min(), min(len(r), len(single))
+                # the tables' interval on a ratio of medians: the two ranges' ratio with a few repeats
+                est = ratio_ci(ips, s)
+                lo, hi = (sp, sp) if math.isnan(est.low) else (est.low, est.high)
+                n = min(len(r), len(single))
                 status = _speed_status(lo, hi, n)
                 points.append({"group": g, "series": _series_name(opts, precision), "variant": variant,
                                "gpus": int(gpus), "global_batch": int(r["global_batch"].iloc[0]),
