@@ -217,7 +217,7 @@ def test_aa_null_simulation_raises_regressions_at_most_at_the_nominal_rate():
         day = rng.normal(0.0, 0.02)
         cells = {k: (1e4 * np.exp(rng.normal(0, 0.03, 3)),
                      1e4 * np.exp(day + rng.normal(0, 0.01) + rng.normal(0, 0.03, 3))) for k in range(4)}
-        n = sum(v["verdict"] == "regression" for v in cmp.throughput_verdicts(cells, th).values())
+        n = sum(v["verdict"] == "regression" for v in cmp.throughput_verdicts(cells, th)[0].values())
         cells_flagged += n
         comparisons_flagged += n > 0
     assert cells_flagged / 400 <= th.alpha
@@ -236,6 +236,91 @@ def test_welch_p_is_scipys():
     assert cmp.welch_p(x, y) == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue, rel=1e-12)
     assert cmp.welch_p(x[:1], y) is None
     assert cmp.welch_p(np.ones(3), np.ones(3)) == 1.0 and cmp.welch_p(np.ones(3), 2 * np.ones(3)) == 0.0
+
+
+# -- the noise between launches, learned from A/A launches -------------------------------
+
+CELL_WOBBLE = {("single", 1): 1.0008, ("dp", 2): 0.9993, ("ddp", 2): 1.0}
+
+
+def a_a_launches(root, shifts=(1.0, 0.999, 1.002, 0.998), provenance: dict | None = None) -> list[str]:
+    """The baseline's experiment launched again: each launch shifted as a whole, each cell wobbling
+    a little around it (alternately up and down), written as tags A, A2, A3..."""
+    tags = []
+    for i, shift in enumerate(shifts):
+        tag = "A" if i == 0 else f"A{i + 1}"
+        runs = make_runs()
+        for r in runs:
+            wobble = CELL_WOBBLE[r["variant"], r["gpus"]]
+            r["images_per_s"] *= shift * (wobble if i % 2 else 1 / wobble)
+        write_set(root, tag, runs, provenance if i else None)
+        tags.append(tag)
+    return tags
+
+
+def test_a_cell_of_its_own_is_a_regression_below_the_fixed_floor(tmp_path):
+    tags = a_a_launches(tmp_path)
+    runs = make_runs()
+    for r in find(runs, "ddp"):
+        r["images_per_s"] *= 0.96
+    write_set(tmp_path, "B", runs)
+    fixed = row(cmp.compare(tmp_path, "A", "B")["throughput"], "ddp")
+    assert fixed["verdict"] == "no change"   # 4% is inside the fixed 5% floor
+    report = cmp.compare(tmp_path, "A", "B", noise_from=tags)
+    ddp, single = row(report["throughput"], "ddp"), row(report["throughput"], "single")
+    assert ddp["verdict"] == "regression" and ddp["note"].startswith("departs from the common shift")
+    assert ddp["departure"] < -ddp["floor"] < 0 and single["verdict"] == "no change"
+    assert report["noise"]["launches"] == tags and report["noise"]["cells"] == 3
+    assert not report["noise"]["shift_beyond"]
+
+
+def test_a_shift_of_every_cell_beyond_the_launches_is_a_regression_everywhere(tmp_path):
+    tags = a_a_launches(tmp_path)
+    runs = make_runs()
+    for r in runs:
+        r["images_per_s"] *= 0.90
+    write_set(tmp_path, "B", runs)
+    report = cmp.compare(tmp_path, "A", "B", noise_from=tags)
+    assert report["noise"]["shift_beyond"]
+    assert {r["verdict"] for r in report["throughput"]} == {"regression"}
+    assert all(r["note"] == "the common shift is beyond the launch-to-launch noise" for r in report["throughput"])
+
+
+def test_a_shift_the_launches_also_showed_is_no_change(tmp_path):
+    tags = a_a_launches(tmp_path, shifts=(1.0, 0.97, 1.03, 0.96))
+    runs = make_runs()
+    for r in runs:
+        r["images_per_s"] *= 0.97
+    write_set(tmp_path, "B", runs)
+    report = cmp.compare(tmp_path, "A", "B", noise_from=tags)
+    assert not report["noise"]["shift_beyond"]
+    assert {r["verdict"] for r in report["throughput"]} == {"no change"}
+    assert all("launch-to-launch noise" in r["note"] for r in report["throughput"])
+
+
+def test_the_report_shows_the_launch_noise_and_what_the_launches_differ_in(tmp_path, capsys):
+    tags = a_a_launches(tmp_path, provenance={"git_sha": "cafe"})
+    write_set(tmp_path, "B", make_runs())
+    assert cmp.main(argv(tmp_path, "--noise-from", ",".join(tags))) == 0
+    md = R.compare_paths(tmp_path, "A", "B")[0].read_text()
+    assert "## Launch noise (A/A)" in md and "**Not a pure A/A:** the launches differ in git_sha" in md
+    assert re.search(r"\| ddp g2 +\| +3/3 \|.*\| +[+-]0\.0% \|", md)   # the vs-shift column
+    assert "learned from 4 A/A launches" in md
+
+
+@pytest.mark.parametrize("case, words", [
+    ("one", "needs at least 2 launches"),
+    ("hardware", "ran on other hardware than the baseline"),
+    ("missing", "A/A launch result set 'A9' not found"),
+])
+def test_unusable_a_a_launches_exit_2_naming_the_problem(tmp_path, capsys, case, words):
+    tags = a_a_launches(tmp_path, provenance={"gpu_names": ["NVIDIA A100"] * 2} if case == "hardware" else None)
+    write_set(tmp_path, "B", make_runs())
+    noise_from = {"one": ["A"], "hardware": tags, "missing": ["A", "A9"]}[case]
+    assert cmp.main(argv(tmp_path, "--noise-from", ",".join(noise_from))) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+    assert not R.compare_paths(tmp_path, "A", "B")[0].exists()
 
 
 # -- memory, warnings, status, provenance ------------------------------------------------
@@ -724,3 +809,15 @@ def test_provenance_lists_read_as_results_reads_them(pair):
     assert keys["gpu_names"] == {"baseline": ["NVIDIA H200"], "candidate": ["NVIDIA H200"], "differs": False}
     assert keys["cuda"]["candidate"] is None and keys["cuda"]["differs"]
     assert keys["nccl"]["candidate"] == ["2.28.9", "2.29.1"]
+
+
+def test_the_pipeline_passes_a_a_launches_to_compare():
+    import shlex
+
+    from dpbench import pipeline
+
+    cfg = pipeline.load_experiment({"experiment": "smoke", "baseline": "A",
+                                    "compare": {"noise_from": ["A", "A2"], "threshold": "0.03"}},
+                                   Path(__file__).parents[1])
+    parsed = cmp._parser().parse_args(shlex.split(pipeline.compare_args(cfg, "B")))
+    assert parsed.noise_from == ["A", "A2"] and parsed.threshold == 0.03 and parsed.candidate == "B"

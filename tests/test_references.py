@@ -95,10 +95,12 @@ def test_comparison_reports_reproduce(tmp_path, stem):
     """A committed report comes out again from the committed result sets and its thresholds."""
     md, js = (REFERENCE / results.COMPARE_DIR / f"{stem}{ext}" for ext in (".md", ".json"))
     report = results.read_json(js)
-    for tag in (report["baseline"], report["candidate"]):
+    launches = (report.get("noise") or {}).get("launches", [])
+    for tag in dict.fromkeys([report["baseline"], report["candidate"], *launches]):
         (tmp_path / tag).symlink_to(REFERENCE / tag, target_is_directory=True)
     argv = ["--results-dir", str(tmp_path), "--baseline", report["baseline"],
             "--candidate", report["candidate"]]
+    argv += ["--noise-from", ",".join(launches)] if launches else []
     argv += ["--fail-on", ",".join(report["fail_on"])] if report["fail_on"] else []
     argv += [a for k, v in report["thresholds"].items() for a in (f"--{k.replace('_', '-')}", repr(v))]
     assert compare.main(argv) in (0, 1)

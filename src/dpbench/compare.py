@@ -20,7 +20,10 @@ A change counts only beyond the noise measured for it:
         Welch's p (Holm-adjusted over all cells) >= alpha       -> "too noisy to tell"
       otherwise                                                 -> "regression" / "improvement"
   The repeats of one launch do not see the shift between two launches (another day, another
-  boot, another neighbour on the node); the noise floor stands for it.
+  boot, another neighbour on the node); the noise floor stands for it. With A/A launches
+  (--noise-from, dpbench.noise) that floor is learned instead: the comparison's common shift
+  must exceed what launches of the same code showed, or a cell must depart from that shift by
+  more than cells did there; Welch's test is then reported but not needed.
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
   bit-identical; the first differing step is reported, a finding when the software changed and
   a regression when nothing did. After a software change their bits may move, but the curve
@@ -46,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbench import noise
 from dpbench import results as R
 from dpbench.errors import error_text
 from dpbench.markdown import md_table
@@ -69,7 +73,10 @@ FAIL_ON = ("regressions", "new-warnings", "diverged-curves", "findings")
 class Thresholds:
     """Every knob of the comparison, with its default: the one source (schema.yaml mirrors it)."""
 
-    threshold: float = 0.05
+    # About what a user would act on. Without A/A data the noise floor below decides; with it
+    # (--noise-from) a cell's own departure from a launch's common shift is resolved to ~0.5% on
+    # one H200, so this is what then stops verdicts on changes nobody would act on.
+    threshold: float = 0.02
     """Smallest relative throughput change worth a verdict."""
     # Day-to-day noise between launches, which repeats of one launch cannot see: on 2x H200 the
     # same cells rerun a day later moved by +0.4%, +0.6% and +4.1% while repeats within each
@@ -261,25 +268,41 @@ def _ok_values(summary, column: str) -> dict[tuple, np.ndarray]:
 
 # -- throughput --------------------------------------------------------------------------
 
-def throughput_verdicts(cells: dict[Any, tuple[np.ndarray, np.ndarray]], th: Thresholds) -> dict[Any, dict]:
-    """Verdict per cell from (baseline, candidate) images/s; Holm runs over all tested cells."""
+def _change(x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.median(y) / np.median(x) - 1.0)
+
+
+def throughput_verdicts(cells: dict[Any, tuple[np.ndarray, np.ndarray]], th: Thresholds,
+                        launch_noise: noise.LaunchNoise | None = None) -> tuple[dict[Any, dict], dict | None]:
+    """Verdict per cell from (baseline, candidate) images/s, and the launch-noise judgement of
+    the comparison as a whole (None without A/A data); Holm runs over all tested cells."""
     keys = list(cells)
     raw = [welch_p(*cells[k]) for k in keys]
     adjusted = holm(raw)
-    return {k: _throughput_verdict(*cells[k], p, q, th) for k, p, q in zip(keys, raw, adjusted)}
+    judged = (noise.verdicts({k: _change(*cells[k]) for k in keys}, launch_noise, th.alpha)
+              if launch_noise is not None else None)
+    out = {k: _throughput_verdict(*cells[k], p, q, th, judged["cells"][k] if judged else None)
+           for k, p, q in zip(keys, raw, adjusted)}
+    return out, judged
+
+
+def _signs_agree(a: float, b: float) -> bool:
+    return a * b > 0
 
 
 def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: float | None,
-                        th: Thresholds) -> dict[str, Any]:
+                        th: Thresholds, launch: dict | None = None) -> dict[str, Any]:
     x, y = np.asarray(x, float), np.asarray(y, float)
-    change = float(np.median(y) / np.median(x) - 1.0)
+    change = _change(x, y)
     no_change = max(th.threshold, th.noise_floor)
     row: dict[str, Any] = {"n_baseline": len(x), "n_candidate": len(y),
                            "median_baseline": float(np.median(x)),
                            "median_candidate": float(np.median(y)), "change": change,
                            "pooled_cv": None, "floor": no_change, "p_value": p, "p_holm": p_holm,
                            "note": ""}
-    if p is None:
+    if launch is not None:
+        verdict = _launch_noise_verdict(row, x, y, th, launch)
+    elif p is None:
         verdict = "no change" if abs(change) <= no_change else "too noisy to tell"
         row["note"] = "single repeat: spread unknown, no significance test"
     else:
@@ -299,11 +322,64 @@ def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: f
     return {**row, "verdict": verdict, "severity": severity}
 
 
-def compare_throughput(base: dict, cand: dict, th: Thresholds) -> list[dict]:
+def _launch_noise_verdict(row: dict, x: np.ndarray, y: np.ndarray, th: Thresholds, launch: dict) -> str:
+    """The verdict against noise learned from A/A launches (dpbench.noise): a change counts when
+    the whole comparison shifted beyond what launches of the same code do, or when this cell
+    departs from that shift by more than cells did between those launches."""
+    change = row["change"]
+    row["departure"], row["floor"] = launch["departure"], launch["cell_floor"]
+    if min(len(x), len(y)) > 1:
+        row["pooled_cv"] = pooled_cv(x, y)
+    if abs(change) <= th.threshold:
+        return "no change"
+    if row["pooled_cv"] is not None and abs(change) <= th.k_spread * row["pooled_cv"]:
+        row["note"] = "inside the repeats' own spread"
+        return "too noisy to tell"
+    if launch["departure_beyond"] and _signs_agree(launch["departure"], change):
+        row["note"] = f"departs from the common shift by {100 * launch['departure']:+.1f}%"
+    elif launch["shift_beyond"] and _signs_agree(launch["shift"], change):
+        row["note"] = "the common shift is beyond the launch-to-launch noise"
+    else:
+        row["note"] = "within the launch-to-launch noise (A/A)"
+        return "no change"
+    return "regression" if change < 0 else "improvement"
+
+
+def compare_throughput(base: dict, cand: dict, th: Thresholds,
+                       launch_noise: noise.LaunchNoise | None = None) -> tuple[list[dict], dict | None]:
     a = _ok_values(base["tables"]["summary"], "images_per_s")
     b = _ok_values(cand["tables"]["summary"], "images_per_s")
-    verdicts = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th)
-    return [{**_group(k), **v} for k, v in verdicts.items()]
+    verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th,
+                                           launch_noise)
+    return [{**_group(k), **v} for k, v in verdicts.items()], judged
+
+
+# -- launch noise from A/A launches ------------------------------------------------------
+
+def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tuple[noise.LaunchNoise, dict]:
+    """The launch-noise model from result sets of the same experiment launched several times;
+    InputError when they cannot give one or were made on other hardware than the baseline."""
+    tags = list(dict.fromkeys(tags))
+    if len(tags) < 2:
+        raise InputError(f"--noise-from needs at least 2 launches of the same experiment (A/A), got "
+                         f"{len(tags)}: {', '.join(tags) or 'none'}")
+    sets = {t: load_set(root, t, "A/A launch") for t in tags}
+    for t, s in sets.items():
+        for k in EXACT_HARDWARE_KEYS:
+            if _prov_value(s, k) != _prov_value(baseline, k):
+                raise InputError(f"A/A launch {t!r} ran on other hardware than the baseline ({k}: "
+                                 f"{_prov_value(s, k)} vs {_prov_value(baseline, k)}); its noise says "
+                                 f"nothing here: pass launches made on the baseline's machine")
+    medians = {t: {k: float(np.median(v)) for k, v in _ok_values(s["tables"]["summary"], "images_per_s").items()}
+               for t, s in sets.items()}
+    cells = sorted(set.intersection(*(set(m) for m in medians.values())))
+    try:
+        model = noise.fit(np.log([[medians[t][c] for t in tags] for c in cells]).reshape(len(cells), len(tags)),
+                          tags)
+    except noise.NotEnoughLaunches as exc:
+        raise InputError(str(exc)) from None
+    differs = [k for k in SOFTWARE_KEYS if len({json.dumps(_prov_value(s, k)) for s in sets.values()}) > 1]
+    return model, {"fitted_cells": [_group(c) for c in cells], "software_differs": differs}
 
 
 # -- memory, warnings --------------------------------------------------------------------
@@ -686,19 +762,27 @@ def exit_code(report: dict, fail_on: list[str]) -> int:
 
 
 def compare(results_dir: Path | str, baseline: str, candidate: str,
-            thresholds: Thresholds | None = None, **overrides: float) -> dict[str, Any]:
-    """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged."""
+            thresholds: Thresholds | None = None, noise_from: list[str] | None = None,
+            **overrides: float) -> dict[str, Any]:
+    """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged.
+
+    noise_from: tags of A/A launches (the same experiment launched more than once on the
+    baseline's machine) to learn the launch-to-launch noise from, instead of the fixed floor."""
     th = dataclasses.replace(thresholds or Thresholds(), **overrides)
     base = load_set(results_dir, baseline, "baseline")
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
+    model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
+    throughput, judged = compare_throughput(base, cand, th, model)
     report: dict[str, Any] = {
         "baseline": baseline, "candidate": candidate,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
         "provenance": prov,
         "status": compare_status(base, cand),
-        "throughput": compare_throughput(base, cand, th),
+        "noise": None if model is None else {
+            **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}},
+        "throughput": throughput,
         "memory": compare_memory(base, cand, th),
         "warnings": compare_warnings(base, cand),
         "loss": compare_loss(base, cand, th, prov),
@@ -783,15 +867,12 @@ def render_markdown(report: dict) -> str:
     th, w, counts = report["thresholds"], report["warnings"], report["verdict"]["counts"]
     fail_on = report.get("fail_on") or []
     cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
-    noise_floor = max(th["threshold"], th["noise_floor"])
+    launch = report.get("noise")
     out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
            f"{_count(report['runs']['baseline'], 'baseline run')} against "
            f"{_count(report['runs']['candidate'], 'candidate run')}, "
            f"{_count(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
-           "**How noise is judged.** A throughput change is called only when it exceeds "
-           f"{100 * noise_floor:g}% (the larger of the threshold and the noise floor between two "
-           f"launches), {th['k_spread']:g} × the repeats' pooled coefficient of variation, and Welch's "
-           f"t-test reaches p < {th['alpha']:g} after Holm's correction over the cells. Loss curves of "
+           "**How noise is judged.** " + _throughput_rule(th, launch) + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
            "software change their bits may move, but they must also stay within the band below); other "
            f"curves are held against the baseline's repeat-to-repeat spread, a band of "
@@ -809,12 +890,17 @@ def render_markdown(report: dict) -> str:
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
         ("Throughput (images/s, median over repeats)",
-         "`floor`: the change a verdict needs; `p (Holm)`: Welch's p adjusted over the cells.",
-         ["run group", "repeats", "baseline", "candidate", "change", "floor", "p", "p (Holm)", "verdict", "note"],
-         range(1, 8),
+         ("`vs shift`: the change beyond the comparison's common shift; `floor`: the departure a "
+          "verdict needs; " if launch else "`floor`: the change a verdict needs; ")
+         + "`p (Holm)`: Welch's p adjusted over the cells.",
+         ["run group", "repeats", "baseline", "candidate", "change"] + (["vs shift"] if launch else [])
+         + ["floor", "p", "p (Holm)", "verdict", "note"],
+         range(1, 9 if launch else 8),
          [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
-           r["median_candidate"], _signed(r["change"], "%", 100), _pct(r["floor"]),
-           r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]] for r in report["throughput"]]),
+           r["median_candidate"], _signed(r["change"], "%", 100)]
+          + ([_signed(r.get("departure"), "%", 100)] if launch else [])
+          + [_pct(r["floor"]), r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]]
+          for r in report["throughput"]]),
         ("Peak memory (max allocated MiB per device)",
          f"A regression exceeds both +{th['mem_threshold_mib']:g} MiB and +{th['mem_threshold_pct']:g}%.",
          ["run group", "device", "baseline", "candidate", "change", "change %", "verdict"], range(1, 6),
@@ -838,8 +924,41 @@ def render_markdown(report: dict) -> str:
     ]
     # Numbers align right, text left (md_table's rule, as in the other reports).
     for title, note, headers, right, rows in sections:
+        if title.startswith("Throughput") and launch:
+            out += _launch_noise_md(launch)
         out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [md_table(headers, rows, right)]
     return "\n".join(out) + "\n"
+
+
+def _throughput_rule(th: dict, launch: dict | None) -> str:
+    if not launch:
+        floor = max(th["threshold"], th["noise_floor"])
+        return (f"A throughput change is called only when it exceeds {100 * floor:g}% (the larger of the "
+                f"threshold and the noise floor between two launches), {th['k_spread']:g} × the repeats' "
+                f"pooled coefficient of variation, and Welch's t-test reaches p < {th['alpha']:g} after "
+                "Holm's correction over the cells.")
+    return (f"A throughput change is called only when it exceeds {100 * th['threshold']:g}% and "
+            f"{th['k_spread']:g} × the repeats' pooled coefficient of variation, and is beyond the noise "
+            f"between launches learned from {len(launch['launches'])} A/A launches (below): either the "
+            f"comparison's common shift exceeds {100 * launch['shift_floor']:.2g}%, or the cell departs "
+            f"from that shift by more than {100 * launch['cell_floor']:.2g}% (t prediction intervals at "
+            f"{th['alpha']:g}, Bonferroni over the cells).")
+
+
+def _launch_noise_md(launch: dict) -> list[str]:
+    sw = launch.get("software_differs") or []
+    caveat = ([f"**Not a pure A/A:** the launches differ in {', '.join(sw)}; whatever that changed "
+               "counts as noise here.", ""] if sw else [])
+    rows = [[t, _signed(v, "%", 100)] for t, v in launch["shifts"].items()]
+    return ["", "## Launch noise (A/A)", "",
+            f"Learned from {len(launch['launches'])} launches of the same experiment on "
+            f"{launch['cells']} cells that ran in all of them (`dpbench.noise`). A cell's median moves "
+            f"around its launch's common shift by sd {100 * launch['sigma_cell']:.2g}% "
+            f"({launch['df_cell']} df); a launch's mean over cells moves by sd "
+            f"{100 * launch['launch_mean_sd']:.2g}% ({launch['df_launch']} df). This comparison's common "
+            f"shift: {_signed(launch['shift'], '%', 100)} (floor {100 * launch['shift_floor']:.2g}%: "
+            f"{'beyond' if launch['shift_beyond'] else 'within'} the launch noise).", "", *caveat,
+            md_table(["launch", "mean shift vs the first"], rows, [1])]
 
 
 # -- CLI ---------------------------------------------------------------------------------
@@ -850,6 +969,10 @@ def _fail_on(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown kind {unknown[0]!r}; choose from {', '.join(FAIL_ON)}")
     return kinds
+
+
+def _tags(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -864,6 +987,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="exit 1 when regressions are found (same as --fail-on regressions)")
     p.add_argument("--fail-on", type=_fail_on, default=[], metavar="KIND[,KIND]",
                    help=f"exit 1 when any of these is found: {', '.join(FAIL_ON)}")
+    p.add_argument("--noise-from", type=_tags, default=[], metavar="TAG,TAG[,TAG]",
+                   help="learn the noise between launches from these A/A launches (the same "
+                        "experiment launched several times on the baseline's machine) instead of "
+                        "--noise-floor")
     for f in dataclasses.fields(Thresholds):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default,
                        help=f"default {f.default:g}")
@@ -877,7 +1004,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # one line out, whatever pandas or scipy think
-            report = compare(args.results_dir, args.baseline, args.candidate, th)
+            report = compare(args.results_dir, args.baseline, args.candidate, th, args.noise_from)
             report["fail_on"] = fail_on
             md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
             # Rendered before anything is written, the json last: a crash leaves no half report.

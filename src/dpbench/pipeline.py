@@ -225,6 +225,9 @@ def compare_args(config: dict, tag: str) -> str:
     if c.get("fail_on"):
         args += ["--fail-on", ",".join(c["fail_on"])]
     c.pop("fail_on", None)
+    if c.get("noise_from"):
+        args += ["--noise-from", ",".join(c["noise_from"])]
+    c.pop("noise_from", None)
     # Every other key of the schema's compare block is a threshold flag of the same name.
     for key, value in sorted(c.items()):
         args += [f"--{key.replace('_', '-')}", value]
