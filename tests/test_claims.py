@@ -106,6 +106,55 @@ def test_gpu_probes_report_not_measured_on_cpu(module):
     assert rec.ran_on["device_type"] == "cpu" and rec.ran_on["gpus_visible"] == 0
 
 
+SAME = [10.0 + 0.1 * i for i in range(10)]   # a same-thread conv step, 10.0-10.9 ms
+NOISY = [8.0, 9.0, 12.0, 14.0, 16.0, 17.0, 18.0, 25.0, 30.0, 40.0]   # median 16.5: 1.58x SAME's
+
+
+def run_c7(monkeypatch, new_on, new_off=SAME, gpus=1, dp_steps=()):
+    """The C7 probe on planted per-step conv times (and, with 2 GPUs, a planted step breakdown)."""
+    ms = {(True, True): new_on, (True, False): SAME, (False, True): new_off, (False, False): SAME}
+    monkeypatch.setattr(c7_cudnn_threads, "gpus_visible", lambda: gpus)
+    monkeypatch.setattr(c7_cudnn_threads, "time_ms", lambda b, t: list(ms[b, t]))
+    monkeypatch.setattr(c7_cudnn_threads, "dp_step_observations", lambda n: (list(dp_steps), []))
+    return c7_cudnn_threads.run()
+
+
+@pytest.mark.parametrize("new_on, new_off, verdict", [
+    ([600.0 + i for i in range(10)], SAME, CONFIRMED),                # 60x, far beyond the steps' spread
+    (NOISY, SAME, NUANCE),                                            # median ratio past 1.5, interval straddles it
+    ([v * 0.9 for v in NOISY], SAME, NUANCE),                         # median ratio under 1.5, interval straddles it
+    ([v + 0.05 for v in SAME], SAME, REFUTED),                        # no slowdown
+    ([600.0 + i for i in range(10)], [200.0, 210.0, 220.0, 290.0, 300.0, 310.0, 320.0, 500.0, 600.0, 700.0],
+     NUANCE),                                                         # benchmark off maybe nearly as slow
+])
+def test_c7_conv_verdict_is_called_only_where_the_ratio_interval_clears_slow(monkeypatch, new_on, new_off, verdict):
+    rec = run_c7(monkeypatch, new_on, new_off)
+    r = rec.values("c7.conv.slowdown")
+    assert rec.verdict == verdict
+    assert r["benchmark_on_low"] <= r["benchmark_on"] <= r["benchmark_on_high"]
+    assert r["benchmark_off_low"] <= r["benchmark_off"] <= r["benchmark_off_high"]
+    assert 0.95 <= r["level"] < 1
+    if verdict == NUANCE:   # a call on the medians alone would have been made here
+        assert (r["benchmark_on_low"] <= c7_cudnn_threads.SLOW < r["benchmark_on_high"]
+                or r["benchmark_on_low"] <= c7_cudnn_threads.SLOW * r["benchmark_off_high"])
+    assert rec.values("c7.conv.bench_on.new_thread")["steps_ms"] == [round(v, 3) for v in new_on]
+
+
+def test_c7_verdict_without_an_interval_calls_nothing():
+    none = c7_cudnn_threads.Estimate(64.0, float("nan"), float("nan"), float("nan"))
+    assert c7_cudnn_threads.verdict_from(none, none) == NUANCE
+
+
+def test_c7_persistent_threads_must_surely_escape(monkeypatch):
+    def verdict(stock_on, persistent_on, spread):
+        steps = dp_step_observations(stock_on=stock_on, persistent_on=persistent_on, spread=spread)
+        return run_c7(monkeypatch, [600.0 + i for i in range(10)], gpus=2, dp_steps=steps).verdict
+
+    assert verdict(725.0, 20.0, 0.03) == CONFIRMED   # persistent threads escape the slowdown
+    assert verdict(32.0, 20.0, 0.1) == NUANCE        # 1.6x on the medians, but the ranges come within 1.5x
+    assert verdict(25.0, 20.0, 0.03) == NUANCE       # no escape at all
+
+
 @cpu_only
 def test_dp_step_breakdown_says_it_needs_cuda(capsys):
     assert dp_step.main(["--benchmark", "off"]) == 0
@@ -893,3 +942,13 @@ def test_c8_advice_says_only_where_no_smaller_batch_paid_off(tmp_path, speedups,
     assert ("with fp32 DataParallel on 2 GPUs paid off only from 2,048" in f.advice) == only
     assert "with fp32 DataParallel on 2 GPUs paid off" in f.advice
     assert "with bf16+channels_last DataParallel on 2 GPUs paid off only from 2,048" in f.advice   # starts at 512
+
+
+def test_c7_ledger_line_gives_the_conv_slowdowns_intervals_where_recorded():
+    old = _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7, benchmark_off=3.9)])
+    assert from_runs._c7_summary(old).endswith("65.7x slower with benchmark on, 3.9x off")
+    new = _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7, benchmark_off=3.9,
+                                  benchmark_on_low=60.1, benchmark_on_high=70.2, benchmark_off_low=3.5,
+                                  benchmark_off_high=4.4, level=0.957)])
+    assert from_runs._c7_summary(new).endswith(
+        "65.7x (60.1-70.2x) slower with benchmark on, 3.9x (3.5-4.4x) off, intervals at >= 96% confidence")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -19,10 +20,13 @@ import torch.nn as nn
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
 from dpbench.claims.records import Observation, ProbeRecord, obs as observation
+from dpbench.tables import Estimate, ratio_ci
 
 ITERS = 10
 SHAPE = (256, 64, 32, 32)  # batch 256 through layer1's 3x3, 64 -> 64 conv
-# New-thread steps this many times slower than same-thread ones count as re-autotuning.
+# New-thread steps this many times slower than same-thread ones count as re-autotuning: an
+# effect worth naming (autotuning again costs many times a step), not a threshold for noise.
+# Noise is the intervals' part: a verdict is called only where a ratio's interval clears SLOW.
 SLOW = 1.5
 
 
@@ -34,8 +38,8 @@ def _step(conv: nn.Module, x: torch.Tensor, times: list[float]) -> None:
     times.append((time.perf_counter() - t0) * 1e3)
 
 
-def time_ms(benchmark: bool, new_thread: bool) -> float:
-    """Median step time over ITERS, after one warm-up step in the main thread."""
+def time_ms(benchmark: bool, new_thread: bool) -> list[float]:
+    """Every timed step's time (ms), ITERS of them, after one warm-up step in the main thread."""
     torch.backends.cudnn.benchmark = benchmark
     conv = nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda()
     x = torch.randn(*SHAPE, device="cuda", requires_grad=True)
@@ -49,7 +53,35 @@ def time_ms(benchmark: bool, new_thread: bool) -> float:
             t.join()
         else:
             _step(conv, x, times)
-    return statistics.median(times)
+    return times
+
+
+def slowdowns(ms: dict[tuple[bool, bool], list[float]]) -> dict[bool, Estimate]:
+    """New-thread / same-thread median step, per cudnn.benchmark setting, with the ratio's
+    distribution-free interval (the steps' own spread, no assumed distribution)."""
+    return {b: ratio_ci(ms[b, True], ms[b, False]) for b in (False, True)}
+
+
+def verdict_from(on: Estimate, off: Estimate) -> str:
+    """Confirmed only where the benchmark-on slowdown's interval lies wholly above SLOW and
+    above SLOW times the benchmark-off one's; refuted only where it lies wholly at or below
+    SLOW; otherwise too close to call, or slower with benchmark off too (NaN bounds call nothing)."""
+    if on.low > SLOW and on.low > SLOW * off.high:
+        return CONFIRMED
+    if on.high <= SLOW:
+        return REFUTED
+    return NUANCE
+
+
+def threads_escape(steps: dict[str, Any]) -> bool:
+    """Whether stock DataParallel is surely SLOW times slower than on persistent replica threads.
+    The breakdown keeps each kind's median and the range of its timed steps, not the steps, so
+    the ratio's interval is the ranges' (stock's fastest over persistent's slowest): no narrower
+    than ratio_ci's on the steps themselves. No range recorded, no call."""
+    stock, pers = steps["dp"], steps["dp_persistent_threads"]
+    if "step_ms_min" not in stock or "step_ms_max" not in pers:
+        return False
+    return stock["step_ms_min"] > SLOW * pers["step_ms_max"]
 
 
 def dp_step_observations(n: int) -> tuple[list[Observation], list[str]]:
@@ -80,30 +112,32 @@ def dp_step_observations(n: int) -> tuple[list[Observation], list[str]]:
     return out, []
 
 
+def conv_observations(ms: dict[tuple[bool, bool], list[float]], r: dict[bool, Estimate]) -> list[Observation]:
+    out = [observation(f"c7.conv.bench_{'on' if b else 'off'}.{'new_thread' if t else 'same_thread'}",
+                       f"3x3 conv {list(SHAPE)} fwd+bwd on cuda:0, cudnn.benchmark={b}, "
+                       f"{'new thread per step' if t else 'same thread'}",
+                       median_ms=round(statistics.median(v), 3), iters=len(v),
+                       steps_ms=[round(x, 3) for x in v]) for (b, t), v in ms.items()]
+    bounds = {f"benchmark_{'on' if b else 'off'}_{side}": round(getattr(r[b], side), 2)
+              for b in (True, False) for side in ("low", "high")}
+    out.append(observation("c7.conv.slowdown", "new-thread / same-thread slowdown (ratio of median steps), "
+                                               "with its distribution-free interval at confidence at least `level`",
+                           benchmark_on=round(r[True].value, 2), benchmark_off=round(r[False].value, 2),
+                           **bounds, level=round(min(r[True].level, r[False].level), 3)))
+    return out
+
+
 def run() -> ProbeRecord:
     n = gpus_visible()
     if n < 1:
         return record("C7", [], NOT_RUN, not_run=needs(1, n))
     ms = {(b, t): time_ms(b, t) for b in (False, True) for t in (False, True)}
-    ratio_on = ms[True, True] / ms[True, False]
-    ratio_off = ms[False, True] / ms[False, False]
-    obs = [observation(f"c7.conv.bench_{'on' if b else 'off'}.{'new_thread' if t else 'same_thread'}",
-                       f"3x3 conv {list(SHAPE)} fwd+bwd on cuda:0, cudnn.benchmark={b}, "
-                       f"{'new thread per step' if t else 'same thread'}",
-                       median_ms=round(v, 3), iters=ITERS) for (b, t), v in ms.items()]
-    obs.append(observation("c7.conv.slowdown", "new-thread / same-thread slowdown",
-                           benchmark_on=round(ratio_on, 2), benchmark_off=round(ratio_off, 2)))
+    r = slowdowns(ms)
+    obs = conv_observations(ms, r)
+    verdict = verdict_from(r[True], r[False])
     steps, parts_not_run = dp_step_observations(n)
     obs += steps
-    if ratio_on > SLOW and ratio_on > SLOW * ratio_off:
-        verdict = CONFIRMED
-    elif ratio_on <= SLOW:
-        verdict = REFUTED
-    else:
-        verdict = NUANCE  # slower in new threads, but with benchmark off too
     on = next((o for o in steps if o.id == "c7.dp_step.bench_on.steps"), None)
-    if verdict == CONFIRMED and on is not None:
-        # threads are the mechanism only if DataParallel on persistent threads escapes the slowdown
-        if on.get("dp_persistent_threads")["step_ms"] * SLOW > on.get("dp")["step_ms"]:
-            verdict = NUANCE
+    if verdict == CONFIRMED and on is not None and not threads_escape(on.values):
+        verdict = NUANCE  # threads are the mechanism only if DataParallel on persistent threads escapes the slowdown
     return record("C7", obs, verdict, parts_not_run=parts_not_run)

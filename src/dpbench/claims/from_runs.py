@@ -732,8 +732,14 @@ def c7(ev) -> Finding:
 
 def _c7_summary(p: ProbeRecord) -> str:
     r = p.values("c7.conv.slowdown")
-    return (f"3x3 conv in a new thread per step vs the same thread: {r.get('benchmark_on')}x slower with "
-            f"benchmark on, {r.get('benchmark_off')}x off")
+
+    def ratio(side: str) -> str:   # older records hold the point ratio alone
+        lo, hi = r.get(f"benchmark_{side}_low"), r.get(f"benchmark_{side}_high")
+        return f"{r.get(f'benchmark_{side}')}x" + (f" ({lo}-{hi}x)" if lo is not None and hi is not None else "")
+
+    level = f", intervals at >= {100 * r['level']:.0f}% confidence" if r.get("level") else ""
+    return (f"3x3 conv in a new thread per step vs the same thread: {ratio('on')} slower with "
+            f"benchmark on, {ratio('off')} off{level}")
 
 
 # -- C8: speed-up over one GPU against the global batch ------------------------------------
