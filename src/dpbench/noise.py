@@ -23,6 +23,11 @@ few launches give wide floors rather than false alarms):
   spread of a launch's mean over cells: shift_floor;
 - a cell's departure from that shift against sigma_cell: cell_floor, Bonferroni over the cells.
 
+What the model assumes: every cell wobbles alike (one pooled sigma_cell), and the A/A launches
+ran what the comparison runs, with as many repeats. A cell bound by the host (eager bf16 at a
+small batch: -17% between two one-H200 machines, where fp32 cells moved 1%) wobbles more than
+the pool; learn from launches of the same experiment, which hold such cells and widen the pool.
+
 No I/O here: dpbench.compare loads the launches and applies the floors.
 """
 from __future__ import annotations
