@@ -60,15 +60,24 @@ class LaunchNoise:
     shifts: dict[str, float]
     """Each launch's mean log median relative to the first launch's, as a relative change."""
 
+    def shift_band(self, alpha: float) -> float:
+        """Half-width, in log images/s, of the common shift two launches of the same code
+        exceed with probability alpha."""
+        return float(stats.t.ppf(1 - alpha / 2, self.df_launch) * math.sqrt(2) * self.launch_mean_sd)
+
+    def cell_band(self, alpha: float, cells: int) -> float:
+        """Half-width, in log images/s, of the departure from the common shift that one of
+        `cells` cells exceeds by chance with probability alpha (Bonferroni over the cells)."""
+        q = 1 - alpha / (2 * max(cells, 1))
+        return float(stats.t.ppf(q, self.df_cell) * math.sqrt(2) * self.sigma_cell)
+
     def shift_floor(self, alpha: float) -> float:
-        """Relative common shift that two launches of the same code exceed with probability alpha."""
-        return _floor(stats.t.ppf(1 - alpha / 2, self.df_launch) * math.sqrt(2) * self.launch_mean_sd)
+        """shift_band as a relative change (its upper edge)."""
+        return _floor(self.shift_band(alpha))
 
     def cell_floor(self, alpha: float, cells: int) -> float:
-        """Relative departure from the common shift that one of `cells` cells exceeds by chance
-        with probability alpha (Bonferroni over the cells)."""
-        q = 1 - alpha / (2 * max(cells, 1))
-        return _floor(stats.t.ppf(q, self.df_cell) * math.sqrt(2) * self.sigma_cell)
+        """cell_band as a relative change (its upper edge)."""
+        return _floor(self.cell_band(alpha, cells))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,13 +128,14 @@ def verdicts(changes: dict[Any, float], model: LaunchNoise, alpha: float) -> dic
     logs = np.log1p(np.array([changes[k] for k in keys], dtype=float))
     shift = common_shift(logs) if len(keys) else 0.0
     # Two tests per cell (the shared shift, the cell's own departure): alpha split between them.
-    shift_floor = model.shift_floor(alpha / 2)
-    cell_floor = model.cell_floor(alpha / 2, len(keys))
-    shift_beyond = abs(math.expm1(shift)) > shift_floor
+    # The bands are symmetric in log images/s: a slowdown is judged as strictly as a speed-up.
+    shift_band, cell_band = model.shift_band(alpha / 2), model.cell_band(alpha / 2, len(keys))
+    shift_floor, cell_floor = _floor(shift_band), _floor(cell_band)
+    shift_beyond = bool(abs(shift) > shift_band)
     cells = {}
     for k, lg in zip(keys, logs):
         departure = float(math.expm1(lg - shift))
-        cells[k] = {"departure": departure, "departure_beyond": abs(departure) > cell_floor,
+        cells[k] = {"departure": departure, "departure_beyond": abs(lg - shift) > cell_band,
                     "cell_floor": cell_floor, "shift": float(math.expm1(shift)),
                     "shift_beyond": shift_beyond}
     return {"shift": float(math.expm1(shift)), "shift_floor": shift_floor, "shift_beyond": shift_beyond,
