@@ -940,9 +940,14 @@ def _throughput_rule(th: dict, launch: dict | None) -> str:
     return (f"A throughput change is called only when it exceeds {100 * th['threshold']:g}% and "
             f"{th['k_spread']:g} × the repeats' pooled coefficient of variation, and is beyond the noise "
             f"between launches learned from {len(launch['launches'])} A/A launches (below): either the "
-            f"comparison's common shift exceeds {100 * launch['shift_floor']:.2g}%, or the cell departs "
-            f"from that shift by more than {100 * launch['cell_floor']:.2g}% (t prediction intervals at "
+            f"comparison's common shift exceeds {_pct2(launch['shift_floor'])}, or the cell departs "
+            f"from that shift by more than {_pct2(launch['cell_floor'])} (t prediction intervals at "
             f"{th['alpha']:g}, Bonferroni over the cells).")
+
+
+def _pct2(v: float) -> str:
+    """Two significant digits, never in exponent form (130%, 6.5%, 0.57%)."""
+    return f"{100 * v:.0f}%" if abs(v) >= 0.1 else f"{100 * v:.2g}%"
 
 
 def _launch_noise_md(launch: dict) -> list[str]:
@@ -953,10 +958,10 @@ def _launch_noise_md(launch: dict) -> list[str]:
     return ["", "## Launch noise (A/A)", "",
             f"Learned from {len(launch['launches'])} launches of the same experiment on "
             f"{launch['cells']} cells that ran in all of them (`dpbench.noise`). A cell's median moves "
-            f"around its launch's common shift by sd {100 * launch['sigma_cell']:.2g}% "
+            f"around its launch's common shift by sd {_pct2(launch['sigma_cell'])} "
             f"({launch['df_cell']} df); a launch's mean over cells moves by sd "
-            f"{100 * launch['launch_mean_sd']:.2g}% ({launch['df_launch']} df). This comparison's common "
-            f"shift: {_signed(launch['shift'], '%', 100)} (floor {100 * launch['shift_floor']:.2g}%: "
+            f"{_pct2(launch['launch_mean_sd'])} ({launch['df_launch']} df). This comparison's common "
+            f"shift: {_signed(launch['shift'], '%', 100)} (floor {_pct2(launch['shift_floor'])}: "
             f"{'beyond' if launch['shift_beyond'] else 'within'} the launch noise).", "", *caveat,
             md_table(["launch", "mean shift vs the first"], rows, [1])]
 
