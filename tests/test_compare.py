@@ -268,7 +268,7 @@ def test_a_cell_of_its_own_is_a_regression_below_the_fixed_floor(tmp_path):
     assert fixed["verdict"] == "no change"   # 4% is inside the fixed 5% floor
     report = cmp.compare(tmp_path, "A", "B", noise_from=tags)
     ddp, single = row(report["throughput"], "ddp"), row(report["throughput"], "single")
-    assert ddp["verdict"] == "regression" and ddp["note"].startswith("departs from the common shift")
+    assert ddp["verdict"] == "regression" and ddp["note"].startswith("departs from the other cells")
     assert ddp["departure"] < -ddp["floor"] < 0 and single["verdict"] == "no change"
     assert report["noise"]["launches"] == tags and report["noise"]["cells"] == 3
     assert not report["noise"]["shift_beyond"]
@@ -821,3 +821,31 @@ def test_the_pipeline_passes_a_a_launches_to_compare():
                                    Path(__file__).parents[1])
     parsed = cmp._parser().parse_args(shlex.split(pipeline.compare_args(cfg, "B")))
     assert parsed.noise_from == ["A", "A2"] and parsed.threshold == 0.03 and parsed.candidate == "B"
+
+
+def test_a_cell_the_a_a_launches_lack_says_so(tmp_path):
+    tags = a_a_launches(tmp_path)
+    extra = [{**r, "variant": "dp_sum", "config": {**r["config"], "variant": "dp_sum"}} for r in find(make_runs(), "dp")]
+    write_set(tmp_path, "A", make_runs() + extra)   # the baseline ran a cell no other launch has
+    write_set(tmp_path, "B", make_runs() + copy.deepcopy(extra))
+    rows = cmp.compare(tmp_path, "A", "B", noise_from=tags)["throughput"]
+    assert row(rows, "dp_sum")["note"].endswith("not in every A/A launch")
+    assert "A/A" not in row(rows, "ddp")["note"]
+
+
+def test_a_departure_against_its_own_change_is_named_not_called(tmp_path):
+    tags = a_a_launches(tmp_path, shifts=(1.0, 0.95, 1.06, 0.93))   # launches that move by 5%
+    runs = make_runs()
+    for r in runs:   # everything 6% slower, ddp only 3%: beyond the others, yet slower
+        r["images_per_s"] *= 0.97 if r["variant"] == "ddp" else 0.94
+    write_set(tmp_path, "B", runs)
+    report = cmp.compare(tmp_path, "A", "B", noise_from=tags)
+    ddp = row(report["throughput"], "ddp")
+    assert not report["noise"]["shift_beyond"] and ddp["verdict"] == "no change"
+    assert ddp["note"].startswith("departs from the other cells by +3.2%, the other way from its own change")
+
+
+def test_a_short_and_a_full_sha_of_one_commit_are_one_software(tmp_path):
+    tags = a_a_launches(tmp_path, provenance={"git_sha": PROVENANCE["git_sha"][:7]})
+    write_set(tmp_path, "B", make_runs())
+    assert cmp.compare(tmp_path, "A", "B", noise_from=tags)["noise"]["software_differs"] == []

@@ -54,30 +54,14 @@ def test_few_launches_give_wide_floors_not_false_alarms():
     two = noise.fit(y, ["a", "b"])
     y6 = launches(np.random.default_rng(2), cells=10, n=6, sigma_launch=0.007, sigma_cell=0.001)
     six = noise.fit(y6, [f"l{i}" for i in range(6)])
-    ratio = lambda m: m.shift_floor(ALPHA) / (math.sqrt(2) * m.launch_mean_sd)  # noqa: E731
+    ratio = lambda m: m.shift_band(ALPHA, 10) / (math.sqrt(2) * m.launch_mean_sd)  # noqa: E731
     assert ratio(two) > 10 > 3 > ratio(six)
-
-
-def simulate(rng, fitted: int, changed: dict[int, float], shift: float = 0.0,
-             sigma_launch: float = 0.007, sigma_cell: float = 0.001, cells: int = 10) -> dict:
-    """Fit on `fitted` A/A launches, then judge a new pair of launches of the same cells; the
-    candidate's cells in `changed` really changed by that factor, and all by `shift`."""
-    y = launches(rng, cells, fitted + 2, sigma_launch, sigma_cell)
-    model = noise.fit(y[:, :fitted], [f"l{i}" for i in range(fitted)])
-    base, cand = y[:, fitted], y[:, fitted + 1] + shift
-    for c, change in changed.items():
-        cand[c] += math.log1p(change)
-    return noise.verdicts({c: math.expm1(cand[c] - base[c]) for c in range(cells)}, model, ALPHA)
-
-
-def flagged(v: dict) -> set[int]:
-    return {c for c, r in v["cells"].items() if r["departure_beyond"] or r["shift_beyond"]}
 
 
 def test_a_a_pairs_raise_an_alarm_in_at_most_alpha_of_the_comparisons():
     rng = np.random.default_rng(20261201)
     runs = 400
-    alarms = sum(bool(flagged(simulate(rng, fitted=4, changed={}))) for _ in range(runs))
+    alarms = sum(bool(noise.flagged(noise.simulate(rng, fitted=4, changed={}))) for _ in range(runs))
     assert alarms / runs <= ALPHA + 0.02   # binomial slack at 400 draws: ~2 sd
 
 
@@ -85,14 +69,50 @@ def test_a_cell_of_its_own_is_found_well_below_the_fixed_floor():
     """A 2% slowdown of one cell among ten, with launches shifting by 0.7% sd: the learned
     noise finds it nearly always, where the fixed 5% floor could not see it at all."""
     rng = np.random.default_rng(7)
-    found = sum(3 in flagged(v) and v["cells"][3]["departure"] < 0
-                for v in (simulate(rng, fitted=4, changed={3: -0.02}) for _ in range(200)))
+    found = sum(3 in noise.flagged(v) and v["cells"][3]["departure"] < 0
+                for v in (noise.simulate(rng, fitted=4, changed={3: -0.02}) for _ in range(200)))
     assert found / 200 >= 0.95
 
 
 def test_a_shift_of_every_cell_needs_more_than_the_launches_showed():
     rng = np.random.default_rng(11)
-    small = [simulate(rng, fitted=6, changed={}, shift=-0.01) for _ in range(100)]
-    large = [simulate(rng, fitted=6, changed={}, shift=-0.08) for _ in range(100)]
+    small = [noise.simulate(rng, fitted=6, changed={}, shift=-0.01) for _ in range(100)]
+    large = [noise.simulate(rng, fitted=6, changed={}, shift=-0.08) for _ in range(100)]
     assert sum(v["shift_beyond"] for v in small) / 100 <= 0.2
     assert sum(v["shift_beyond"] for v in large) / 100 >= 0.9
+
+
+def test_a_cell_that_wobbles_more_than_the_fit_says_gets_no_cheaper_band_from_few_cells():
+    """The shift of a comparison of few cells carries their own wobble: with sigma_cell five
+    times sigma_launch, a one-cell and a three-cell comparison stay near alpha."""
+    rng = np.random.default_rng(3)
+    for compared in (1, 3):
+        alarms = 0
+        for _ in range(400):
+            y = launches(rng, cells=10, n=6, sigma_launch=0.002, sigma_cell=0.01)
+            model = noise.fit(y[:, :4], [f"l{i}" for i in range(4)])
+            changes = {c: math.expm1(y[c, 5] - y[c, 4]) for c in range(compared)}
+            alarms += bool(noise.flagged(noise.verdicts(changes, model, ALPHA)))
+        assert alarms / 400 <= ALPHA + 0.025, compared
+
+
+def test_one_cell_is_judged_by_the_shift_alone():
+    model = noise.fit(launches(np.random.default_rng(4), 5, 4, 0.007, 0.001), list("abcd"))
+    v = noise.verdicts({"x": -0.30}, model, ALPHA)
+    assert v["cells"]["x"] == {"departure": 0.0, "departure_beyond": False} and v["shift_beyond"]
+
+
+@pytest.mark.parametrize("y, words", [
+    (np.log([[100.0, 100.0], [200.0, 200.0]]), "identical medians"),
+    (np.array([[4.6, -np.inf], [5.3, 5.31]]), "positive, finite median"),   # the log of a 0 median
+])
+def test_a_a_data_without_noise_or_with_a_zero_median_is_refused(y, words):
+    with pytest.raises(noise.NotEnoughLaunches, match=words):
+        noise.fit(y, ["a", "b"])
+
+
+def test_the_median_variance_bound_is_never_below_the_true_one():
+    rng = np.random.default_rng(5)
+    for k in (1, 2, 3, 4, 5, 8, 15):
+        true = np.median(rng.normal(size=(40_000, k)), axis=1).var()
+        assert noise.median_variance(k) >= true * 0.98, k

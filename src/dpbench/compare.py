@@ -281,7 +281,7 @@ def throughput_verdicts(cells: dict[Any, tuple[np.ndarray, np.ndarray]], th: Thr
     adjusted = holm(raw)
     judged = (noise.verdicts({k: _change(*cells[k]) for k in keys}, launch_noise, th.alpha)
               if launch_noise is not None else None)
-    out = {k: _throughput_verdict(*cells[k], p, q, th, judged["cells"][k] if judged else None)
+    out = {k: _throughput_verdict(*cells[k], p, q, th, judged and {**judged, **judged["cells"][k]})
            for k, p, q in zip(keys, raw, adjusted)}
     return out, judged
 
@@ -335,26 +335,42 @@ def _launch_noise_verdict(row: dict, x: np.ndarray, y: np.ndarray, th: Threshold
     if row["pooled_cv"] is not None and abs(change) <= th.k_spread * row["pooled_cv"]:
         row["note"] = "inside the repeats' own spread"
         return "too noisy to tell"
+    departs = f"departs from the other cells by {100 * launch['departure']:+.1f}%"
     if launch["departure_beyond"] and _signs_agree(launch["departure"], change):
-        row["note"] = f"departs from the common shift by {100 * launch['departure']:+.1f}%"
+        row["note"] = departs
     elif launch["shift_beyond"] and _signs_agree(launch["shift"], change):
         row["note"] = "the common shift is beyond the launch-to-launch noise"
     else:
-        row["note"] = "within the launch-to-launch noise (A/A)"
+        row["note"] = (f"{departs}, the other way from its own change; the rest is launch noise"
+                       if launch["departure_beyond"] else "within the launch-to-launch noise (A/A)")
         return "no change"
     return "regression" if change < 0 else "improvement"
 
 
-def compare_throughput(base: dict, cand: dict, th: Thresholds,
-                       launch_noise: noise.LaunchNoise | None = None) -> tuple[list[dict], dict | None]:
+def compare_throughput(base: dict, cand: dict, th: Thresholds, launch_noise: noise.LaunchNoise | None = None,
+                       fitted: list[dict] | None = None) -> tuple[list[dict], dict | None]:
     a = _ok_values(base["tables"]["summary"], "images_per_s")
     b = _ok_values(cand["tables"]["summary"], "images_per_s")
     verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th,
                                            launch_noise)
-    return [{**_group(k), **v} for k, v in verdicts.items()], judged
+    rows = [{**_group(k), **v} for k, v in verdicts.items()]
+    if launch_noise is not None:
+        # The pooled wobble may not hold for a cell the A/A launches never ran (or not in all).
+        for r in rows:
+            if _group((r["variant"], r["gpus"], r["options"])) not in (fitted or []):
+                r["note"] = "; ".join(filter(None, [r["note"], "not in every A/A launch"]))
+    return rows, judged
 
 
 # -- launch noise from A/A launches ------------------------------------------------------
+
+def _comparable(key: str, value: Any) -> str:
+    """A provenance value as compared between launches; a commit by its first 7 hex digits, so a
+    short and a full sha of one commit agree."""
+    if key == "git_sha" and isinstance(value, str):
+        return value[:7]
+    return json.dumps(value, sort_keys=True)
+
 
 def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tuple[noise.LaunchNoise, dict]:
     """The launch-noise model from result sets of the same experiment launched several times;
@@ -378,7 +394,7 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tupl
                           tags)
     except noise.NotEnoughLaunches as exc:
         raise InputError(str(exc)) from None
-    differs = [k for k in SOFTWARE_KEYS if len({json.dumps(_prov_value(s, k)) for s in sets.values()}) > 1]
+    differs = [k for k in SOFTWARE_KEYS if len({_comparable(k, _prov_value(s, k)) for s in sets.values()}) > 1]
     return model, {"fitted_cells": [_group(c) for c in cells], "software_differs": differs}
 
 
@@ -773,7 +789,7 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
-    throughput, judged = compare_throughput(base, cand, th, model)
+    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"))
     report: dict[str, Any] = {
         "baseline": baseline, "candidate": candidate,
         "thresholds": dataclasses.asdict(th),
@@ -890,10 +906,10 @@ def render_markdown(report: dict) -> str:
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
         ("Throughput (images/s, median over repeats)",
-         ("`vs shift`: the change beyond the comparison's common shift; `floor`: the departure a "
-          "verdict needs; " if launch else "`floor`: the change a verdict needs; ")
+         ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
+          "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
          + "`p (Holm)`: Welch's p adjusted over the cells.",
-         ["run group", "repeats", "baseline", "candidate", "change"] + (["vs shift"] if launch else [])
+         ["run group", "repeats", "baseline", "candidate", "change"] + (["vs others"] if launch else [])
          + ["floor", "p", "p (Holm)", "verdict", "note"],
          range(1, 9 if launch else 8),
          [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
@@ -940,9 +956,10 @@ def _throughput_rule(th: dict, launch: dict | None) -> str:
     return (f"A throughput change is called only when it exceeds {100 * th['threshold']:g}% and "
             f"{th['k_spread']:g} × the repeats' pooled coefficient of variation, and is beyond the noise "
             f"between launches learned from {len(launch['launches'])} A/A launches (below): either the "
-            f"comparison's common shift exceeds {_pct2(launch['shift_floor'])}, or the cell departs "
-            f"from that shift by more than {_pct2(launch['cell_floor'])} (t prediction intervals at "
-            f"{th['alpha']:g}, Bonferroni over the cells).")
+            f"comparison's common shift (the median over its cells) exceeds {_pct2(launch['shift_floor'])}, "
+            f"or the cell departs from the median of the other cells by more than "
+            f"{_pct2(launch['cell_floor'])} (t prediction intervals at {th['alpha'] / 2:g} each, "
+            "Bonferroni over the cells).")
 
 
 def _pct2(v: float) -> str:
