@@ -22,8 +22,8 @@ A change counts only beyond the noise measured for it:
   The repeats of one launch do not see the shift between two launches (another day, another
   boot, another neighbour on the node); the noise floor stands for it. With A/A launches
   (--noise-from, dpbench.noise) that floor is learned instead: the comparison's common shift
-  must exceed what launches of the same code showed, or a cell must depart from that shift by
-  more than cells did there; Welch's test is then reported but not needed.
+  must exceed what launches of the same code showed, or a cell must depart from the other cells
+  by more than cells did there; Welch's test is then reported but not needed.
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
   bit-identical; the first differing step is reported, a finding when the software changed and
   a regression when nothing did. After a software change their bits may move, but the curve
@@ -74,7 +74,7 @@ class Thresholds:
     """Every knob of the comparison, with its default: the one source (schema.yaml mirrors it)."""
 
     # About what a user would act on. Without A/A data the noise floor below decides; with it
-    # (--noise-from) a cell's own departure from a launch's common shift is resolved to ~0.5% on
+    # (--noise-from) a cell's own departure from the other cells is resolved to ~0.5% on
     # one H200, so this is what then stops verdicts on changes nobody would act on.
     threshold: float = 0.02
     """Smallest relative throughput change worth a verdict."""
@@ -325,7 +325,7 @@ def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: f
 def _launch_noise_verdict(row: dict, x: np.ndarray, y: np.ndarray, th: Thresholds, launch: dict) -> str:
     """The verdict against noise learned from A/A launches (dpbench.noise): a change counts when
     the whole comparison shifted beyond what launches of the same code do, or when this cell
-    departs from that shift by more than cells did between those launches."""
+    departs from the other cells by more than cells did between those launches."""
     change = row["change"]
     row["departure"], row["floor"] = launch["departure"], launch["cell_floor"]
     if min(len(x), len(y)) > 1:
