@@ -85,6 +85,29 @@ def test_ranks_together_see_exactly_the_global_batches():
     assert [b[2] for b in full.epoch(0)] == [16, 16, 16, 2]   # the short last batch is kept
 
 
+
+def test_an_epoch_is_prepared_when_it_is_asked_for_not_at_its_first_step(monkeypatch):
+    """The order, the crops and their copies to the device happen in epoch() itself: the
+    engine asks for the epoch before its step clock starts, so they never fall into a step."""
+    drawn = []
+    real_order = data.epoch_order
+    monkeypatch.setattr(data, "epoch_order", lambda *a: drawn.append(a) or real_order(*a))
+    split = data.synthetic(40, 1, seed=0).train
+    cpu = torch.device("cpu")
+    for feed in (data.DeviceFeed(split, 16, seed=3, device=cpu), data.FixedBatchFeed(split, 16, seed=3, device=cpu)):
+        drawn.clear()
+        batches = feed.epoch(1)
+        assert drawn, f"{type(feed).__name__}: nothing was drawn before the first step"
+        assert len(list(batches)) == len(feed)
+
+    loader_feed = data.TorchFeed(split, 16, seed=3, device=cpu, augment=False, workers=0)
+    started = []
+    loader = loader_feed.loader
+    monkeypatch.setattr(loader_feed, "loader", type("L", (), {"__iter__": lambda self: started.append(1) or iter(loader)})())
+    batches = loader_feed.epoch(0)
+    assert started, "the loader's iterator (its workers) must start in epoch(), not at the first step"
+    assert [b[2] for b in batches] == [16, 16, 8]
+
 def _position_coded_split(n: int) -> data.Split:
     """Images whose pixels encode their column, so a crop's offset and flip can be read back."""
     col = np.tile(np.arange(32, dtype=np.uint8) * 4 + 100, (32, 1))

@@ -412,6 +412,29 @@ def test_only_full_global_batches_are_timed(tmp_path):
     assert rec["throughput"]["timed_steps"] == 3   # steps 1-3; step 0 warms up, step 4 is short
 
 
+
+def test_each_epoch_is_set_up_before_its_step_clock_starts(tmp_path, monkeypatch):
+    """The feed's per-epoch work (order, crops, their copies to the device, a loader's
+    workers) must not fall into the first step of the epoch, which is timed from epoch 2 on."""
+    events = []
+    real_make_feed, real_mark = train.make_feed, measure.StepClock.mark
+
+    def make_feed(*args, **kwargs):
+        feed = real_make_feed(*args, **kwargs)
+        if not events or "feed" not in events:   # the training feed comes first, the test feed second
+            events.append("feed")
+            real_epoch = feed.epoch
+            feed.epoch = lambda epoch: events.append("epoch") or real_epoch(epoch)
+        return feed
+
+    monkeypatch.setattr(train, "make_feed", make_feed)
+    monkeypatch.setattr(measure.StepClock, "mark", lambda self: events.append("mark") or real_mark(self))
+    rec = run_engine(tmp_path / "r", epochs=2, eval_each_epoch=True)   # 48 images, batch 12: 4 steps an epoch
+    assert rec["status"] == "ok", rec["reason"]
+    segments = " ".join(events[1:]).split("epoch")
+    assert segments[0].strip() == "", "the first epoch's clock started before the epoch was set up"
+    assert [seg.split().count("mark") for seg in segments[1:]] == [5, 5]   # the start mark and one a step
+
 def test_compiled_dataparallel_is_a_skipped_record_with_the_reason(tmp_path):
     rec = run_engine(tmp_path / "r", variant="dp", gpus=2, compile="default")
     assert rec["status"] == "skipped" and "torch.compile" in rec["reason"]

@@ -137,6 +137,29 @@ def test_compiled_run_keeps_compilation_out_of_the_timed_steps(tmp_path, monkeyp
     assert rec["provenance"]["compile"] == "default"
 
 
+
+@pytest.mark.slow
+def test_a_cuda_graph_mode_keeps_the_graph_recording_out_of_the_timed_steps(tmp_path, monkeypatch):
+    """reduce-overhead (and max-autotune) run a warm-up and record their CUDA graphs in steps 1
+    and 2: those are part of compile_s and never timed."""
+    import dpbench.variants
+    monkeypatch.setattr(dpbench.variants.torch, "compile",
+                        functools.partial(torch.compile, backend="aot_eager"))
+    rec = run_engine(tmp_path / "run", variant="single", compile="reduce-overhead", warmup_steps=0,
+                     max_steps=4, eval_each_epoch=False, eval_samples=4)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["throughput"]["timed_steps"] == 1                       # step 3 only
+    with open(tmp_path / "run" / results.STEPS, newline="") as f:
+        first_three = [float(r["step_ms"]) for r in csv.DictReader(f)][:3]
+    assert rec["throughput"]["compile_s"] == pytest.approx(sum(first_three) / 1e3, rel=1e-3)
+
+
+def test_every_compile_mode_of_the_schema_has_its_untimed_steps():
+    import yaml
+    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments" / "schema.yaml").read_text())
+    modes = schema["definitions"]["train"]["properties"]["compile"]["enum"]
+    assert set(modes) == set(train.COMPILE_STEPS)
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant,gpus", [("single", 1), ("ddp", 2)])
 def test_compile_default_through_the_engine(tmp_path, variant, gpus):

@@ -91,7 +91,7 @@ class RunConfig:
     tf32: bool = True                   # TF32 tensor cores in convolutions and matmuls ("fp32" is then TF32)
     cudnn_benchmark: bool = False
     deterministic: bool = False         # bit-exact reruns: deterministic kernels, fixed cuBLAS workspace
-    compile: str = "none"               # none | default | max-autotune | reduce-overhead (torch.compile)
+    compile: str = "none"               # a torch.compile mode (train.COMPILE_STEPS), or none
     # DistributedDataParallel's knobs (ddp only; None = PyTorch's default)
     bucket_cap_mb: float | None = None
     gradient_as_bucket_view: bool = False

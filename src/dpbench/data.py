@@ -299,13 +299,20 @@ class DeviceFeed:
         return steps_per_epoch(self.n, self.batch)
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
-        """(this rank's images, labels, size of the global batch) for every step."""
+        """(this rank's images, labels, size of the global batch) for every step.
+
+        The epoch's order and augmentation are drawn and copied to the device here, when the
+        call returns, not at the first step: the copies from pageable host memory block the
+        host, and would otherwise fall into the first (timed) step of every later epoch."""
+        dx = dy = flip = None
         if self.augment:
             order = epoch_order(self.n, self.seed, epoch)
             dx, dy, flip = (t.to(self.device) for t in epoch_augment(self.n, self.seed, epoch))
         else:
             order = torch.arange(self.n)
-        order = order.to(self.device)
+        return self._batches(order.to(self.device), dx, dy, flip)
+
+    def _batches(self, order, dx, dy, flip):
         for pos in global_batches(self.n, self.batch):
             part = shard(pos.stop - pos.start, self.world, self.rank)
             sl = slice(pos.start + part.start, pos.start + part.stop)
@@ -370,9 +377,14 @@ class TorchFeed:
         return len(self.sampler)
 
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+        """The loader's iterator is made here (its workers start and begin prefetching), not at
+        the first step, so that the first step of a later epoch times the step alone."""
         self.sampler.epoch = epoch
-        sizes = (p.stop - p.start for p in global_batches(self.sampler.n, self.sampler.batch))
-        for (x, y), n_global in zip(self.loader, sizes):
+        sizes = [p.stop - p.start for p in global_batches(self.sampler.n, self.sampler.batch)]
+        return self._batches(iter(self.loader), sizes)
+
+    def _batches(self, loader, sizes):
+        for (x, y), n_global in zip(loader, sizes):
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n_global
 
 
@@ -383,8 +395,7 @@ class FixedBatchFeed(DeviceFeed):
     def epoch(self, epoch: int):
         if not hasattr(self, "_batch"):
             self._batch = next(super().epoch(0))
-        for _ in range(len(self)):
-            yield self._batch
+        return iter([self._batch] * len(self))
 
 
 def make_feed(kind: str, split: Split, batch: int, seed: int, device: torch.device,
