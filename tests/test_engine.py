@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dpbench import gpu_lease, launch, measure, results, train
+from dpbench import gpu_lease, launch, measure, provenance, results, train
 from dpbench.variants import ReplicaLoss, reduce_replica_losses
 
 from conftest import run_engine
@@ -169,6 +169,26 @@ def test_the_lease_reaches_the_ranks_environment_and_no_other_process(tmp_path, 
     assert launch.main(["--config", cfg, "--out", str(tmp_path / "run"), "--lease", "--planned-gpus", "2"]) == 0
     assert gpu_lease.LEASED_ENV not in started[0]
 
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_a_run_records_whether_it_held_every_gpu(tmp_path, monkeypatch, exclusive):
+    """Exclusive timing is part of how a number was measured: the record says so, and the
+    launcher's environment forgets it once the run is done."""
+    monkeypatch.delenv(gpu_lease.EXCLUSIVE_ENV, raising=False)
+    for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setattr(gpu_lease, "pool", lambda: ["0", "1"])
+    monkeypatch.setattr(gpu_lease, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(launch, "stop_with_pipeline", lambda: None)
+    monkeypatch.setattr(launch, "run", lambda cfg, out, planned, leased=None: results.write_json(
+        out / results.METRICS, {"launch": provenance.launch_facts([])}) or 0)
+    cfg = json.dumps({"variant": "single", "gpus": 1, "dataset": "synthetic"})
+    argv = ["--config", cfg, "--out", str(tmp_path / "run"), "--lease", "--planned-gpus", "2"]
+    assert launch.main(argv + (["--exclusive"] if exclusive else [])) == 0
+    assert results.read_json(tmp_path / "run" / results.METRICS)["launch"]["exclusive"] is exclusive
+    assert gpu_lease.EXCLUSIVE_ENV not in os.environ
 
 @pytest.mark.parametrize("config, seen, reason", [
     ({"gpus": 2, "device": "cuda"}, 0, "device=cuda was asked for but no CUDA device is visible"),

@@ -1,4 +1,8 @@
-from dpbench import reference, results
+import subprocess
+
+import pytest
+
+from dpbench import provenance, reference, results
 
 
 def _run(root, rid, sha):
@@ -40,3 +44,51 @@ def test_a_clean_reference_keeps_records_and_packs_logs(tmp_path):
     assert (ref / "runs" / "single-g1-r0" / results.METRICS).exists()
     assert (ref / "summary.md").exists() and (ref / "logs.tar.gz").exists()
     assert not (ref / "runs" / "single-g1-r0" / "model.pt").exists() and not (ref / "logs").exists()
+
+
+def _git(root, *args):
+    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A tiny repository with the files a source digest covers, one commit."""
+    root = tmp_path / "repo"
+    (root / "src" / "dpbench").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    (root / "Snakefile").write_text("rule all:\n")
+    (root / "config.yaml").write_text("experiment: scaling\n")
+    (root / "experiments" / "scaling.yaml").write_text("repeats: 3\n")
+    (root / "src" / "dpbench" / "train.py").write_text("LR = 0.1\n")
+    (root / "src" / "dpbench" / "schema.yaml").symlink_to("../../experiments/scaling.yaml")
+    (root / "README.md").write_text("not source\n")
+    _git(root, "init", "-q")
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    return root
+
+
+def test_the_source_digest_of_a_tree_is_that_of_its_commit_until_a_source_file_changes(checkout):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+    clean = provenance.source_digest(checkout)
+    assert clean == provenance.source_digest_at(head, checkout)
+    (checkout / "README.md").write_text("changed, but not source\n")
+    assert provenance.source_digest(checkout) == clean
+    (checkout / "src" / "dpbench" / "train.py").write_text("LR = 0.2\n")
+    assert provenance.source_digest(checkout) != clean
+    assert provenance.source_digest_at("f" * 40, checkout) is None   # a commit git does not know
+
+
+def test_a_run_labelled_with_a_commit_whose_sources_it_did_not_run_is_refused(checkout, tmp_path, capsys, monkeypatch):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(provenance, "PROJECT", checkout)
+    src = tmp_path / "results" / "t"
+    _run(src, "single-g1-r0", head)
+    rec = results.read_json(src / "runs" / "single-g1-r0" / results.METRICS)
+    rec["provenance"]["source_digest"] = provenance.source_digest(checkout)
+    results.write_json(src / "runs" / "single-g1-r0" / results.METRICS, rec)
+    assert reference.main([str(src), str(tmp_path / "ref")]) == 0
+    rec["provenance"]["source_digest"] = "0" * 16            # what a tree with changes would record
+    results.write_json(src / "runs" / "single-g1-r0" / results.METRICS, rec)
+    assert reference.main([str(src), str(tmp_path / "ref2")]) == 2
+    assert "single-g1-r0" in capsys.readouterr().err

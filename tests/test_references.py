@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench import collect, compare, results, summarize
+from dpbench import collect, compare, reference, results, summarize
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 NAMES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir() and p.name != results.COMPARE_DIR)
@@ -108,3 +108,30 @@ def test_comparison_reports_reproduce(tmp_path, stem):
     for committed, again in ((md, made_md), (js, made_js)):
         a, b = committed.read_bytes(), again.read_bytes()
         assert a == b, first_difference(a, b, committed.name)
+
+
+# Made before a reference had to name a clean commit (dpbench.reference refuses them now); each
+# says so in the README or its NOTE.md. A new reference never joins this list.
+MADE_BEFORE_THE_CLEAN_COMMIT_RULE = {
+    "h200x2-torch-2.11.0+cu130": "the first 2-GPU reference (2026-11-29), made before runs recorded a git sha",
+    "h200x2-claims-torch-2.11.0+cu130": "the first claims ledger, partly from a tree with changes",
+    "cpu_check-torch-2.13.0+cpu": "the first CPU regression example, from a tree with changes",
+    "cpu_check-torch-2.14.1+cu130": "the first CPU regression example, from a tree with changes",
+}
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if (REFERENCE / n / "runs").is_dir()])
+def test_every_reference_names_the_clean_commit_that_made_it(name):
+    unclean = reference.unclean_runs(REFERENCE / name)
+    if name in MADE_BEFORE_THE_CLEAN_COMMIT_RULE:
+        assert unclean, f"{name} names clean commits now: take it off MADE_BEFORE_THE_CLEAN_COMMIT_RULE"
+        return
+    assert not unclean, f"{name}: runs without a clean commit: {unclean[:3]}"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if (REFERENCE / n / "runs").is_dir()])
+def test_every_reference_ran_the_source_files_of_the_commit_it_names(name):
+    """A tree copied to a GPU machine is labelled by DPBENCH_GIT_SHA: the digest each run took of
+    its source files must be that commit's, or the label lies. Records older than the digest,
+    and commits this clone does not have (a shallow clone), cannot be checked."""
+    assert not reference.mislabelled_runs(REFERENCE / name)

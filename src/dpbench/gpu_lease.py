@@ -24,6 +24,8 @@ from pathlib import Path
 LOCK_DIR = Path(tempfile.gettempdir()) / f"dpbench-gpu-locks-{os.getuid()}"
 # How many GPUs a launcher gave its DDP ranks without asking torch; each rank checks it.
 LEASED_ENV = "DPBENCH_LEASED_GPUS"
+# Set while a run holds every GPU of the machine (exclusive timing); its record says so.
+EXCLUSIVE_ENV = "DPBENCH_EXCLUSIVE_GPUS"
 
 
 def pool() -> list[str]:

@@ -260,13 +260,18 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg, args.out, planned)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
     with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
-        if len(ids) == cfg.gpus:
-            os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
-            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
-            print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
-            log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
-            return run(cfg, args.out, planned, leased=len(ids))
-        return run(cfg, args.out, planned)
+        if args.exclusive:
+            os.environ[gpu_lease.EXCLUSIVE_ENV] = "1"
+        try:
+            if len(ids) == cfg.gpus:
+                os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+                print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
+                log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
+                return run(cfg, args.out, planned, leased=len(ids))
+            return run(cfg, args.out, planned)
+        finally:   # a later run in this process holds its own lease
+            os.environ.pop(gpu_lease.EXCLUSIVE_ENV, None)
 
 
 def redirect_output(path: Path) -> None:

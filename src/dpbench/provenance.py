@@ -2,6 +2,7 @@
 were started. Only `collect` imports torch: a skipped run's record is written without it."""
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -38,13 +39,66 @@ def git_sha() -> str | None:
     return sha
 
 
+PROJECT = Path(__file__).resolve().parents[2]   # the repository root, in a checkout
+
+
+def is_source(path: str) -> bool:
+    """The files that decide what a run computes (paths relative to the repository root, '/'-separated)."""
+    return ((path.startswith("src/dpbench/") and path.endswith(".py"))
+            or (path.startswith("experiments/") and path.count("/") == 1 and path.endswith(".yaml"))
+            or path in ("Snakefile", "config.yaml"))
+
+
+def digest(files: dict[str, bytes]) -> str:
+    """One short hash of {path: content} for the source files among them."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in files if is_source(p)):
+        h.update(path.encode() + b"\0" + files[path] + b"\0")
+    return h.hexdigest()[:16]
+
+
+def source_digest(root: Path | None = None) -> str | None:
+    """The digest of the source files as they are on disk: what a commit named by DPBENCH_GIT_SHA
+    can be checked against later (tests/test_references.py), where that commit's files are
+    known. None outside a checkout (an installed package has no Snakefile beside it)."""
+    root = root or PROJECT
+    if not (root / "Snakefile").is_file():
+        return None
+    files = {}
+    for f in [root / "Snakefile", root / "config.yaml", *(root / "experiments").glob("*.yaml"),
+              *(root / "src" / "dpbench").rglob("*.py")]:
+        rel = f.relative_to(root).as_posix()
+        if f.is_file() and not f.is_symlink() and is_source(rel) and "__pycache__" not in rel:
+            files[rel] = f.read_bytes()
+    return digest(files)
+
+
+def source_digest_at(sha: str, root: Path | None = None) -> str | None:
+    """The digest of the source files of commit `sha` (None where git does not know it)."""
+    root = root or PROJECT
+    listing = _run(["git", "ls-tree", "-r", sha], cwd=str(root))
+    if listing is None:
+        return None
+    files = {}
+    for line in listing.splitlines():
+        meta, path = line.split("\t", 1)
+        mode, kind, blob = meta.split()
+        if kind == "blob" and mode != "120000" and is_source(path):   # 120000: a symbolic link
+            content = subprocess.run(["git", "cat-file", "blob", blob], cwd=str(root),
+                                     capture_output=True, check=True).stdout
+            files[path] = content
+    return digest(files)
+
+
 def launch_facts(hosts: list[str]) -> dict:
-    """How the run's processes were started: world size, nodes and hosts (multi-node DDP)."""
+    """How the run's processes were started: world size, nodes and hosts (multi-node DDP), and
+    whether the run held every GPU of its machine (exclusive timing: no other run beside it)."""
+    from .gpu_lease import EXCLUSIVE_ENV
     world = int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
             else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
-            "hosts": sorted(set(hosts))}
+            "hosts": sorted(set(hosts)), "exclusive": os.environ.get(EXCLUSIVE_ENV) == "1"}
 
 
 def host_facts(cfg=None) -> dict:
@@ -62,6 +116,7 @@ def host_facts(cfg=None) -> dict:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "git_sha": git_sha(),
+        "source_digest": source_digest(),
     }
 
 

@@ -4,7 +4,9 @@
 
 A reference is evidence: every run in it must name the commit that made it. A run whose
 provenance says `+dirty` or has no git sha stops the copy (exit 2), naming the runs; rerun them
-from a clean commit, or set DPBENCH_GIT_SHA=<commit> where the tree carries no .git. What can be
+from a clean commit, or set DPBENCH_GIT_SHA=<commit> where the tree carries no .git. Where git
+knows the commit, each run's digest of its source files must be that commit's (a copied tree
+with changes, labelled with a clean commit, is refused too). What can be
 regenerated or is large stays out or is compressed: checkpoints are dropped, per-run logs and
 Snakemake's report go into one logs.tar.gz.
 """
@@ -17,7 +19,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from . import results
+from . import provenance, results
 
 # A commit, in full or abbreviated as git prints it (7 hex digits or more); no "+dirty".
 CLEAN_SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -34,12 +36,35 @@ def unclean_runs(src: Path) -> list[str]:
     return bad
 
 
+def mislabelled_runs(src: Path) -> list[str]:
+    """Run ids whose source files were not those of the commit they name (DPBENCH_GIT_SHA set on
+    a tree with changes). Only where git knows the commit; records without a source digest
+    (made before dpbench kept one) cannot be checked."""
+    at: dict[str, str | None] = {}
+    bad = []
+    for rec, _ in results.ResultSet.at(src).runs():
+        prov = rec.get("provenance") or {}
+        sha, made = prov.get("git_sha") or "", prov.get("source_digest")
+        if not made or not CLEAN_SHA.match(sha):
+            continue
+        if sha not in at:
+            at[sha] = provenance.source_digest_at(sha)
+        if at[sha] is not None and at[sha] != made:
+            bad.append(f"{rec.get('run_id', '?')} ({sha})")
+    return bad
+
+
 def make_reference(src: Path, dest: Path) -> list[Path]:
     bad = unclean_runs(src)
     if bad:
         raise ValueError(f"{len(bad)} run(s) in {src} were not made from a clean commit: "
                          f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; rerun them from a "
                          f"committed tree (or set DPBENCH_GIT_SHA=<commit> where the tree has no .git)")
+    bad = mislabelled_runs(src)
+    if bad:
+        raise ValueError(f"{len(bad)} run(s) in {src} ran source files other than those of the commit "
+                         f"they name: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; commit the "
+                         f"changes and rerun, naming the new commit in DPBENCH_GIT_SHA")
     have, ref = results.ResultSet.at(src), results.ResultSet.at(dest)
     if not have.runs_dir.is_dir():
         raise ValueError(f"{src} has no runs/ folder: not a result set")
