@@ -274,3 +274,13 @@ def test_replicas_compute_in_the_runs_autocast_dtype_in_a_fresh_thread():
             t.join()
     assert seen["bare"] != torch.float16     # ...a bare replica thread computes in another
     assert seen["wrapped"] == torch.float16
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_sgd_builds_the_fused_optimizer_and_is_recorded(tmp_path, monkeypatch, fused):
+    built = []
+    real = torch.optim.SGD
+    monkeypatch.setattr(train.torch.optim, "SGD", lambda *a, **kw: built.append(kw) or real(*a, **kw))
+    rec = run_engine(tmp_path / "run", fused_sgd=fused, max_steps=2, eval_each_epoch=False, eval_samples=4)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["config"]["fused_sgd"] is fused and built[0].get("fused", False) is fused

@@ -85,6 +85,7 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     lr_schedule: str = "cosine"         # cosine | onecycle | constant
+    fused_sgd: bool = False             # one fused kernel for the SGD update (False: PyTorch's foreach)
     # execution
     precision: str = "fp32"             # fp32 | bf16 (autocast)
     channels_last: bool = False

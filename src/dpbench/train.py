@@ -239,8 +239,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
     bf16 = cfg.precision == "bf16"
     variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
                       autocast_dtype=torch.bfloat16 if bf16 else None)
+    # fused needs the parameters on a device with the fused kernel (CUDA, or the CPU in torch >= 2.4)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay)
+                          weight_decay=cfg.weight_decay, **({"fused": True} if cfg.fused_sgd else {}))
     rec.phase_done("model")
     feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
                      ctx.world, ctx.rank, augment=True, workers=cfg.workers)
