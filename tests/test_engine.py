@@ -410,7 +410,7 @@ def test_another_seed_gives_another_curve(tmp_path):
 
 def test_records_say_how_the_run_was_started_and_scaled(tmp_path):
     rec = run_engine(tmp_path / "r", max_steps=1)
-    assert rec["launch"] == {"launcher": "local", "world_size": 1, "nodes": 1,
+    assert rec["launch"] == {"launcher": "local", "world_size": 1, "nodes": 1, "exclusive": False,
                              "hosts": rec["launch"]["hosts"]} and rec["launch"]["hosts"]
     assert rec["scaling"] == "strong" and rec["per_gpu_batch"] == rec["config"]["global_batch"]
 
