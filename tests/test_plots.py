@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import astuple
 
 import matplotlib
 import matplotlib.image
@@ -488,6 +489,37 @@ def test_mixed_summary_names_strong_and_weak(mixed):
     assert "no single baseline" not in text
     assert "n=1, no interval" in text          # dp_mean ran once
     assert "`ddp-g3-global_batch512-r0`" in text and SKIP_REASON in text
+
+
+def scaling_rows(text: str) -> dict[tuple[str, str, str], list[str]]:
+    """(variant, GPUs, settings) -> the other cells of a row of summary.md's scaling table."""
+    section = text.split("## Strong and weak scaling", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| variant")]
+    return {tuple(r[:3]): r[3:] for r in rows}
+
+
+def test_scaling_table_gives_weak_once_on_one_gpu(mixed):
+    rows = scaling_rows(render_summary(mixed[0].root, mixed[0].tag))
+    assert rows[("ddp", "1", "fp32, batch 512")][-1] == "= strong"
+    assert rows[("ddp", "2", "fp32, batch 512")][-1].startswith(f"{36100 / 40400:.0%} (")
+    assert rows[("ddp", "2", "fp32, batch 2048")][-2:] == ["n/a", "n/a"]
+
+
+@pytest.mark.parametrize("spec,says", [
+    ([dict(variant="single"), dict(variant="ddp", gpus=2, status="skipped", images_per_s=None,
+                                   reason=SKIP_REASON),
+      dict(variant="dp", gpus=2, status="failed", images_per_s=None, reason="CUDA error")],
+     "Only single has ok runs (the other variants' runs: 1 failed, 1 skipped; reasons under "
+     "\"Skipped and failed runs\" below)."),
+    ([dict(variant="single")], "Only single ran: no other variant to compare with it."),
+    ([dict(variant="ddp", gpus=2, status="failed", images_per_s=None, reason="CUDA error")],
+     "No successful runs."),
+], ids=["others-skipped-or-failed", "single-only", "none-ok"])
+def test_an_empty_scaling_table_says_what_happened_instead(tmp_path, spec, says):
+    text = render_summary(*astuple(fake_result_set(tmp_path, spec)))
+    section = text.split("## Strong and weak scaling", 1)[1].split("\n## ", 1)[0]
+    assert section.strip().endswith(says)
 
 
 # -- files, bytes, placeholders and the simple summary ---------------------------------------
