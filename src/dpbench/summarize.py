@@ -153,12 +153,13 @@ def scaling_section(med: pd.DataFrame, summary: pd.DataFrame) -> str:
     out = ["## Strong and weak scaling", "",
            "Strong: images/s ÷ (GPUs × single's images/s at the same global batch). Weak: "
            "images/s ÷ (GPUs × single's images/s at the per-GPU batch). Both are ratios of "
-           "medians, with the same options otherwise; `n/a`: no such single run. On 1 GPU the "
-           "per-GPU batch is the global batch, so weak is strong (`= strong`), and the "
-           "efficiency is the wrapper's own cost.", ""]
+           "medians, with the same options otherwise; `n/a`: no such single run.", ""]
     cells_ = med[(med["variant"] != "single")] if not med.empty else med
     if cells_.empty:
         return "\n".join(out + [no_cells_to_scale(med, summary), ""])
+    if (cells_["gpus"] == 1).any():
+        out[-2] += (" On 1 GPU the per-GPU batch is the global batch, so weak is strong "
+                    "(`= strong`), and the efficiency is the wrapper's own cost.")
     headers = ["variant", "GPUs", "settings", "global batch", "per-GPU batch", "planned",
                "strong efficiency", "weak efficiency"]
     rows = []
