@@ -464,6 +464,16 @@ def one_epoch(tmp_path_factory):
     return draw_figures(fake_result_set(tmp_path_factory.mktemp("one_epoch"), ONE_EPOCH))
 
 
+def test_a_note_never_covers_the_band_of_the_repeats(tmp_path):
+    # dp's second repeat climbs to 3.0 while the first stays at 1.0: the band reaches the top
+    # right corner, their mean (2.0 there) does not; no single run at batch 512 to be noted
+    spec = [dict(variant="dp", gpus=2, options=FP32, repeat=r,
+                 loss=lambda s, r: 1.0 + (2.0 * s / 39 if r else 0.0)) for r in range(2)]
+    fig = redraw(fake_result_set(tmp_path, spec), "loss_curves")
+    assert notes_of(fig.axes[0]) == "no single run at global batch 512"
+    assert notes_over_data(fig) == []
+
+
 def test_notes_of_one_point_panels_claim_no_dashes(one_epoch):
     texts = {ax.get_title(): " ".join(t.get_text() for t in ax.texts) for ax in one_epoch["accuracy"].axes}
     assert texts["fp32, batch 128 · 1 GPU"] == "identical to single: ddp"

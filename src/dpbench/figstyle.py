@@ -21,7 +21,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import LineCollection
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -134,7 +134,7 @@ def placeholder(title: str, message: str) -> Figure:
 
 def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
     """Every drawn data point of a panel in axes fractions (0..1 inside it): line vertices and
-    points along their segments, scatter points, error bar ends, bar tops."""
+    points along their segments, scatter points, error bar ends, bands' outlines, bar tops."""
     to_axes = ax.transAxes.inverted()
     parts = []
     for line in ax.lines:
@@ -149,8 +149,11 @@ def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
             segs = [s for s in coll.get_segments() if len(s)]
             if segs:
                 parts.append(to_axes.transform(coll.get_transform().transform(np.concatenate(segs))))
-        elif len(coll.get_offsets()):
+        elif isinstance(coll, PathCollection):   # scatter points
             parts.append(to_axes.transform(coll.get_offset_transform().transform(coll.get_offsets())))
+        else:   # the outline of a band (fill_between)
+            parts += [to_axes.transform(coll.get_transform().transform(path.vertices))
+                      for path in coll.get_paths()]
     for patch in ax.patches:
         if isinstance(patch, Rectangle):
             (x0, _), (x1, y1) = patch.get_bbox().get_points()
