@@ -169,7 +169,8 @@ def place_notes(fig: Figure, notes: Sequence[tuple[Axes, str]]) -> None:
     titles, legend and footnote are in place."""
     if not notes:
         return
-    fig.get_layout_engine().execute(fig)
+    if (layout := fig.get_layout_engine()) is not None:
+        layout.execute(fig)
     renderer = fig.canvas.get_renderer()
     for ax, text in notes:
         art = ax.text(1 - NOTE_INSET, 1 - NOTE_INSET, text, transform=ax.transAxes, ha="right",

@@ -5,9 +5,10 @@
 Every figure of results.FIGURE_NAMES is always written, because the pipeline declares them as
 outputs:
 when there is nothing to draw, the figure says why in its centre. Panels come from the data
-present (an option set or GPU count without ok runs gets no panel), titles say the option set
-in words, and each panel's y range holds all of its points. The look (sizes, colours, grids)
-is dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
+present (an option set or GPU count without ok runs gets no panel, and a line under the figure
+names the cells that have runs but no ok one), titles say the option set in words, and each
+panel's y range holds all of its points. The look (sizes, colours, grids, notes) is
+dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -85,7 +86,7 @@ def no_ok_run(summary: pd.DataFrame) -> list[str]:
             f"({counted}); which and why in summary.md"]
 
 
-def finish(fig: Figure, summary: pd.DataFrame, notes: list[tuple[Axes, str]] = ()) -> Figure:
+def finish(fig: Figure, summary: pd.DataFrame, notes: Sequence[tuple[Axes, str]] = ()) -> Figure:
     """The last touches once panels, legend and title are in place: the footnote naming the
     cells without an ok run, then the panels' notes, measured in the final layout."""
     footnote(fig, no_ok_run(summary))
