@@ -10,6 +10,13 @@ and steps.csv through dpbench.results), then the real collect over them.
 A spec entry holds write_fake_run's keyword arguments; `images_per_s` may be a list, one value
 per repeat (then `repeat` is not given).
 
+Checks of a drawn figure as a reader sees it (after fig.canvas.draw(), at the saved dpi): each
+returns what is wrong, [] for nothing, so a test can also show that a check fails on a broken
+figure:
+
+    outside_points(fig), empty_panels(fig), untagged(fig), notes_over_data(fig),
+    overlapping_texts(fig); is_placeholder(fig) for a figure that says why it is empty
+
 The workflow in a temporary folder, for the tests that run the real Snakemake:
 
     wd = copy_workflow(tmp_path / "wf", extra=("profiles",))
@@ -25,7 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+from matplotlib.collections import Collection, LineCollection, PathCollection
+from matplotlib.patches import Rectangle
+
 from dpbench import collect, results
+from dpbench.figstyle import DATA, PLACEHOLDER, REFERENCE
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "fake"
@@ -204,3 +216,133 @@ def load_perf_targets():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- checks of a drawn figure ----------------------------------------------------------------
+
+def display_points(artist) -> np.ndarray:
+    """Where an artist's data land on the canvas, in pixels."""
+    if isinstance(artist, Rectangle):   # a bar's value is the middle of its top edge
+        (x0, y0), (x1, y1) = artist.get_bbox().get_points()
+        return artist.get_data_transform().transform([[(x0 + x1) / 2, y1]])
+    if isinstance(artist, LineCollection):
+        segs = [s for s in artist.get_segments() if len(s)]
+        pts = np.concatenate(segs) if segs else np.empty((0, 2))
+        return artist.get_transform().transform(pts)
+    if isinstance(artist, PathCollection):
+        return artist.get_offset_transform().transform(artist.get_offsets())
+    if isinstance(artist, Collection):
+        return np.concatenate([artist.get_transform().transform(p.vertices)
+                               for p in artist.get_paths()] or [np.empty((0, 2))])
+    xy = artist.get_xydata()
+    return artist.get_transform().transform(xy[np.isfinite(xy).all(axis=1)])
+
+
+def drawn_artists(ax, prefix: str = "") -> list:
+    """A panel's lines, collections and bars; with `prefix` (figstyle.DATA, REFERENCE) only
+    those whose gid starts with it."""
+    every = list(ax.lines) + list(ax.collections) + [p for p in ax.patches if isinstance(p, Rectangle)]
+    return [a for a in every if (a.get_gid() or "").startswith(prefix)] if prefix else every
+
+
+def outside_points(fig, tol: float = 1.0) -> list:
+    """(artist, panel title, x, y) of every drawn point, measured or reference, outside its panel."""
+    bad = []
+    for ax in fig.axes:
+        box = ax.bbox
+        for artist in drawn_artists(ax):
+            for x, y in display_points(artist):
+                if not (box.x0 - tol <= x <= box.x1 + tol and box.y0 - tol <= y <= box.y1 + tol):
+                    bad.append((type(artist).__name__, ax.get_title(), x, y))
+    return bad
+
+
+def is_placeholder(fig) -> bool:
+    """A figure that says why it has nothing to draw (figstyle.placeholder)."""
+    return any(ax.get_gid() == PLACEHOLDER for ax in fig.axes)
+
+
+def empty_panels(fig) -> list[str]:
+    """Titles of panels that are switched off or draw no variant's data: reference lines (ideal,
+    1.0, 0) do not count, nor do artists that draw no point."""
+    return [ax.get_title() for ax in fig.axes
+            if not ax.axison or not any(len(display_points(a)) for a in drawn_artists(ax, DATA))]
+
+
+def untagged(fig) -> list:
+    """Drawn artists that say neither a variant nor a reference in their gid (the checks above
+    would not know what they are)."""
+    return [(ax.get_title(), type(a).__name__) for ax in fig.axes for a in drawn_artists(ax)
+            if not (a.get_gid() or "").startswith((DATA, REFERENCE))]
+
+
+def points_along(ax, samples: int = 24) -> np.ndarray:
+    """display_points of a panel's artists, plus points along the segments of drawn lines."""
+    pts = [display_points(a) for a in drawn_artists(ax)]
+    for line in ax.lines:
+        xy = display_points(line)
+        if line.get_linestyle() not in ("None", "none", "") and len(xy) > 1:
+            t = np.linspace(0, 1, samples)[:, None, None]
+            pts.append((xy[:-1] + t * (xy[1:] - xy[:-1])).reshape(-1, 2))
+    return np.concatenate(pts) if pts else np.empty((0, 2))
+
+
+def note_boxes(ax) -> list:
+    """(text, box) of a panel's notes: its texts on a box (bar labels have none)."""
+    renderer = ax.figure.canvas.get_renderer()
+    return [(t.get_text(), t.get_bbox_patch().get_window_extent(renderer))
+            for t in ax.texts if t.get_bbox_patch() is not None]
+
+
+def notes_over_data(fig) -> list:
+    """(panel title, note, points) for every note whose box covers drawn points."""
+    bad = []
+    for ax in fig.axes:
+        pts = points_along(ax)
+        for text, box in note_boxes(ax):
+            hit = (pts[:, 0] >= box.x0) & (pts[:, 0] <= box.x1) & (pts[:, 1] >= box.y0) & (pts[:, 1] <= box.y1)
+            if hit.any():
+                bad.append((ax.get_title(), text, int(hit.sum())))
+    return bad
+
+
+def text_boxes(fig) -> tuple[list, list]:
+    """What a reader must be able to read, as (owner, what, box): per panel (owner: its index)
+    the title, each axis with its tick labels and label, and the notes; for the figure (owner
+    None) the title, the footnote and the legends. Also the panels' plotting areas."""
+    renderer = fig.canvas.get_renderer()
+    texts, areas = [], []
+    for i, ax in enumerate(fig.axes):
+        if ax.get_title():
+            texts.append((i, f"title {ax.get_title()!r}", ax.title.get_window_extent(renderer)))
+        for name, axis in (("x axis", ax.xaxis), ("y axis", ax.yaxis)):
+            box = axis.get_tightbbox(renderer)
+            if ax.axison and axis.get_visible() and box is not None and box.width and box.height:
+                texts.append((i, f"{name} of {ax.get_title()!r}", box))
+        texts += [(i, f"note {text!r}", box) for text, box in note_boxes(ax)]
+        areas.append((i, f"panel {ax.get_title()!r}", ax.bbox))
+    for what, art in (("figure title", fig._suptitle), ("footnote", fig._supxlabel)):
+        if art is not None and art.get_text():
+            texts.append((None, f"{what} {art.get_text()!r}", art.get_window_extent(renderer)))
+    texts += [(None, "legend", leg.get_window_extent(renderer)) for leg in fig.legends]
+    return texts, areas
+
+
+def overlapping_texts(fig) -> list:
+    """Pairs that overlap, and texts cut off by the canvas' edge: a panel's texts against another
+    panel's texts and plotting area, a panel's title against its own axes' labels, the figure's
+    texts (title, footnote, legend) against everything."""
+    texts, areas = text_boxes(fig)
+    canvas = fig.bbox
+    bad = [(what, "canvas edge") for _, what, box in texts
+           if box.x0 < canvas.x0 - 1 or box.x1 > canvas.x1 + 1 or box.y0 < canvas.y0 - 1 or box.y1 > canvas.y1 + 1]
+    for k, (own_a, a, box_a) in enumerate(texts):
+        for own_b, b, box_b in texts[k + 1:]:
+            same_panel = own_a == own_b and own_a is not None
+            own_title = same_panel and (a.startswith("title") or b.startswith("title"))
+            if (not same_panel or own_title) and box_a.overlaps(box_b):
+                bad.append((a, b))
+        for own_b, b, box_b in areas:
+            if own_a != own_b and box_a.overlaps(box_b):
+                bad.append((a, b))
+    return bad

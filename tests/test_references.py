@@ -4,8 +4,10 @@ Every pipeline result set under results/reference (one with runs/ and summary.cs
 and summarised again from a copy of its runs/, and each table, provenance.json and summary.md
 must come out byte for byte as committed. The claims ledger (claims.md/json) is left out: it
 stays as it was made, with the ledger's groups of that day. Figures are not byte-checked (the
-fonts differ between machines); each pipeline figure must exist. The committed comparison
-reports are made again from the committed result sets with the thresholds they record.
+fonts differ between machines); each pipeline figure must exist, and drawn again from the
+committed tables it must read right (a slow test; fakes' checks: points inside their axes, no
+panel without data, no overlapping texts, no note over data). The committed comparison reports
+are made again from the committed result sets with the thresholds they record.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from dpbench import collect, compare, reference, results, summarize
+from dpbench import collect, compare, plots, reference, results, summarize
+from dpbench.figstyle import save, style
+from fakes import empty_panels, is_placeholder, notes_over_data, outside_points, overlapping_texts
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
 NAMES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir() and p.name != results.COMPARE_DIR)
@@ -88,6 +92,24 @@ def test_every_pipeline_figure_is_there(name):
     missing = [n for n, p in results.ResultSet(REFERENCE, name).figure_paths().items()
                if not p.is_file()]
     assert not missing, f"{name}: figures missing: {missing}"
+
+
+@pytest.mark.slow   # about 35 s for every reference on 2 cores
+@pytest.mark.parametrize("name", NAMES)
+def test_figures_drawn_again_read_right(tmp_path, name):
+    if not is_pipeline_set(REFERENCE / name):
+        pytest.skip(f"{name} is not a pipeline result set (no tables to draw from)")
+    tables = plots.load_tables(REFERENCE, name)
+    problems = {}
+    for figure, draw in plots.DRAW.items():
+        with style():
+            fig = draw(tables)
+        save(fig, tmp_path / f"{figure}.png")   # drawn as the pipeline saves it
+        found = outside_points(fig) + overlapping_texts(fig) + notes_over_data(fig) + \
+            ([] if is_placeholder(fig) else empty_panels(fig))
+        if found:
+            problems[figure] = found[:5]
+    assert not problems, f"{name}: {problems}"
 
 
 @pytest.mark.parametrize("stem", REPORTS)

@@ -1,14 +1,17 @@
 """One figure style for the pipeline's figures (dpbench.plots) and the claims ledger's
-(dpbench.claims.figures): sizes, colours, panel grids, titles that fit their panel, legends,
-placeholders and byte-stable PNG output.
+(dpbench.claims.figures): sizes, colours, panel grids, titles that fit their panel, notes and
+footnotes sized from their drawn text, legends, placeholders and byte-stable PNG output.
 
 Figures are drawn on the Agg canvas without pyplot (no global state), with fixed panel sizes
 and dpi, and saved without the Software/date metadata, so the same data give the same bytes.
+What a drawn artist shows is in its gid (data_gid, reference_gid), for readers of a drawn
+figure such as the tests.
 """
 from __future__ import annotations
 
 import io
 import math
+import re
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
-from matplotlib.collections import LineCollection
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -35,10 +39,21 @@ REFERENCE_COLOR = "0.3"   # ideal lines, zero lines
 TITLE_CHARS = 50          # characters per line of a panel title at PANEL_IN's width
 SHARE_RATIO = 2.0         # panels share a y scale when their tops differ by less than this
 NOTE_INSET = 0.03         # a note's distance from the panel's edges (axes fraction)
-# A note's box in pixels at DPI in the small font (a character's width and a line's height
-# rounded up, the box's padding), and the smallest panel (axes) it goes in: panel titles of two
-# lines and tick labels leave about this much of a PANEL_IN panel.
-NOTE_PX = {"char": 7.0, "line": 19.0, "pad": 10.0, "axes_w": 340.0, "axes_h": 220.0}
+NOTE_BOX = dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9)
+# Where a panel title may break: after a phrase's separator, so "batch 512" stays whole.
+PHRASE_END = re.compile(r"(?<=, )|(?<= · )|(?<= \+ )")
+DATA, REFERENCE = "data:", "reference:"   # gid prefixes of drawn artists
+PLACEHOLDER = "placeholder"                # the gid of a placeholder's one panel
+
+
+def data_gid(variant: str) -> str:
+    """The gid of an artist that draws a variant's measurements."""
+    return DATA + variant
+
+
+def reference_gid(what: str) -> str:
+    """The gid of a line drawn for comparison (an ideal, 1.0, 0), not measured."""
+    return REFERENCE + what
 
 
 def palette(variants: Sequence[str]) -> dict[str, object]:
@@ -54,6 +69,7 @@ def new_figure(n_rows: int = 1, n_cols: int = 1, legend: bool = True,
     """A constrained-layout figure of n_rows × n_cols panels (a list of rows of axes)."""
     width = PANEL_IN[0] * n_cols + (LEGEND_IN if legend else 0)
     fig = Figure(figsize=(width, PANEL_IN[1] * n_rows), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)   # the canvas it is saved with, whose renderer measures notes
     axes = fig.subplots(n_rows, n_cols, squeeze=False, sharey=sharey)
     return fig, axes
 
@@ -83,15 +99,19 @@ def panel_grid(n: int, n_cols: int | None = None, legend: bool = True,
 
 
 def panel_title(ax: Axes, text: str) -> None:
-    """A panel title wrapped to the panel's width, so neighbours' titles never overlap; a long
-    title breaks at its ' · ' separators first."""
-    lines = []
-    for part in text.split(" · ") if len(text) > TITLE_CHARS else [text]:
-        if lines and len(lines[-1]) + 3 + len(part) <= TITLE_CHARS:
-            lines[-1] += " · " + part
-        else:
-            lines += textwrap.wrap(part, TITLE_CHARS, break_on_hyphens=False) or [part]
-    ax.set_title("\n".join(lines))
+    """A panel title wrapped to the panel's width, so neighbours' titles never overlap. Lines
+    break between phrases (after ', ', ' + ' or ' · ', the last dropped at a break), never
+    inside one ("batch 512", "20 warm-up steps"); only a phrase longer than a line breaks
+    between its words."""
+    lines = [""]
+    for phrase in PHRASE_END.split(text):
+        if lines[-1] and len((lines[-1] + phrase).rstrip()) > TITLE_CHARS:
+            lines.append("")
+        lines[-1] += phrase
+    wrapped = [w for line in lines
+               for w in textwrap.wrap(line.rstrip().removesuffix(" ·"), TITLE_CHARS,
+                                      break_on_hyphens=False) or [line]]
+    ax.set_title("\n".join(wrapped))
 
 
 def figure_title(fig: Figure, text: str) -> None:
@@ -106,6 +126,7 @@ def placeholder(title: str, message: str) -> Figure:
     fig, axes = new_figure(legend=False)
     ax = axes[0][0]
     ax.set_axis_off()
+    ax.set_gid(PLACEHOLDER)
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, transform=ax.transAxes)
     figure_title(fig, title)
     return fig
@@ -113,7 +134,7 @@ def placeholder(title: str, message: str) -> Figure:
 
 def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
     """Every drawn data point of a panel in axes fractions (0..1 inside it): line vertices and
-    points along their segments, scatter points, error bar ends, bar tops."""
+    points along their segments, scatter points, error bar ends, bands' outlines, bar tops."""
     to_axes = ax.transAxes.inverted()
     parts = []
     for line in ax.lines:
@@ -128,8 +149,11 @@ def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
             segs = [s for s in coll.get_segments() if len(s)]
             if segs:
                 parts.append(to_axes.transform(coll.get_transform().transform(np.concatenate(segs))))
-        elif len(coll.get_offsets()):
+        elif isinstance(coll, PathCollection):   # scatter points
             parts.append(to_axes.transform(coll.get_offset_transform().transform(coll.get_offsets())))
+        else:   # the outline of a band (fill_between)
+            parts += [to_axes.transform(coll.get_transform().transform(path.vertices))
+                      for path in coll.get_paths()]
     for patch in ax.patches:
         if isinstance(patch, Rectangle):
             (x0, _), (x1, y1) = patch.get_bbox().get_points()
@@ -137,35 +161,48 @@ def data_in_axes(ax: Axes, samples: int = 24) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty((0, 2))
 
 
-def note_size(text: str) -> tuple[float, float]:
-    """A note box's width and height as fractions of the smallest panel this module draws
-    (measured for the small font on PANEL_IN panels, rounded up)."""
-    lines = text.split("\n")
-    w = NOTE_PX["char"] * max(map(len, lines)) + NOTE_PX["pad"]
-    h = NOTE_PX["line"] * len(lines) + NOTE_PX["pad"]
-    return w / NOTE_PX["axes_w"], h / NOTE_PX["axes_h"]
+def place_notes(fig: Figure, notes: Sequence[tuple[Axes, str]]) -> None:
+    """Short remarks inside panels (e.g. curves that coincide) on a white box, each in the
+    first corner of top right, top left, bottom right, bottom left of its panel whose box covers
+    no data; where each would, the y range grows at the top to free the top right. The boxes
+    are measured as drawn, in the panels' final size: call this last, once data, limits,
+    titles, legend and footnote are in place."""
+    if not notes:
+        return
+    if (layout := fig.get_layout_engine()) is not None:
+        layout.execute(fig)
+    renderer = fig.canvas.get_renderer()
+    for ax, text in notes:
+        art = ax.text(1 - NOTE_INSET, 1 - NOTE_INSET, text, transform=ax.transAxes, ha="right",
+                      va="top", fontsize="small", zorder=5, bbox=NOTE_BOX, in_layout=False)
+        art.update_bbox_position_size(renderer)
+        box, panel = art.get_bbox_patch().get_window_extent(renderer), ax.get_window_extent(renderer)
+        w, h = box.width / panel.width, box.height / panel.height
+        pts = data_in_axes(ax)
+        for top, right in ((True, True), (True, False), (False, True), (False, False)):
+            x0, x1 = (1 - NOTE_INSET - w, 1.0) if right else (0.0, NOTE_INSET + w)
+            y0, y1 = (1 - NOTE_INSET - h, 1.0) if top else (0.0, NOTE_INSET + h)
+            inside = (pts[:, 0] >= x0) & (pts[:, 0] <= x1) & (pts[:, 1] >= y0) & (pts[:, 1] <= y1)
+            if not inside.any():
+                break
+        else:
+            top, right = True, True
+            _grow_top(ax, float(pts[:, 1].max()), 1 - NOTE_INSET - h - 0.02)
+        art.set_position((1 - NOTE_INSET if right else NOTE_INSET, 1 - NOTE_INSET if top else NOTE_INSET))
+        art.set_horizontalalignment("right" if right else "left")
+        art.set_verticalalignment("top" if top else "bottom")
 
 
-def note(ax: Axes, text: str) -> None:
-    """A short remark inside a panel (e.g. curves that coincide) on a white box, in the first
-    corner of top right, top left, bottom right, bottom left whose box covers no data; where
-    each would, the y range grows at the top to free the top right. Call it once the panel's
-    data and limits are final."""
-    w, h = note_size(text)
-    pts = data_in_axes(ax)
-    for top, right in ((True, True), (True, False), (False, True), (False, False)):
-        x0, x1 = (1 - NOTE_INSET - w, 1.0) if right else (0.0, NOTE_INSET + w)
-        y0, y1 = (1 - NOTE_INSET - h, 1.0) if top else (0.0, NOTE_INSET + h)
-        inside = (pts[:, 0] >= x0) & (pts[:, 0] <= x1) & (pts[:, 1] >= y0) & (pts[:, 1] <= y1)
-        if not inside.any():
+def footnote(fig: Figure, texts: Sequence[str]) -> None:
+    """One line under the panels: the first of `texts` (longest, most detailed first) whose
+    drawn width fits the figure; none for no texts."""
+    if not texts:
+        return
+    renderer = fig.canvas.get_renderer()
+    for text in texts:
+        art = fig.supxlabel(text, x=0.01, ha="left", fontsize="small", color=REFERENCE_COLOR)
+        if art.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
             break
-    else:
-        top, right = True, True
-        _grow_top(ax, float(pts[:, 1].max()), 1 - NOTE_INSET - h - 0.02)
-    ax.text(1 - NOTE_INSET if right else NOTE_INSET, 1 - NOTE_INSET if top else NOTE_INSET, text,
-            transform=ax.transAxes, ha="right" if right else "left", va="top" if top else "bottom",
-            fontsize="small", zorder=5,
-            bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.8", alpha=0.9))
 
 
 def _grow_top(ax: Axes, highest: float, below: float) -> None:

@@ -5,9 +5,10 @@
 Every figure of results.FIGURE_NAMES is always written, because the pipeline declares them as
 outputs:
 when there is nothing to draw, the figure says why in its centre. Panels come from the data
-present (an option set or GPU count without ok runs gets no panel), titles say the option set
-in words, and each panel's y range holds all of its points. The look (sizes, colours, grids)
-is dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
+present (an option set or GPU count without ok runs gets no panel, and a line under the figure
+names the cells that have runs but no ok one), titles say the option set in words, and each
+panel's y range holds all of its points. The look (sizes, colours, grids, notes) is
+dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,9 +27,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dpbench import results
-from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, figure_title, fit_y, note,
-                              palette, panel_grid, panel_title, placeholder, save, style,
-                              thousands)
+from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, data_gid, figure_title, fit_y,
+                              footnote, palette, panel_grid, panel_title, place_notes, placeholder,
+                              reference_gid, save, style, thousands)
 from dpbench.tables import (NONE, STRONG, WEAK, describe, estimate_fields, gpus_label, label_order,
                             labels, level_text, load_table, median_ci, ok_runs, only_ok, ordered,
                             ratio_ci, reference_batch, single_pools, variant_order, with_efficiency,
@@ -45,6 +46,7 @@ IDEAL_STYLE = {STRONG: dict(ls="--", lw=1, color=REFERENCE_COLOR, marker="_", ms
                WEAK: dict(ls=":", lw=1.4, color=REFERENCE_COLOR, marker="_", ms=12)}
 IDEAL_LABEL = {STRONG: "ideal, strong:\nGPUs × single at the\nsame global batch",
                WEAK: "ideal, weak:\nGPUs × single at the\nper-GPU batch"}
+NO_IDEAL = "no single run at this batch:\nno ideal line"
 
 
 # -- shared pieces --------------------------------------------------------------------------
@@ -57,6 +59,39 @@ def why_empty(summary: pd.DataFrame, detail: str) -> str:
         return detail
     counts = summary["status"].value_counts().sort_index()
     return "no successful runs\n(" + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")"
+
+
+def no_ok_run(summary: pd.DataFrame) -> list[str]:
+    """Footnotes (the detailed one first, then counts only) for the cells (option set, variant,
+    GPU count) that have runs but no ok one: no figure draws them, and without a word they
+    would vanish. [] where every cell has an ok run."""
+    if summary.empty:
+        return []
+    cpu, several = on_cpu(summary), summary["label"].nunique() > 1
+    missing = []
+    for (lab, v, g), runs in summary.groupby(["label", "variant", "gpus"], sort=False):
+        if not (runs["status"] == results.STATUS_OK).any():
+            missing.append((lab, v, g, ", ".join(sorted(set(runs["status"])))))
+    if not missing:
+        return []
+    rank = {lab: i for i, lab in enumerate(label_order(summary))}
+    vrank = {v: i for i, v in enumerate(variant_order(summary["variant"]))}
+    missing.sort(key=lambda m: (rank[m[0]], vrank[m[1]], m[2]))
+    named = "; ".join(f"{v} on {count_label(g, cpu)}" + (f" · {lab}" if several else "") + f" ({st})"
+                      for lab, v, g, st in missing)
+    counts = pd.Series([st for *_, st in missing]).value_counts().sort_index()
+    counted = ", ".join(f"{n} {st}" for st, n in counts.items())
+    return [f"Not drawn, no ok run: {named}; reasons in summary.md",
+            f"Not drawn, no ok run: {len(missing)} cell{'s' if len(missing) > 1 else ''} "
+            f"({counted}); which and why in summary.md"]
+
+
+def finish(fig: Figure, summary: pd.DataFrame, notes: Sequence[tuple[Axes, str]] = ()) -> Figure:
+    """The last touches once panels, legend and title are in place: the footnote naming the
+    cells without an ok run, then the panels' notes, measured in the final layout."""
+    footnote(fig, no_ok_run(summary))
+    place_notes(fig, notes)
+    return fig
 
 
 def with_run_info(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
@@ -83,18 +118,20 @@ def points_medians_intervals(ax: Axes, runs: pd.DataFrame, med: pd.DataFrame, y:
     for v in variants:
         p, m = pts[pts["variant"] == v], med[med["variant"] == v].dropna(subset=[y])
         if len(p):
-            ax.scatter(p["x"], p[y], s=16, alpha=0.45, color=color(v), linewidths=0, zorder=2)
+            ax.scatter(p["x"], p[y], s=16, alpha=0.45, color=color(v), linewidths=0, zorder=2,
+                       gid=data_gid(v))
             drawn += list(p[y])
         if len(m):
             m = m.sort_values("gpus").assign(x=dodge(m, variants))
-            ax.plot(m["x"], m[y], color=color(v), lw=1.5, marker="o", ms=4, zorder=3)
+            ax.plot(m["x"], m[y], color=color(v), lw=1.5, marker="o", ms=4, zorder=3, gid=data_gid(v))
             drawn += list(m[y])
             lo, hi = m[f"{y}_ci_low"], m[f"{y}_ci_high"]
             has = lo.notna() & hi.notna()
             if has.any():
                 ax.errorbar(m["x"][has], m[y][has],
                             yerr=[(m[y] - lo)[has].clip(lower=0), (hi - m[y])[has].clip(lower=0)],
-                            fmt="none", ecolor=color(v), elinewidth=1.2, capsize=3, zorder=3)
+                            fmt="none", ecolor=color(v), elinewidth=1.2, capsize=3, zorder=3,
+                            gid=data_gid(v))
                 drawn += list(lo[has]) + list(hi[has])
     return drawn
 
@@ -183,7 +220,7 @@ def plot_throughput(t: Tables) -> Figure:
     variants = variant_order(ok["variant"])
     order = label_order(ok)
     fig, axes = panel_grid(len(order))
-    tops, bottoms, kinds_drawn, meds, logs, no_ideal = [], [], set(), [], [], []
+    tops, bottoms, kinds_drawn, meds, logs, notes = [], [], set(), [], [], []
     for ax, lab in zip(axes, order):
         panel = ok[ok["label"] == lab]
         meds.append(panel_medians(panel, "images_per_s"))
@@ -193,29 +230,26 @@ def plot_throughput(t: Tables) -> Figure:
             xs, ys = ideal_points(panel, pools, kind)
             if xs:
                 line = dict(IDEAL_STYLE[kind], **({} if kind == panel["scaling"].iloc[0] else {"ls": "none"}))
-                ax.plot(xs, ys, **line, zorder=1)
+                ax.plot(xs, ys, **line, zorder=1, gid=reference_gid(f"ideal {kind}"))
                 values += ys
                 xs_all |= set(xs)
                 kinds_drawn.add(kind)
-        no_ideal.append(not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)))
+        if not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)):
+            notes.append((ax, NO_IDEAL))
         gpu_ticks(ax, xs_all, on_cpu(ok))
-        ax.set_ylabel("images/s")
         panel_title(ax, lab)
         logs.append(span_is_wide(values))
         tops.append(max(values))
         bottoms.append(min(values) if logs[-1] else 0.0)
     fit_y(axes, tops, bottoms, log=logs)
-    for ax, is_log, missing in zip(axes, logs, no_ideal):
+    for ax, is_log in zip(axes, logs):
         ax.set_ylabel("images/s (log scale)" if is_log else "images/s")
-        if missing:   # once the range is final: the note goes where it hides no point
-            note(ax, "no single run at this batch:\nno ideal line")
-    for ax in axes:
         thousands(ax)
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=IDEAL_LABEL[k])
                                      for k in (STRONG, WEAK) if k in kinds_drawn])
     figure_title(fig, f"{title} (points: repeats; line: medians; "
                  f"{interval_words(pd.concat(meds), 'images_per_s')})")
-    return fig
+    return finish(fig, t["summary"], notes)
 
 
 def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
@@ -263,7 +297,8 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
     for ax, (kind, head, runs, med) in zip(axes, panels):
         q = f"efficiency_{kind}"
         values = points_medians_intervals(ax, runs, med, q, variants)
-        ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")})
+        ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")},
+                   gid=reference_gid(f"1.0 {kind}"))
         gpu_ticks(ax, runs["gpus"], on_cpu(ok))
         ax.set_ylabel("images/s ÷ (GPUs × single)")
         panel_title(ax, head)
@@ -278,7 +313,7 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
                                      for p in panels]), "efficiency", at_least=True)
     figure_title(fig, f"{title} ({'; '.join(against[k] for k in kinds)}; points: runs; "
                       f"line: medians; {bars})")
-    return fig
+    return finish(fig, t["summary"])
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -318,10 +353,10 @@ def plot_memory(t: Tables) -> Figure:
             # base: part of the peak, not of what the wrapper costs.
             data = np.array([np.nan_to_num(grp["data_mib"].median()) if "data_mib" in grp else 0.0
                              for _, grp in panel[panel["variant"] == v].groupby("device", sort=True)])
-            ax.bar(x, height - data, bottom=data, width=width * 0.95, color=color(v))
+            ax.bar(x, height - data, bottom=data, width=width * 0.95, color=color(v), gid=data_gid(v))
             if (data > 0).any():
                 ax.bar(x, data, width=width * 0.95, color=color(v), alpha=0.35, hatch="///",
-                       edgecolor="white", linewidth=0)
+                       edgecolor="white", linewidth=0, gid=data_gid(v))
                 any_data = True
             lo = np.array([e.low for _, e in stats])
             hi = np.array([e.high for _, e in stats])
@@ -329,7 +364,7 @@ def plot_memory(t: Tables) -> Figure:
             if has.any():
                 levels += [e.level for _, e in stats if not math.isnan(e.level)]
                 ax.errorbar(x[has], height[has], yerr=[height[has] - lo[has], hi[has] - height[has]],
-                            fmt="none", ecolor="0.2", elinewidth=1, capsize=3)
+                            fmt="none", ecolor="0.2", elinewidth=1, capsize=3, gid=data_gid(v))
                 top = max(top, float(np.nanmax(hi)))
             top = max(top, float(height.max()))
         ax.set_xticks(sorted(panel["device"].unique()))
@@ -344,7 +379,7 @@ def plot_memory(t: Tables) -> Figure:
                if any_data else ())
     bars = f"bars: {levels_text(levels)} CI" if levels else "n=1 per bar: no interval"
     figure_title(fig, f"{title} (median over repeats; {bars})")
-    return fig
+    return finish(fig, t["summary"])
 
 
 # -- loss and accuracy ----------------------------------------------------------------------
@@ -404,22 +439,24 @@ def repeat_curves(df: pd.DataFrame, y: str, x: str = "step", smoothed: bool = Tr
     return curves.rename(columns={"mean": y, "min": f"{y}_lo", "max": f"{y}_hi"}), window
 
 
-def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str = "step",
-                      subtitle: str = "", difference: bool = False,
+def draw_curve_panels(df: pd.DataFrame, summary: pd.DataFrame, y: str, ylabel: str, title: str,
+                      x: str = "step", subtitle: str = "", difference: bool = False,
                       marker: str | None = None, min_span: float = 0.0) -> Figure:
     """Curves of y against x per variant, one panel per (option set, GPU count). Plain curves get
     single's curve at the same setup and global batch in every panel as the reference; with
     `difference`, y already is the difference to single and the reference is the zero line.
     Curves equal to the reference are dashed on top of it and named in the panel (a panel of
     one point per curve shows no line, so its note says no dashes). `min_span`: the smallest y
-    range shown, so that differences far below what matters are not blown up to the full panel."""
+    range shown, so that differences far below what matters are not blown up to the full panel.
+    `summary`: the runs' table, for the footnote on cells without an ok run."""
     panels = curve_panels(df)
     variants = variant_order(df["variant"])
     fig, axes = panel_grid(len(panels), n_cols=grid_columns(df["gpus"], len(panels)))
+    notes = []
     for ax, (lab, g) in zip(axes, panels):
         panel = df[(df["label"] == lab) & (df["gpus"] == g)]
         if difference:
-            ax.axhline(0.0, lw=1, color=REFERENCE_COLOR, zorder=1)
+            ax.axhline(0.0, lw=1, color=REFERENCE_COLOR, zorder=1, gid=reference_gid("0"))
             same = [v for v, c in panel.groupby("variant", sort=False)   # every seed, not just their mean
                     if np.allclose(c[[col for col in (y, f"{y}_lo", f"{y}_hi") if col in c]], 0.0, atol=IDENTICAL)]
         else:
@@ -431,10 +468,10 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         for v in variant_order(panel["variant"]):
             c = panel[panel["variant"] == v].sort_values(x)
             style_ = dict(ls=(0, (4, 3)), lw=1.6) if v in same else dict(lw=1.1)
-            ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, **style_)
+            ax.plot(c[x], c[y], color=color(v), marker=marker, ms=4, zorder=2, gid=data_gid(v), **style_)
             if band and v not in same:   # a curve on top of single's adds no band of its own
                 ax.fill_between(c[x], c[f"{y}_lo"], c[f"{y}_hi"], color=color(v), alpha=0.18,
-                                linewidth=0, zorder=1)
+                                linewidth=0, zorder=1, gid=data_gid(v))
         cols = [y, f"{y}_lo", f"{y}_hi"] if band else [y]
         lo, hi = float(panel[cols].min().min()), float(panel[cols].max().max())
         if difference:
@@ -446,7 +483,7 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         ax.set(xlabel="optimizer step" if x == "step" else x, ylabel=ylabel)
         if x == "epoch":
             ax.set_xticks(sorted(panel[x].astype(int).unique()))
-        words = []   # a note is placed once limits and ticks are final, where it hides no data
+        words = []   # a note is placed once the layout is final, where it hides no data
         if same:
             dashed = not difference and panel[x].nunique() > 1
             words.append(f"identical to single{' (0 at every step)' if difference else ''}: "
@@ -454,11 +491,11 @@ def draw_curve_panels(df: pd.DataFrame, y: str, ylabel: str, title: str, x: str 
         if not difference and missing:
             words.append(f"no single run at global batch {panel['global_batch'].iloc[0]:g}")
         if words:
-            note(ax, "\n".join(words))
+            notes.append((ax, "\n".join(words)))
         panel_title(ax, f"{lab} · {count_label(g, on_cpu(panel))}")
     add_legend(fig, variants)
     figure_title(fig, f"{title} ({subtitle})" if subtitle else title)
-    return fig
+    return finish(fig, summary, notes)
 
 
 def loss_steps(t: Tables) -> pd.DataFrame:
@@ -481,7 +518,7 @@ def plot_loss_curves(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no step records"))
     curves, window = repeat_curves(steps, "loss_global")
     smoothing = f"; rolling mean over {window} steps" if window > 1 else ""
-    return draw_curve_panels(curves, "loss_global", "loss_global", title,
+    return draw_curve_panels(curves, t["summary"], "loss_global", "loss_global", title,
                              subtitle=f"line: mean over repeats, band: lowest to highest{smoothing}; "
                                       "single at the same global batch in every panel")
 
@@ -503,7 +540,7 @@ def plot_loss_vs_single(t: Tables) -> Figure:
                                   "options, global batch and repeat")
     diff = diff.assign(loss_diff=diff["loss_global"] - diff["loss_global_single"])
     curves, window = repeat_curves(diff, "loss_diff")
-    return draw_curve_panels(curves, "loss_diff", "loss_global − single's", title,
+    return draw_curve_panels(curves, t["summary"], "loss_diff", "loss_global − single's", title,
                              subtitle="same setup, global batch and seed; line: mean over seeds, "
                                       "band: lowest to highest seed"
                                       + (f"; rolling mean over {window} steps" if window > 1 else ""),
@@ -518,7 +555,8 @@ def plot_accuracy(t: Tables) -> Figure:
     acc = with_run_info(acc, t["summary"])
     curves = mean_curves(acc, "test_acc", x="epoch")
     # At least 2 percentage points on the axis: a gap of hundredths of a point must not fill it.
-    return draw_curve_panels(curves, "test_acc", "test accuracy", title, x="epoch", marker="o", min_span=0.02,
+    return draw_curve_panels(curves, t["summary"], "test_acc", "test accuracy", title, x="epoch",
+                             marker="o", min_span=0.02,
                              subtitle="mean over repeats; single at the same global batch in "
                                       "every panel")
 
@@ -546,9 +584,11 @@ def plot_warnings(t: Tables) -> Figure:
         panel = totals[totals["label"] == lab]
         present = variant_order(panel["variant"])
         sns.barplot(data=panel, x="gpus", y="count", hue="variant", hue_order=present,
-                    palette=palette(present), saturation=1, ax=ax, legend=False,
+                    palette=palette(present), saturation=1, ax=ax, legend=False, errorbar=None,
                     log_scale=(False, log) if log else None)
-        for bars in ax.containers:
+        for v, bars in zip(present, ax.containers):   # seaborn's containers follow hue_order
+            for bar in bars:
+                bar.set_gid(data_gid(v))
             ax.bar_label(bars, fmt="{:,.0f}", fontsize=7, padding=2)
         ax.set(xlabel="processes (CPU, gloo)" if on_cpu(w) else "GPUs",
                ylabel="warnings (log scale)" if log else "warnings")
@@ -557,7 +597,7 @@ def plot_warnings(t: Tables) -> Figure:
     fit_y(axes, tops, [0.5] * len(axes) if log else None, log=log)
     add_legend(fig, variants, bars=True)
     figure_title(fig, f"{title} (sum of counts over repeats)")
-    return fig
+    return finish(fig, t["summary"])
 
 
 # -- entry points ---------------------------------------------------------------------------

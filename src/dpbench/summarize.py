@@ -147,15 +147,19 @@ def headline_section(med: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def scaling_section(med: pd.DataFrame) -> str:
-    """Strong and weak efficiency of every multi-GPU cell, each against its own single runs."""
+def scaling_section(med: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """Strong and weak efficiency of every cell but single's, each against its own single runs;
+    on 1 GPU, where weak is strong, once. Without such cells, what happened to them instead."""
     out = ["## Strong and weak scaling", "",
            "Strong: images/s ÷ (GPUs × single's images/s at the same global batch). Weak: "
            "images/s ÷ (GPUs × single's images/s at the per-GPU batch). Both are ratios of "
            "medians, with the same options otherwise; `n/a`: no such single run.", ""]
     cells_ = med[(med["variant"] != "single")] if not med.empty else med
     if cells_.empty:
-        return "\n".join(out + ["No multi-device runs with a single baseline.", ""])
+        return "\n".join(out + [no_cells_to_scale(med, summary), ""])
+    if (cells_["gpus"] == 1).any():
+        out[-2] += (" On 1 GPU the per-GPU batch is the global batch, so weak is strong "
+                    "(`= strong`), and the efficiency is the wrapper's own cost.")
     headers = ["variant", "GPUs", "settings", "global batch", "per-GPU batch", "planned",
                "strong efficiency", "weak efficiency"]
     rows = []
@@ -165,9 +169,25 @@ def scaling_section(med: pd.DataFrame) -> str:
             q = f"efficiency_{kind}"
             n = min(c["n_ok"], c[f"{kind}_reference_n"])
             effs.append("n/a" if math.isnan(c[q]) else with_interval(cell_estimate(c, q), "{:.0%}", n))
+        if c["gpus"] == 1 and effs[0] != "n/a":
+            effs[1] = "= strong"
         rows.append([c["variant"], str(c["gpus"]), c["label"], fmt(c["global_batch"], "{:g}"),
                      fmt(c["per_gpu_batch"], "{:g}"), c["scaling"], *effs])
     return "\n".join(out + [md_table(headers, rows, right=[1, 3, 4]), ""])
+
+
+def no_cells_to_scale(med: pd.DataFrame, summary: pd.DataFrame) -> str:
+    """Why the scaling table is empty: no ok run at all, no variant but single planned, or the
+    other variants' runs skipped or failed (counted by status)."""
+    if med.empty:
+        return "No successful runs."
+    others = summary[summary["variant"] != "single"]
+    if others.empty:
+        return "Only single ran: no other variant to compare with it."
+    counts = others["status"].value_counts().sort_index()
+    return ("Only single has ok runs (the other variants' runs: "
+            + ", ".join(f"{n} {status}" for status, n in counts.items())
+            + "; reasons under \"Skipped and failed runs\" below).")
 
 
 def medians_section(med: pd.DataFrame) -> str:
@@ -292,7 +312,7 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
                 if len(ran) and (ran["device_type"] == "cpu").all() else "")
     sections = [f"# dpbench results: {tag}\n", cpu_note,
                 provenance_section(results.ResultSet(results_dir, tag)),
-                headline_section(med), scaling_section(med), medians_section(med),
+                headline_section(med), scaling_section(med, summary), medians_section(med),
                 startup_section(results.ResultSet(results_dir, tag)),
                 not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
