@@ -326,11 +326,18 @@ def test_the_perf_set_is_not_the_default_experiment(tmp_path, pt):
     assert last["target"] == pt.WALL_TARGET and last["outcome"] == "pass"
 
 
-def test_an_invocation_that_made_only_some_runs_is_not_the_whole_experiments_time(pt):
+def test_the_time_is_the_last_whole_invocation_and_those_that_continued_it(pt):
     seconds, why = pt.snakemake_seconds(_snakemake_log(3), runs=69)
-    assert seconds is None and why == "the logged invocation made 3 of the 69 runs (the others were made before it)"
-    seconds, why = pt.snakemake_seconds(_snakemake_log(69) * 2, runs=69)
-    assert seconds is None and why.startswith("the log holds 2 Snakemake invocations")
+    assert seconds is None and why == "no Snakemake invocation in the log made all 69 runs (the others were made before it)"
+    # a full rerun: only the last counts
+    assert pt.snakemake_seconds(_snakemake_log(69, seconds=500) + _snakemake_log(69), runs=69) == (
+        441, "the command's wall time")
+    # stopped by a time limit at 50 of 73 steps, then continued with the 23 runs left
+    stopped = _snakemake_log(69, seconds=480, done=50) + _snakemake_log(23, seconds=130)
+    assert pt.snakemake_seconds(stopped, runs=69) == (
+        610, "the command's wall time of 2 Snakemake invocations, each continuing the one before")
+    assert pt.snakemake_seconds(_snakemake_log(69, seconds=480, done=50), runs=69) == (
+        None, "the log stops at 50 of 73 steps")
     elapsed = _snakemake_log(69, seconds=None) + "Elapsed time: 0:07:11.558465\n"
     assert pt.snakemake_seconds(elapsed, runs=69) == (pytest.approx(431.558465), "Snakemake's elapsed time")
 

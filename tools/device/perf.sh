@@ -22,7 +22,8 @@ timeout "${LIMIT:-470}" snakemake --cores all --rerun-incomplete --config experi
   | tee "$log" | grep -E "^dpbench|Error|error|steps \("
 echo "pipeline wall time: $(( $(date +%s) - start )) s" | tee -a "$log"
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" >> "$log" 2>&1
-mkdir -p "results/$tag/logs" && cp "$log" "results/$tag/logs/snakemake.log"   # the set keeps its own log
+# the set keeps every call's log, in order (perf_targets adds up a call and those continuing it)
+mkdir -p "results/$tag/logs" && cat "$log" >> "results/$tag/logs/snakemake.log"
 if [ "${BENCH_LIMIT:-60}" -gt 0 ]; then
   start=$(date +%s)
   timeout "${BENCH_LIMIT:-60}" "$py" -m pytest tests/benchmarks -q -p no:cacheprovider \
