@@ -1,13 +1,23 @@
-"""tools/device/perf_targets.py on a fake perf result set (CPU only): the verdicts of cells that
-were not measured, the recipe ladder's order and the recipe figure."""
+"""The perf experiment, its overlays and tools/device/perf_targets.py on fake result sets (CPU
+only): what the targets read from the records, the verdicts of cells that were not measured, the
+whole default experiment's time, the recipe ladder and the figures."""
 from __future__ import annotations
 
 import json
+import math
 import re
+import tarfile
 from pathlib import Path
 
-from fakes import fake_result_set, load_perf_targets
+import numpy as np
+import pytest
+import yaml
 
+from dpbench import figstyle, pipeline, results, tables
+
+from fakes import SYNTHETIC_PROVENANCE, fake_result_set, load_perf_targets, write_fake_run
+
+ROOT = Path(__file__).resolve().parents[1]
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"
 CL = {"global_batch": 512, "channels_last": True}
 BF16_CL = {**CL, "precision": "bf16"}
@@ -15,11 +25,16 @@ DDP_WEAK = {"per_gpu_batch": 512, "bucket_cap_mb": 25, "gradient_as_bucket_view"
             "static_graph": True}
 LADDER = ["fp32, contiguous", "+ channels_last", "bf16 + channels_last", "+ cudnn.benchmark",
           "+ compile (cudnn.benchmark off)"]
+# What the records of a run on real CIFAR-10 say about where they ran
+CIFAR = {**SYNTHETIC_PROVENANCE, "dataset": {"name": "cifar10", "train_size": 50000, "test_size": 10000}}
 
 
+@pytest.fixture(scope="module")
+def pt():
+    return load_perf_targets()
 
 
-def _perf_set(tmp_path, ddp_measured: bool = False):
+def _perf_set(tmp_path, ddp_measured: bool = False, provenance: dict = CIFAR):
     """The perf experiment's single cells (listed out of recipe order on purpose), two DDP cells
     skipped for want of GPUs, and optionally one DDP cell that ran."""
     spec = [
@@ -38,12 +53,22 @@ def _perf_set(tmp_path, ddp_measured: bool = False):
              status="ok" if ddp_measured else "skipped", reason="" if ddp_measured else SKIP_REASON,
              images_per_s=100000.0 if ddp_measured else None),
     ]
-    rs = fake_result_set(tmp_path, spec)
+    rs = fake_result_set(tmp_path, [dict(e, provenance=provenance) for e in spec])
     return rs.root / rs.tag
 
 
-def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path):
-    pt = load_perf_targets()
+def _set_throughput(folder: Path, **fields) -> None:
+    """Adds throughput fields (e.g. compile_s) to every ok record of a fake result set."""
+    rs = results.ResultSet.at(folder)
+    for rec, rdir in rs.runs():
+        if rec["status"] == "ok":
+            rec["throughput"].update(fields)
+            results.write_json(rdir / results.METRICS, rec)
+
+
+# -- the targets, the tables and the recipe ladder ----------------------------------------------------
+
+def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path, pt):
     folder = _perf_set(tmp_path)
     md, js, png = tmp_path / "targets.md", tmp_path / "targets.json", tmp_path / "fig" / "recipe.png"
     assert pt.main([str(folder), "--md", str(md), "--json", str(js), "--figure", str(png)]) == 0
@@ -72,29 +97,153 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path):
-    pt = load_perf_targets()
+def test_the_epoch_is_the_training_split_the_records_name(tmp_path, pt):
+    """Not CIFAR-10's 50,000 written into the tool: a run on 10,000 images has a five times
+    shorter epoch, and a run whose records name no split gets no epoch time at all."""
+    small = pt.load_cells(_perf_set(tmp_path / "small", provenance={
+        **CIFAR, "dataset": {"name": "synthetic", "train_size": 10000, "test_size": 100}}))
+    epoch = next(r for r in pt.target_rows(small) if r["target"] == "single bf16 + channels_last epoch (s)")
+    assert epoch["measured"] == pytest.approx(10000 / 55000) and epoch["outcome"] == "pass"
+    assert pt.epoch_words(small) == "epoch = 10,000 images"
+
+    unknown = pt.load_cells(_perf_set(tmp_path / "unknown", provenance=SYNTHETIC_PROVENANCE))
+    rows = [r for r in pt.target_rows(unknown) if r["kind"] == "epoch" and "cell" in r]
+    assert rows and {r["verdict"] for r in rows} == {"not measured (its records name no training split)"}
+    assert all(r["epoch_s"] is None for r in pt.fastest_rows(unknown))
+
+
+def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path, pt):
+    """Three repeats a side: the fixed-batch ratio is tables.ratio_ci's (value, interval and
+    its confidence), and a DDP cell's efficiency is tables.cells' weak efficiency."""
+    spec = [dict(options=BF16_CL, images_per_s=[54000.0, 55000.0, 56000.0]),
+            dict(options={**BF16_CL, "feed": "fixed"}, images_per_s=[56000.0, 57000.0, 58000.0]),
+            dict(variant="ddp", gpus=2, options={**DDP_WEAK, "precision": "bf16", "channels_last": True},
+                 images_per_s=[99000.0, 100000.0, 101000.0])]
+    rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
+    cells = pt.load_cells(rs.root / rs.tag)
+    row = next(r for r in pt.target_rows(cells) if r["target"].startswith("single bf16 + channels_last vs"))
+    expected = tables.ratio_ci([54000, 55000, 56000], [56000, 57000, 58000])
+    assert (row["measured"], row["low"], row["high"]) == pytest.approx(expected[:3])
+    assert row["interval"] == tables.interval_text(expected, "{:.3f}", 3) and "CI" in row["interval"]
+    # 0.97 lies between 54,000 / 58,000 and 56,000 / 56,000: said, whichever way the median falls
+    assert row["verdict"] == "FAIL (the goal lies inside the interval)"
+
+    [ddp] = pt.sweep_rows(cells)
+    cell = tables.cells(rs.table("summary"))
+    want = cell[cell["variant"] == "ddp"].iloc[0]
+    assert ddp["efficiency"] == pytest.approx(want["efficiency_weak"]) == pytest.approx(100000 / (2 * 55000))
+    assert (ddp["efficiency_low"], ddp["efficiency_high"]) == pytest.approx(
+        (want["efficiency_weak_ci_low"], want["efficiency_weak_ci_high"]))
+
+
+def test_compile_time_is_a_column_from_the_records(tmp_path, pt):
     folder = _perf_set(tmp_path, ddp_measured=True)
+    _set_throughput(folder, compile_s=12.5)
     cells = pt.load_cells(folder)
-    assert len(pt.sweep_rows(cells)) == 1
-    fig = pt.recipe_figure(folder, cells)
-    assert len(fig.axes) == 2 and fig.axes[1].get_title().startswith("DDP on 2 GPUs")
-    png = tmp_path / "recipe.png"
-    pt.write_figure(folder, cells, png)
-    assert png.stat().st_size > 0
-    measured = [r for r in pt.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
-    assert measured and all(r["verdict"] in ("pass", "FAIL") for r in measured)
+    assert {r["compile_s"] for r in pt.fastest_rows(cells)} == {12.5}
+    assert pt.sweep_rows(cells)[0]["compile_s"] == 12.5
+    text = pt.markdown(folder, cells, pt.target_rows(cells))
+    assert "| recipe | images/s | epoch (s) | compile (s) |" in text
+    assert "| bf16, channels_last, batch 512, feed gpu, compile default | 61,000 | 0.82 | 12.5 |" in text
+    step = next(r for r in pt.recipe_rows(cells) if r["label"].startswith("+ compile"))
+    assert "compiled in 12 s" in pt._bar_words(step, "bf16 + channels_last")
 
 
-def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments_cells():
+def test_the_bucket_size_in_effect_is_the_runs_or_pytorchs_said_as_such(tmp_path, pt, monkeypatch):
+    spec = [dict(options=BF16_CL, images_per_s=55000.0),
+            dict(variant="ddp", gpus=2, images_per_s=100000.0,
+                 options={"per_gpu_batch": 512, "precision": "bf16", "channels_last": True}),
+            dict(variant="ddp", gpus=2, images_per_s=98000.0,
+                 options={**DDP_WEAK, "bucket_cap_mb": 5, "precision": "bf16", "channels_last": True})]
+    rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
+    monkeypatch.setattr(pt, "pytorch_bucket_mb", lambda: (40.0, "9.9"))
+    rows = {r["bucket_mb"]: r for r in pt.sweep_rows(pt.load_cells(rs.root / rs.tag))}
+    assert set(rows) == {5.0, 40.0}
+    assert rows[5.0]["setting"] == "bucket 5 MB, views + static graph" and rows[5.0]["bucket_note"] == ""
+    assert rows[40.0]["setting"] == ("bucket 40 MB (PyTorch's default in torch 9.9; the runs used "
+                                     f"{CIFAR['torch']}), knobs off")
+
+
+def test_pytorchs_default_bucket_size_is_read_from_torch(pt):
+    import torch
+    mb, version = pt.pytorch_bucket_mb.__wrapped__()   # a DDP built here, on a one-rank gloo group
+    assert (mb, version) == (25.0, torch.__version__)   # DDP's documented default, in MB of 2**20 bytes
+
+
+# -- the perf experiment's plan ------------------------------------------------------------------------
+
+def _plan(experiment: str, gpus: int, **config):
+    return pipeline.make_plan(pipeline.load_experiment({"experiment": experiment, "gpus_available": gpus,
+                                                        **config}, ROOT))
+
+
+def test_perf_experiment_plans_every_target_cell_once(tmp_path, pt):
+    """Records made from the perf plan on 2 GPUs: every target finds its runs and exactly one
+    baseline, and the ratios are what the numbers say."""
+    plan = _plan("perf", 2)
+    assert all(rc.gpus <= 2 for rc in plan.runs.values())
+    for rid, rc in plan.runs.items():
+        write_fake_run(tmp_path / "perf" / "runs", variant=rc.variant, gpus=rc.gpus, repeat=rc.repeat,
+                       options=rc.options, config=rc.to_dict(), provenance=CIFAR,
+                       images_per_s=20000.0 if rc.variant == "single" else 39000.0 * rc.gpus / 2)
+    fake = fake_result_set(tmp_path, [], tag="perf")
+    cells = pt.load_cells(fake.root / fake.tag)
+    targets = pt.target_rows(cells)
+    assert {r["target"] for r in targets} == {t[0] for t in pt.TARGETS}
+    assert all(r["measured"] is not None for r in targets), [r for r in targets if r["measured"] is None]
+    strong = [r for r in targets if r["target"].startswith("ddp fp32, 2 GPUs, strong")]
+    assert sorted(r["setting"] for r in strong) == ["bucket 100 MB, views + static graph",
+                                                    "bucket 25 MB, knobs off", "bucket 25 MB, views + static graph"]
+    assert all(math.isclose(r["measured"], 39000 / 40000) and r["verdict"] == "pass" for r in strong)
+    epoch = next(r for r in targets if r["target"].startswith("single bf16") and r["kind"] == "epoch")
+    assert math.isclose(epoch["measured"], 2.5) and epoch["verdict"] == "FAIL"
+    sweep = pt.sweep_rows(cells)
+    assert len(sweep) == sum(rc.variant == "ddp" for rc in plan.runs.values())
+    # every cell but the compiled one (its own step budget, a setup of its own) has its baseline
+    assert [r["cell"] for r in sweep if r["efficiency"] is None] == [
+        next(results.parse_run_id(rid).cell for rid, rc in plan.runs.items() if rc.variant == "ddp" and
+             rc.compile != "none")]
+    assert all(abs(r["gap"]) < 1e-9 for r in pt.agreement_rows(cells))
+    assert "| ddp fp32, 2 GPUs, weak" in pt.markdown(fake.root / fake.tag, cells, targets)
+
+
+def test_perf_experiment_covers_the_knobs_and_times_alone():
+    """The sweep the issue asks for, and one run at a time (a compile never shares the host with
+    a baseline's timed steps)."""
+    plan = _plan("perf", 2)
+    assert plan.config["exclusive_timing"] is True
+    ddp = [rc for rc in plan.runs.values() if rc.variant == "ddp"]
+    assert all({"bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers"} <= set(rc.options)
+               for rc in ddp), "every DDP cell names all four knobs (a default that moves changes none)"
+    assert any(not rc.broadcast_buffers for rc in ddp)
+    assert any(rc.gradient_as_bucket_view and not rc.static_graph for rc in ddp)
+    assert any(rc.static_graph and not rc.gradient_as_bucket_view for rc in ddp)
+    assert len({rc.bucket_cap_mb for rc in ddp if rc.precision == "fp32"}) >= 2
+    assert len({rc.bucket_cap_mb for rc in ddp if rc.precision == "bf16"}) >= 3
+    assert any(rc.precision == "bf16" and rc.scaling == "strong" and rc.gpus == 2 for rc in ddp)
+    assert {rc.gpus for rc in ddp} == {1, 2}
+
+
+def test_perf_experiments_cost_comment_counts_its_runs():
+    text = (ROOT / "experiments" / "perf.yaml").read_text()
+    said = {kind: int(n) for n, kind in re.findall(r"(\d+) (single|DDP) runs", text)}
+    runs = _plan("perf", 2).runs.values()
+    assert said == {"single": sum(rc.variant == "single" for rc in runs), "DDP": sum(rc.variant == "ddp" for rc in runs)}
+
+
+def test_perf_experiment_on_the_cpu_folds_batches_and_compile_away():
+    plan = _plan("perf", 0)
+    assert all(rc.compile == "none" and rc.global_batch == 32 and rc.dataset == "synthetic"
+               for rc in plan.runs.values())
+    assert len(plan.runs) < len(_plan("perf", 2).runs)
+
+
+def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments_cells(pt):
     """tools/device/perf_ddp_targets.yaml: a short 2-GPU run. Its groups must be perf.yaml's
     (same names, same cells), and together they must hold every DDP target and its baseline."""
-    import yaml
-    root = Path(__file__).resolve().parents[1]
-    perf = {g["name"]: g for g in yaml.safe_load((root / "experiments" / "perf.yaml").read_text())["matrix"]}
-    overlay = yaml.safe_load((root / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
+    perf = {g["name"]: g for g in yaml.safe_load((ROOT / "experiments" / "perf.yaml").read_text())["matrix"]}
+    overlay = yaml.safe_load((ROOT / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
     assert overlay and all(g == perf[g["name"]] for g in overlay)
-    pt = load_perf_targets()
     train = pt.experiment_train()
     cells = [{"settings": {**train, **g.get("options", {}), "variant": v,
                            "gpus": (g.get("gpus") or [1])[0]}} for g in overlay for v in g["variants"]]
@@ -102,3 +251,169 @@ def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments
     for name, _, numerator, baseline, *_ in ddp_targets:
         assert any(pt.matches(c, numerator) for c in cells), name
         assert any(pt.matches(c, baseline) for c in cells), name
+
+
+# -- the whole default experiment's time -------------------------------------------------------------
+
+TWO_H200 = {**CIFAR, "gpu_names": ["NVIDIA H200", "NVIDIA H200"]}
+
+
+def _snakemake_log(runs: int, seconds: float | None = 441, done: int | None = None) -> str:
+    total = runs + 4
+    lines = ["Building DAG of jobs...", "Job stats:", "job        count", "-------  -------",
+             f"train         {runs}", "collect        1", "plots          1", "summary        1",
+             "all            1", f"total         {total}", ""]
+    lines += [f"{i} of {total} steps ({100 * i // total}%) done" for i in range(1, (done or total) + 1)]
+    if seconds is not None:
+        lines.append(f"pipeline wall time: {seconds:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def _default_set(tmp_path, drop: int = 0, provenance: dict = TWO_H200, log: str | None = "logs",
+                 **log_args) -> Path:
+    """The default experiment as planned on 2 GPUs, every run recorded (those on 3 and 4 GPUs as
+    skipped), with its Snakemake log kept in logs/ (or packed, or nowhere)."""
+    plan = _plan(load_perf_targets().DEFAULT_EXPERIMENT, 2)
+    rs = results.ResultSet(tmp_path, "default")
+    for rid, rc in sorted(plan.runs.items())[drop:]:
+        skipped = plan.skipped(rc)
+        write_fake_run(rs.runs_dir, variant=rc.variant, gpus=rc.gpus, repeat=rc.repeat, options=rc.options,
+                       config=rc.to_dict(), provenance=provenance, images_per_s=None if skipped else 20000.0,
+                       status="skipped" if skipped else "ok", reason="needs 3 GPUs" if skipped else "")
+    text = _snakemake_log(len(plan.runs), **log_args)
+    if log == "logs":
+        results.write_atomic(rs.log_path("snakemake"), text)
+    elif log == "packed":
+        results.write_atomic(rs.log_path("snakemake"), text)
+        with tarfile.open(rs.dir / "logs.tar.gz", "w:gz") as tar:
+            tar.add(rs.logs_dir, arcname="logs")
+        rs.log_path("snakemake").unlink()
+    return rs.dir
+
+
+@pytest.mark.parametrize("log", ["logs", "packed"])
+def test_the_default_experiments_time_is_its_snakemake_logs(tmp_path, pt, log):
+    row = pt.default_experiment_row(_default_set(tmp_path, log=log))
+    assert row["measured"] == pytest.approx(441 / 60) and row["outcome"] == "pass"
+    assert row["verdict"].startswith("pass (the command's wall time, 441 s, from default/")
+    slow = pt.default_experiment_row(_default_set(tmp_path / "slow", seconds=960))
+    assert slow["outcome"] == "FAIL" and slow["measured"] == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(log=None), "default keeps no Snakemake log (logs/snakemake.log or pipeline.log); its records hold "
+                     "each run's wall time but no start or end"),
+    (dict(done=50), "logs/snakemake.log: the log stops at 50 of 73 steps"),
+    (dict(seconds=None), "logs/snakemake.log: the log gives no wall time"),
+    (dict(drop=1), "default is not the default experiment as planned now: 1 of its 69 runs missing (e.g. ddp-g1-"),
+    (dict(provenance={**CIFAR, "gpu_names": ["NVIDIA H200"] * 4}), "its runs saw 4 GPUs; the target is for 2"),
+])
+def test_the_default_experiments_time_is_not_measured_without_its_evidence(tmp_path, pt, change, why):
+    row = pt.default_experiment_row(_default_set(tmp_path, **change))
+    assert row["measured"] is None and row["outcome"] == "not measured"
+    assert row["verdict"].startswith(f"not measured ({why}"), row["verdict"]
+
+
+def test_the_perf_set_is_not_the_default_experiment(tmp_path, pt):
+    folder = _perf_set(tmp_path)
+    row = pt.default_experiment_row(folder)
+    assert row["verdict"] == ("not measured (fake holds none of the default experiment's 69 runs; give its "
+                              "result set with --default-experiment)")
+    given = pt.main([str(folder), "--default-experiment", str(_default_set(tmp_path / "d")),
+                     "--json", str(tmp_path / "t.json")])
+    assert given == 0
+    last = json.loads((tmp_path / "t.json").read_text())["targets"][-1]
+    assert last["target"] == pt.WALL_TARGET and last["outcome"] == "pass"
+
+
+def test_the_time_is_the_last_whole_invocation_and_those_that_continued_it(pt):
+    seconds, why = pt.snakemake_seconds(_snakemake_log(3), runs=69)
+    assert seconds is None and why == "no Snakemake invocation in the log made all 69 runs (the others were made before it)"
+    # a full rerun: only the last counts
+    assert pt.snakemake_seconds(_snakemake_log(69, seconds=500) + _snakemake_log(69), runs=69) == (
+        441, "the command's wall time")
+    # stopped by a time limit at 50 of 73 steps, then continued with the 23 runs left
+    stopped = _snakemake_log(69, seconds=480, done=50) + _snakemake_log(23, seconds=130)
+    assert pt.snakemake_seconds(stopped, runs=69) == (
+        610, "the command's wall time of 2 Snakemake invocations, each continuing the one before")
+    assert pt.snakemake_seconds(_snakemake_log(69, seconds=480, done=50), runs=69) == (
+        None, "the log stops at 50 of 73 steps")
+    elapsed = _snakemake_log(69, seconds=None) + "Elapsed time: 0:07:11.558465\n"
+    assert pt.snakemake_seconds(elapsed, runs=69) == (pytest.approx(431.558465), "Snakemake's elapsed time")
+
+
+# -- the bucket-size figure ------------------------------------------------------------------------
+
+def _sweep_set(tmp_path):
+    knobs = {"gradient_as_bucket_view": True, "static_graph": True}
+    spec = [dict(options={"global_batch": 256}, images_per_s=20000.0),
+            dict(options=BF16_CL, images_per_s=55000.0)]
+    spec += [dict(variant="ddp", gpus=2, options={"per_gpu_batch": 512, "precision": "bf16", "channels_last": True,
+                                                  "bucket_cap_mb": mb, **knobs},
+                  images_per_s=ips) for mb, ips in ((1, 88000.0), (5, 91000.0), (25, [91500.0, 92500.0, 92000.0]),
+                                                    (100, 89000.0))]
+    spec += [dict(variant="ddp", gpus=2, options={"global_batch": 512, "bucket_cap_mb": mb, **knobs},
+                  images_per_s=ips) for mb, ips in ((25, 38500.0), (100, 37500.0))]
+    spec += [dict(variant="ddp", gpus=2, options={"global_batch": 512}, images_per_s=38000.0),   # PyTorch's default
+             dict(variant="ddp", gpus=1, options={"per_gpu_batch": 512, "precision": "bf16", "channels_last": True,
+                                                  "bucket_cap_mb": 25}, images_per_s=50000.0),
+             dict(variant="ddp", gpus=2, status="skipped", reason=SKIP_REASON, images_per_s=None,
+                  options={"per_gpu_batch": 512, "bucket_cap_mb": 5})]
+    rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
+    return rs.root / rs.tag
+
+
+def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path, pt):
+    folder = _sweep_set(tmp_path)
+    cells = pt.load_cells(folder)
+    panels = pt.sweep_panels(pt.sweep_rows(cells))
+    fig = pt.sweep_figure(folder, cells)
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().replace("\n", " · ") for ax in axes] == [   # panel_title breaks at " · "
+        "2 GPUs · bf16 + channels_last · weak scaling, 512 per GPU",
+        "2 GPUs · fp32 · strong scaling, global batch 512",
+        "1 GPU · bf16 + channels_last · weak scaling, 512 per GPU"]
+    drawn = 0
+    for ax, panel in zip(axes, panels.values()):
+        assert ax.get_xscale() == "log" and ax.lines, ax.get_title()
+        points = figstyle.data_in_axes(ax)
+        assert len(points) and ((points >= -1e-9) & (points <= 1 + 1e-9)).all(), ax.get_title()
+        lines = [line for line in ax.lines if line.get_linestyle() != "None"]
+        assert len(lines) == len(panel)
+        drawn += sum(len(line.get_xdata()) for line in lines)
+    assert drawn == len(pt.sweep_rows(cells))   # every measured DDP cell is one point of a line
+    sweep = [line for line in axes[0].lines if line.get_linestyle() != "None"]
+    assert [list(line.get_xdata()) for line in sweep] == [[1, 5, 25, 100]]
+    assert list(sweep[0].get_ydata()) == [88000, 91000, 92000, 91000 - 2000]
+    assert any(len(c.get_segments()) == 1 for c in axes[0].collections)   # the interval of 3 repeats
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["knobs off", "views + static graph", "PyTorch's default size\n(bucket_cap_mb unset)"]
+    hollow = [line for line in axes[1].lines if line.get_linestyle() == "None"]
+    assert [(list(h.get_xdata()), h.get_markerfacecolor()) for h in hollow] == [([25.0], "white")]
+    fig.canvas.draw()
+    assert [t.get_text() for t in axes[0].get_xticklabels()] == ["1", "5", "25", "100"]
+    png = tmp_path / "sweep.png"
+    pt.main([str(folder), "--sweep-figure", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_bucket_figure_says_why_it_is_empty(tmp_path, pt):
+    folder = _perf_set(tmp_path)
+    fig = pt.sweep_figure(folder, pt.load_cells(folder))
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts == ["no DDP cell was measured (2 cells skipped: needs 2 GPUs, 1 visible)"]
+
+
+def test_the_recipe_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path, pt):
+    folder = _perf_set(tmp_path, ddp_measured=True)
+    cells = pt.load_cells(folder)
+    assert len(pt.sweep_rows(cells)) == 1
+    fig = pt.recipe_figure(folder, cells)
+    assert len(fig.axes) == 2 and fig.axes[1].get_title().startswith("DDP: knobs")
+    assert fig.axes[1].get_yticklabels()[0].get_text().startswith("2 GPUs · bf16 + channels_last · weak")
+    png = tmp_path / "recipe.png"
+    pt.write_figure(pt.recipe_figure, folder, cells, png)
+    assert png.stat().st_size > 0
+    measured = [r for r in pt.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
+    assert measured and all(r["verdict"] in ("pass", "FAIL") for r in measured)
+    assert np.isclose(measured[0]["measured"], 100000 / (2 * 55000))

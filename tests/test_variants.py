@@ -7,7 +7,6 @@ import csv
 import functools
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from dpbench.config import RunConfig
 from dpbench.variants import Variant, ddp_kwargs
 
 from conftest import run_engine
-from fakes import load_perf_targets
 
 CPU = [torch.device("cpu")]
 
@@ -204,55 +202,6 @@ def test_short_last_batch_is_not_timed_and_images_per_s_agrees_with_p50(tmp_path
     assert math.isclose(mean_ms, sum(timed) / len(timed), rel_tol=1e-9)
     assert min(timed) <= tp["step_ms_p50"] <= max(timed)
     assert abs(mean_ms - tp["step_ms_p50"]) <= max(timed) - min(timed)
-
-
-# -- the perf experiment and its targets -----------------------------------------------------------
-
-
-
-def _perf_plan(gpus: int):
-    from dpbench import pipeline
-    root = Path(__file__).resolve().parents[1]
-    return pipeline.make_plan(pipeline.load_experiment({"experiment": "perf", "gpus_available": gpus}, root))
-
-
-def test_perf_experiment_plans_every_target_cell_once(tmp_path):
-    """A summary.csv made from the perf plan on 2 GPUs: every target finds its runs and exactly
-    one baseline, and the ratios are what the numbers say."""
-    pt = load_perf_targets()
-    plan = _perf_plan(2)
-    assert len(plan.runs) == 21 and all(rc.gpus <= 2 for rc in plan.runs.values())
-    rows = []
-    for rid, rc in plan.runs.items():
-        ips = 20000.0 if rc.variant == "single" else 39000.0
-        rows.append({"run_id": rid, "variant": rc.variant, "gpus": rc.gpus, "repeat": rc.repeat,
-                     "options": results.options_label(rc.options), "status": "ok", "reason": "",
-                     "images_per_s": ips, "step_ms_p50": rc.global_batch / ips * 1e3,
-                     "global_batch": rc.global_batch, "precision": rc.precision, "feed": rc.feed,
-                     "scaling": rc.scaling})
-    with open(tmp_path / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    cells = pt.load_cells(tmp_path)
-    targets = pt.target_rows(cells)
-    assert {r["target"] for r in targets} == {t[0] for t in pt.TARGETS}
-    assert all(r["measured"] is not None for r in targets), [r for r in targets if r["measured"] is None]
-    strong = [r for r in targets if r["target"].startswith("ddp fp32, 2 GPUs, strong")]
-    assert sorted(r["setting"] for r in strong) == ["bucket 25 MB, knobs off", "bucket 25 MB, views + static graph"]
-    assert all(math.isclose(r["measured"], 39000 / 40000) and r["verdict"] == "pass" for r in strong)
-    epoch = next(r for r in targets if r["target"].startswith("single bf16") and r["kind"] == "epoch")
-    assert math.isclose(epoch["measured"], 2.5) and epoch["verdict"] == "FAIL"
-    assert len([r for r in pt.sweep_rows(cells) if r["layout"] == "bf16 + channels_last"]) == 6
-    assert all(abs(r["gap"]) < 1e-9 for r in pt.agreement_rows(cells))
-    assert "| ddp fp32, 2 GPUs, weak" in pt.markdown(tmp_path, cells)
-
-
-def test_perf_experiment_on_the_cpu_folds_batches_and_compile_away():
-    plan = _perf_plan(0)
-    assert all(rc.compile == "none" and rc.global_batch == 32 and rc.dataset == "synthetic"
-               for rc in plan.runs.values())
-    assert len(plan.runs) == 14
 
 
 def test_replicas_compute_in_the_runs_autocast_dtype_in_a_fresh_thread():

@@ -1,9 +1,14 @@
 """One training step per variant and recipe on CUDA, timed by pytest-benchmark (skipped unless
 asked for, and skipped without CUDA: a CPU step says nothing about the GPU code paths).
 
+Saved with the perf experiment's result set, per torch version (tools/device/perf.sh does this),
+and compared with a committed reference's steps (nothing is written there without --benchmark-save):
+
+    V=$(python -c 'import torch; print(torch.__version__)')
     python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \\
-        --benchmark-save="torch-$(python -c 'import torch; print(torch.__version__)')"
+        --benchmark-storage=results/perf-torch-$V/benchmarks --benchmark-save="torch-$V"
     python -m pytest tests/benchmarks --benchmark-enable --benchmark-only \\
+        --benchmark-storage=results/reference/h200-perf-torch-2.11.0+cu130/benchmarks \\
         --benchmark-compare --benchmark-compare-fail=median:10%
 
 The dp variants use every visible GPU; ddp runs one rank (its reducer, buckets and all-reduce
@@ -40,6 +45,20 @@ def process_group_backend() -> str:
     return "nccl"
 
 
+def build(name: str, recipe: str, devices: list[torch.device]):
+    """A case's variant, optimizer and memory format, wrapped as the engine wraps them: dp's
+    replica threads are told the autocast dtype (on two GPUs or more they would compute in
+    float16 otherwise)."""
+    spec = RECIPES[recipe]
+    torch.manual_seed(0)
+    memory_format = torch.channels_last if spec["channels_last"] else torch.contiguous_format
+    model = resnet18().to(devices[0]).to(memory_format=memory_format)
+    variant = Variant(name, model, devices, 1, spec["ddp"] if name == "ddp" else None,
+                      autocast_dtype=torch.bfloat16 if spec["bf16"] else None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    return variant, opt, memory_format
+
+
 @pytest.mark.parametrize("name,recipe", CASES, ids=[f"{v}-{r}" for v, r in CASES])
 def test_one_training_step(benchmark, name, recipe, request):
     spec = RECIPES[recipe]
@@ -48,12 +67,7 @@ def test_one_training_step(benchmark, name, recipe, request):
     n = torch.cuda.device_count() if name in DP_VARIANTS else 1
     devices = [torch.device("cuda", i) for i in range(n)]
     torch.backends.cudnn.benchmark = False   # the engine's default; the engine's runs say what it buys
-    torch.manual_seed(0)
-    model = resnet18().to(devices[0])
-    memory_format = torch.channels_last if spec["channels_last"] else torch.contiguous_format
-    model = model.to(memory_format=memory_format)
-    variant = Variant(name, model, devices, 1, spec["ddp"] if name == "ddp" else None)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    variant, opt, memory_format = build(name, recipe, devices)
     x = torch.randn(BATCH, 3, 32, 32, device=devices[0]).contiguous(memory_format=memory_format)
     y = torch.randint(0, 10, (BATCH,), device=devices[0])
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if spec["bf16"] else nullcontext
