@@ -8,6 +8,8 @@ import functools
 import math
 import warnings
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
