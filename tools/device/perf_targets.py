@@ -52,7 +52,7 @@ from dpbench import results, tables  # noqa: E402  (after the path that finds th
 FP32 = {"precision": "fp32", "channels_last": False}
 FP32_CL = {"precision": "fp32", "channels_last": True}
 BF16_CL = {"precision": "bf16", "channels_last": True}
-EAGER = {"feed": "gpu", "compile": "none", "cudnn_benchmark": False}
+EAGER = {"feed": "gpu", "compile": "none", "cudnn_benchmark": False, "fused_sgd": False}
 
 
 def single(layout: dict, batch: int, **extra) -> dict:
@@ -89,6 +89,11 @@ TARGETS = [
      single(BF16_CL, 512, compile="reduce-overhead", feed="fixed"), 1, 0.97),
     ("ddp fp32 + channels_last, 2 GPUs, weak vs 2 x single in that layout", "ratio",
      ddp2(FP32_CL, "weak", 512), single(FP32_CL, 512), 2, 0.95),
+    # eager bf16 without compiling: where the device's work covers the host's (batch 1024), and
+    # with one fused kernel for SGD (fewer launches at 512)
+    ("single bf16 + channels_last, batch 1024, epoch (s)", "epoch", single(BF16_CL, 1024), None, 1, 0.80),
+    ("single bf16 + channels_last, fused SGD, epoch (s)", "epoch",
+     {**single(BF16_CL, 512), "fused_sgd": True}, None, 1, 0.80),
 ]
 
 # The last target: the default experiment (the one config.yaml names), as planned now,
