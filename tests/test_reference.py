@@ -46,6 +46,16 @@ def test_a_clean_reference_keeps_records_and_packs_logs(tmp_path):
     assert not (ref / "runs" / "single-g1-r0" / "model.pt").exists() and not (ref / "logs").exists()
 
 
+def test_a_reference_keeps_the_step_benchmarks_made_with_it(tmp_path):
+    src = tmp_path / "results" / "t"
+    _run(src, "single-g1-r0", "b" * 40)
+    saved = results.ResultSet.at(src).benchmarks_dir / "Linux-CPython-3.12-64bit" / "0001_torch-2.11.0.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("{}")
+    assert reference.main([str(src), str(tmp_path / "ref")]) == 0
+    assert (results.ResultSet.at(tmp_path / "ref").benchmarks_dir / saved.relative_to(saved.parents[1])).is_file()
+
+
 def _git(root, *args):
     subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
 

@@ -73,7 +73,8 @@ def make_reference(src: Path, dest: Path) -> list[Path]:
     for pattern in KEEP_TOP:   # the tables, provenance.json, summary.md, claims.md/json
         for f in have.dir.glob(pattern):
             written.append(Path(shutil.copy2(f, ref.dir / f.name)))
-    for folder, target in ((have.figures_dir, ref.figures_dir), (have.probes_dir, ref.probes_dir)):
+    for folder, target in ((have.figures_dir, ref.figures_dir), (have.probes_dir, ref.probes_dir),
+                           (have.benchmarks_dir, ref.benchmarks_dir)):
         if folder.is_dir():
             shutil.copytree(folder, target, dirs_exist_ok=True)
             written.append(target)

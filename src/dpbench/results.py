@@ -238,6 +238,11 @@ class ResultSet:
     def probes_dir(self) -> Path:
         return self.dir / "claims"
 
+    @property
+    def benchmarks_dir(self) -> Path:
+        """pytest-benchmark's storage for the step benchmarks run with this set (tools/device/perf.sh)."""
+        return self.dir / "benchmarks"
+
     def probe_path(self, claim: str) -> Path:
         """A claim probe's record, claims/<Cn>.json."""
         return self.probes_dir / f"{claim}.json"
