@@ -21,7 +21,7 @@ from dpbench.tables import ratio_ci
 from dpbench.config import RunConfig
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import c1_max_batch, probe_finding
-from dpbench.claims.records import STAGES, Finding, ProbeRecord
+from dpbench.claims.records import SINGLE_STAGES, STAGES, Finding, ProbeRecord, dp_step_id
 
 MIB = 2 ** 20
 FEATURES = 512             # ResNet18's penultimate width (dpbench.model.FEATURES)
@@ -597,6 +597,25 @@ def _c6_summary(p: ProbeRecord) -> str:
 
 # -- where DataParallel's time goes (the C7 probe's step breakdown) -------------------------
 
+# What one GPU pays for the work of each DataParallel stage: (its stage in SINGLE_STAGES, whether
+# the replicas split it over the GPUs). The replicas' forward and backward split one GPU's; the
+# loss on the gathered outputs and the optimizer step are one GPU's own; scatter, replication,
+# gather and the gradients' reduce have no counterpart on one GPU.
+ONE_GPU_SHARE = {"replica_threads": ("forward", True), "loss": ("loss", False),
+                 "backward": ("backward", True), "optimizer": ("optimizer", False)}
+
+
+def stage_excess(stages: dict[str, float], single_stages: dict[str, float], gpus: int) -> dict[str, float]:
+    """Each stage of a DataParallel step less what one GPU pays for the same work (ONE_GPU_SHARE)."""
+    out = {}
+    for s in STAGES:
+        if s in stages:
+            part = ONE_GPU_SHARE.get(s)
+            share = 0.0 if part is None else single_stages[part[0]] / (gpus if part[1] else 1)
+            out[s] = stages[s] - share
+    return out
+
+
 def _thread_saving(steps: dict[str, Any]) -> dict[str, Any]:
     """What persistent replica threads save against stock DP, and whether that names the cause:
     the saving must lie beyond the step-to-step spread (the two kinds' timed steps' ranges do
@@ -615,26 +634,76 @@ def _thread_saving(steps: dict[str, Any]) -> dict[str, Any]:
             "threads_are_the_cost": bool(beyond) and share >= THREAD_SHARE}
 
 
-def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
-    """From the C7 probe: one GPU, stock DP and DP on persistent replica threads, and the stage
-    that costs most; None where the probe did not take the step apart."""
-    p: ProbeRecord | None = ev.probes.get("C7")
-    if p is None or p.find(f"c7.dp_step.bench_{flag}.steps") is None:
-        return None
-    steps = p.values(f"c7.dp_step.bench_{flag}.steps")
-    stages = p.values(f"c7.dp_step.bench_{flag}.stages.dp")
-    pstages = p.values(f"c7.dp_step.bench_{flag}.stages.dp_persistent_threads")
+def _overhead_range(steps: dict[str, Any]) -> tuple[float, float]:
+    """Stock DP's time beyond a perfect split of one GPU's step, over the timed steps' ranges
+    (its fastest against one GPU's slowest, and back); the medians' where no range was recorded."""
+    dp, single, gpus = steps["dp"], steps["single"], steps.get("gpus") or 2
+    mid = dp["step_ms"] - single["step_ms"] / gpus
+    if "step_ms_min" not in dp or "step_ms_min" not in single:
+        return mid, mid
+    return dp["step_ms_min"] - single["step_ms_max"] / gpus, dp["step_ms_max"] - single["step_ms_min"] / gpus
+
+
+def _breakdown(p: ProbeRecord, flag: str, batch: int) -> dict[str, Any]:
+    steps = p.values(dp_step_id(flag, batch, "steps"))
+    stages = p.values(dp_step_id(flag, batch, "stages.dp"))
+    single_stages = p.values(dp_step_id(flag, batch, "stages.single"))
     stock, pers, single = (steps[k]["step_ms"] for k in ("dp", "dp_persistent_threads", "single"))
-    named = {k: v for k, v in stages.items() if k not in ("total", "timed_steps")}
-    largest = max(named, key=named.get) if named else None
+    gpus = steps.get("gpus") or 2
+    excess = stage_excess(stages, single_stages, gpus) if single_stages else {}
+    largest = max(excess, key=excess.get) if excess else None
     saved = _thread_saving(steps)
     threads = saved["threads_are_the_cost"]
-    return {"benchmark": flag, "batch": steps.get("batch"), "gpus": steps.get("gpus"),
+    return {"benchmark": flag, "batch": steps.get("batch", batch), "gpus": gpus, "steps": steps,
             "single_ms": single, "dp_ms": stock, "dp_persistent_ms": pers,
             "dp_speedup": single / stock, "dp_persistent_speedup": single / pers,
-            "stages": stages, "persistent_stages": pstages, "largest_stage": largest,
+            "stages": stages, "persistent_stages": p.values(dp_step_id(flag, batch, "stages.dp_persistent_threads")),
+            "single_stages": single_stages, "excess": excess, "largest_excess_stage": largest,
+            "overhead_range_ms": list(_overhead_range(steps)),
             "threads": saved, "cause": "fresh replica threads" if threads else largest,
             "threads_are_the_cost": threads}
+
+
+def dp_step_breakdowns(ev, flag: str = "off") -> list[dict[str, Any]]:
+    """The C7 probe's DataParallel step breakdowns at one cudnn.benchmark setting, one per batch,
+    smallest first (the C7 group's batch; the probe adds the largest of C8's sweep): one GPU,
+    stock DP and DP on persistent replica threads, each DP stage's excess over one GPU's share
+    of the same work, and the stage with the largest."""
+    p: ProbeRecord | None = ev.probes.get("C7")
+    if p is None:
+        return []
+    steps = [o for o in p.with_prefix(f"c7.dp_step.bench_{flag}.b") if o.id.endswith(".steps")]
+    return [_breakdown(p, flag, b) for b in sorted({int(o.get("batch")) for o in steps})]
+
+
+def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
+    """The breakdown at the C7 group's batch; None where the probe did not take the step apart."""
+    found = dp_step_breakdowns(ev, flag)
+    return found[0] if found else None
+
+
+def overhead_growth(breakdowns: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Stock DP's time beyond a perfect split at the smallest and the largest batch broken down:
+    whether it grows with the batch beyond the timed steps' ranges (then part of it is a cost
+    per image, the data moved) or not (a cost per step, which a larger batch spreads over more
+    images). None with one batch: one batch cannot tell the two apart."""
+    if len(breakdowns) < 2:
+        return None
+    a, b = breakdowns[0], breakdowns[-1]
+    return {"batches": [a["batch"], b["batch"]],
+            "overhead_ms": [a["threads"]["overhead_ms"], b["threads"]["overhead_ms"]],
+            "grows": bool(b["overhead_range_ms"][0] > a["overhead_range_ms"][1])}
+
+
+def _growth_text(g: dict[str, Any]) -> str:
+    (ba, bb), (oa, ob) = g["batches"], g["overhead_ms"]
+    if g["grows"]:
+        return (f"DataParallel's time beyond a perfect split of one GPU's step grew from {oa:.1f} ms a step at batch "
+                f"{_fmt_batch(ba)} to {ob:.1f} ms at {_fmt_batch(bb)}, beyond the steps' ranges: part of it grows with "
+                f"the images a step (the data moved), which a larger batch does not spread")
+    return (f"DataParallel's time beyond a perfect split of one GPU's step was {oa:.1f} ms a step at batch "
+            f"{_fmt_batch(ba)} and {ob:.1f} ms at {_fmt_batch(bb)}: it does not grow with the batch beyond the steps' "
+            f"ranges, so it is a cost per step, which a larger batch spreads over more images")
 
 
 def _saving_text(c: dict[str, Any]) -> str:
@@ -645,16 +714,40 @@ def _saving_text(c: dict[str, Any]) -> str:
             f"{t['overhead_ms']:.1f} ms beyond a perfect split of one GPU's step")
 
 
+def _excess_text(c: dict[str, Any]) -> str:
+    """'replicate +3.2 ms a step beyond one GPU's share of the same work (of 22.1 ms over all stages)'"""
+    s = c["largest_excess_stage"]
+    return (f"{s.replace('_', ' ')} {c['excess'][s]:+.1f} ms a step beyond one GPU's share of the same work "
+            f"(all stages {sum(c['excess'].values()):+.1f} ms)")
+
+
 def _cause_text(c: dict[str, Any]) -> str:
     head = (f"batch {c['batch']} on {c['gpus']} GPUs, cudnn.benchmark {c['benchmark']}: one GPU {c['single_ms']:.1f} ms "
             f"a step, stock DP {c['dp_ms']:.1f} ms ({c['dp_speedup']:.2f}x), DP on persistent replica threads "
             f"{c['dp_persistent_ms']:.1f} ms ({c['dp_persistent_speedup']:.2f}x); {_saving_text(c)}")
     st = c["stages"]
-    stage_text = ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
+    stage_text = "stock step by stage (ms): " + ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
+    if c["single_stages"]:
+        stage_text += "; one GPU's: " + ", ".join(f"{k} {c['single_stages'][k]:.1f}" for k in SINGLE_STAGES
+                                                   if k in c["single_stages"])
     if c["threads_are_the_cost"]:
         return (f"{head}: the cost is starting new replica threads every step (each new thread sets up its "
-                f"cuDNN/cuBLAS state again), not scatter, replication or gather; stock step by stage (ms): {stage_text}")
-    return f"{head}: largest stage {c['largest_stage']}; stock step by stage (ms): {stage_text}"
+                f"cuDNN/cuBLAS state again), not scatter, replication or gather; {stage_text}")
+    if c["largest_excess_stage"] is None:
+        return f"{head}; no breakdown of one GPU's step recorded, no stage named; {stage_text}"
+    return f"{head}; largest excess: {_excess_text(c)}; {stage_text}"
+
+
+def _cause_summary(c: dict[str, Any]) -> str:
+    """C8's cause in a few words, at the breakdown's batch."""
+    if c["threads_are_the_cost"]:
+        what = "fresh replica threads every step"
+    elif c["largest_excess_stage"] is None:
+        what = "not named (no breakdown of one GPU's step)"
+    else:
+        what = "largest excess over one GPU's share: " + _excess_text(c)
+    return (f"cause: {what} (DP on persistent threads {c['dp_persistent_speedup']:.2f}x one GPU at batch "
+            f"{c['batch']}, stock {c['dp_speedup']:.2f}x)")
 
 
 # -- C7: cudnn.benchmark under DataParallel -----------------------------------------------
@@ -904,37 +997,56 @@ def c8(ev) -> Finding:
     ddp = [p for p in points if p["variant"] == "ddp" and p["gpus"] > 1]
     if ddp:
         parts.append(f"DDP {min(p['speedup'] for p in ddp):.2f}x-{max(p['speedup'] for p in ddp):.2f}x")
-    cause = dp_step_cause(ev, "off")
+    breakdowns = dp_step_breakdowns(ev, "off")
+    cause = breakdowns[0] if breakdowns else None
+    growth = overhead_growth(breakdowns)
     if cause:
-        parts.append("cause: " + ("fresh replica threads every step" if cause["threads_are_the_cost"]
-                                  else f"{cause['largest_stage']}")
-                     + f" (DP on persistent threads {cause['dp_persistent_speedup']:.2f}x one GPU at batch "
-                       f"{cause['batch']}, stock {cause['dp_speedup']:.2f}x)")
+        parts.append(_cause_summary(cause))
+    if growth:
+        parts.append(_growth_text(growth))
     lines = [_point_line(p) for p in points]
     lines += [f"crossover: {_curve_text(c)}" for c in curves if c["variant"] == "ddp" or c["gpus"] == 1]
-    if cause:
-        lines.append("where a DataParallel step's time goes (C7 probe): " + _cause_text(cause))
-    dtype = _replica_dtype(ev)
-    if dtype and any(p["series"].startswith("bf16") for p in dp):
-        note = (f"DataParallel's replica threads computed in {dtype} when autocast asked for torch.bfloat16 "
-                f"(C7 probe): its bf16 points ran in {dtype}")
+    lines += ["where a DataParallel step's time goes (C7 probe): " + _cause_text(b) for b in breakdowns]
+    dtypes = _replica_dtypes(ev)
+    note = _bf16_text(dtypes) if any(p["series"].startswith("bf16") for p in dp) else None
+    if note:
         lines.append(note)
         parts.append(note)
-    measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause else [])
+    measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause or dtypes else [])
     return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
-                   data={"rows": points, "curves": curves, "dp_step": cause}, runs_used=True,
-                   advice=_c8_advice(dp_curves, alone, cause), measured_on=measured_on)
+                   data={"rows": points, "curves": curves, "dp_step": cause, "dp_step_batches": breakdowns,
+                         "overhead_growth": growth, "replica_autocast_dtype": dtypes}, runs_used=True,
+                   advice=_c8_advice(dp_curves, cause, growth, dtypes), measured_on=measured_on)
 
 
-def _replica_dtype(ev) -> str | None:
-    """The dtype stock DataParallel's replicas computed in under autocast(bfloat16), where it was
-    not bfloat16 (a new thread starts with autocast's default dtype); None otherwise."""
+BF16 = "torch.bfloat16"
+
+
+def _replica_dtypes(ev) -> dict[str, str]:
+    """The C7 probe's dtypes a replica computed in under the caller's autocast(bfloat16): stock
+    DataParallel (its new threads start with autocast's default dtype), and dpbench's dp variant
+    as the training runs build it; {} where not measured."""
     p: ProbeRecord | None = ev.probes.get("C7")
-    got = p.values("c7.dp_step.replica_autocast_dtype").get("stock") if p else None
-    return got if got and got != "torch.bfloat16" else None
+    return p.values("c7.dp_step.replica_autocast_dtype") if p else {}
 
 
-def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str:
+def _bf16_text(dtypes: dict[str, str]) -> str | None:
+    """What the bf16 points ran in: a caveat only where dpbench's own replicas were not bf16."""
+    stock, ours = dtypes.get("stock"), dtypes.get("dpbench_dp")
+    if ours and ours != BF16:
+        return (f"dpbench's DataParallel replicas computed in {ours} when autocast asked for {BF16} (C7 probe): "
+                f"its bf16 points ran in {ours}")
+    if stock and stock != BF16:
+        ran = f"computed in {ours}" if ours else "were not measured in this record"
+        return (f"stock nn.DataParallel's replica threads compute in {stock} when the caller's autocast asks for {BF16} "
+                f"(C7 probe); dpbench's dp runs wrap each replica in autocast({BF16}) of its own "
+                f"(variants.Autocast) and {ran}")
+    return None
+
+
+def _c8_advice(curves: list[dict], cause: dict | None, growth: dict | None, dtypes: dict[str, str]) -> str:
+    """Where DataParallel paid off here; what its cost was, as far as the step breakdown measured
+    it; DDP."""
     parts = []
     for c in curves:
         ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
@@ -951,9 +1063,22 @@ def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str
     text = ("Measure before scaling out: on this machine " + "; ".join(parts) + ". ") if parts else \
         "Measure before scaling out. "
     if cause and cause["threads_are_the_cost"]:
-        text += (f"Most of DataParallel's cost per step is its new replica threads (on persistent threads it ran at "
-                 f"{cause['dp_persistent_speedup']:.2f}x one GPU at batch {cause['batch']}, stock at "
-                 f"{cause['dp_speedup']:.2f}x), so the fixed cost per step, not the data moved, sets the crossover. ")
-    elif cause:
-        text += f"The largest part of a DataParallel step here is {cause['largest_stage']}. "
+        text += (f"Most of DataParallel's cost per step here is its new replica threads (on persistent threads it ran "
+                 f"at {cause['dp_persistent_speedup']:.2f}x one GPU at batch {cause['batch']}, stock at "
+                 f"{cause['dp_speedup']:.2f}x). ")
+    elif cause and cause["largest_excess_stage"]:
+        stage = cause["largest_excess_stage"]
+        text += (f"Of DataParallel's time beyond one GPU's share of the same work, the largest part here is "
+                 f"{stage.replace('_', ' ')} ({cause['excess'][stage]:+.1f} ms a step at batch {cause['batch']}). ")
+    if growth:
+        (ba, bb), (oa, ob) = growth["batches"], growth["overhead_ms"]
+        measured = f"{oa:.1f} ms a step at batch {_fmt_batch(ba)}, {ob:.1f} ms at {_fmt_batch(bb)}"
+        text += (f"Its time beyond a perfect split grew with the batch ({measured}): the data moved weighs in, so a "
+                 f"larger batch pays off less than against a cost per step. " if growth["grows"] else
+                 f"Its time beyond a perfect split did not grow with the batch ({measured}): a cost per step, not the "
+                 f"data moved, sets the crossover. ")
+    stock = dtypes.get("stock")
+    if stock and stock != BF16:
+        text += (f"Under stock nn.DataParallel enter autocast inside the module's forward: its replica threads computed "
+                 f"in {stock} here when the caller's autocast asked for {BF16}. ")
     return text + "Use DDP (one process per GPU) for multi-GPU training, and feed data fast enough for one GPU first."
