@@ -403,6 +403,9 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
     c8 = {rc.global_batch for rc in runs.values() if rc.options.get("max_steps") and rc.variant == "dp"
           and rc.precision == "fp32" and rc.feed == "gpu"}
     assert {128, 512, 2048, 8192} <= c8
+    sweep = lambda variant, precision: {rc.global_batch for rc in runs.values() if rc.variant == variant
+                                        and rc.precision == precision and rc.feed == "gpu" and rc.max_steps}
+    assert sweep("ddp", "bf16") == sweep("dp", "bf16") == {512, 2048, 8192}   # DDP at bf16 too
     assert all(rc.repeat in (0, 1, 2) for rc in runs.values())
 
 
@@ -598,7 +601,7 @@ def plant_c7(t, dp_on_ms=725.0, repeats=2):
 
 
 def plant_c8(t, dp_speedup=None, single_ips=20000.0, repeats=2, spread=0.02, skip=()):
-    """DP's speed-up over single per batch (fp32 and bf16 curves); DDP 1.9x; kuangliu 0.3x."""
+    """DP's speed-up over single per batch (fp32 and bf16 curves); DDP 1.9x; kuangliu's DP 0.3x."""
     dp_speedup = dp_speedup or {128: 0.2, 512: 0.5, 2048: 1.5, 8192: 1.9}
     for r in range(repeats):
         f = 1 + spread * (r - 0.5)
@@ -616,7 +619,6 @@ def plant_c8(t, dp_speedup=None, single_ips=20000.0, repeats=2, spread=0.02, ski
         kl = {"global_batch": 128, "feed": "torch"}
         t.run("c8_kuangliu", "single", 1, r, config=kl, images_per_s=9600.0 * f, wall_s=10.0)
         t.run("c8_kuangliu", "dp", 2, r, config=kl, images_per_s=2800.0 / f, wall_s=10.0)
-        t.run("c8_kuangliu", "ddp", 2, r, config=kl, images_per_s=8800.0, wall_s=10.0)
 
 
 def gpu_tag(**kw):
@@ -724,6 +726,17 @@ def test_c8_faster_needs_the_repeats_range_above_one_not_a_fixed_margin(tmp_path
     p = next(p for p in f.data["rows"] if p["series"] == "fp32" and p["global_batch"] == 2048 and p["variant"] == "dp")
     assert p["status"] == status and p["faster"] is (status == "faster") and not p["slower"]
     assert bool(p["speedup_lo"] > 1) is (status == "faster") and p["speedup_hi"] > 1
+
+
+@pytest.mark.parametrize("repeats, level, text", [(2, 0.25, "confidence at least 25%"),
+                                                   (3, 0.5625, "confidence at least 56%"), (1, None, "no interval")])
+def test_c8_ranges_say_how_much_confidence_their_few_repeats_carry(tmp_path, repeats, level, text):
+    f = _c8(tmp_path, repeats=repeats)
+    p = next(p for p in f.data["rows"] if p["group"] == "c8_fp32_b2048" and p["variant"] == "dp")
+    assert p["level"] == (pytest.approx(level) if level else None)
+    assert f"range over {repeats} repeats each" in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
+    assert text in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
+    assert f"each point called from its range over repeats, {text}" in f.summary
 
 
 def test_c8_crossover_bracket_spans_the_batches_within_noise(tmp_path):

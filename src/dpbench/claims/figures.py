@@ -164,8 +164,10 @@ def c8_figure(s: Section) -> Figure:
     handles, labels = axes[0][0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     fig.legend(uniq.values(), uniq.keys(), loc="outside right center", frameon=False, fontsize="small")
-    fig.suptitle(title + "\nshaded: the crossover's bracket (last batch measured slower, first measured faster);"
-                 " dashed: interpolated between medians in log batch")
+    levels = [lv for lv in df.get("level", pd.Series(dtype=float)).dropna()]
+    confidence = f", each at confidence at least {min(levels):.0%}" if levels else ""
+    fig.suptitle(title + f"\nbars: each point's range over repeats{confidence}; shaded: the crossover's bracket "
+                 "(last batch measured slower, first measured faster); dashed: interpolated between medians in log batch")
     return fig
 
 

@@ -860,8 +860,8 @@ def _train_size(ev, run_ids) -> int | None:
 
 def c8_points(ev) -> list[dict[str, Any]]:
     """Speed-up over single (1 GPU, same group) per group, variant and GPU count, with the range
-    over repeats (slowest against fastest and back) and whether that range says faster, slower
-    or neither."""
+    over repeats (slowest against fastest and back: tables.ratio_ci, a distribution-free interval
+    whose confidence it keeps), and whether that range says faster, slower or neither."""
     points = []
     for g in ev.claim_groups("C8"):
         single = ev.rows(g, "single", 1)
@@ -886,6 +886,8 @@ def c8_points(ev) -> list[dict[str, Any]]:
                                "gpus": int(gpus), "global_batch": int(r["global_batch"].iloc[0]),
                                "images_per_s": ips.median(), "single_images_per_s": s.median(),
                                "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "repeats": n,
+                               # the range's confidence (a lower bound: 25% for 2 repeats against 2)
+                               "level": None if math.isnan(est.level) else est.level,
                                "status": status, "faster": status == "faster", "slower": status == "slower",
                                "efficiency": sp / gpus, "train_size": _train_size(ev, r["run_id"]),
                                "wall_s": r["wall_s"].median(), "single_wall_s": single["wall_s"].median()})
@@ -924,8 +926,13 @@ def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"series": series, "variant": variant, "gpus": gpus, "crossings": found,
                     "batches": [p["global_batch"] for p in curve], "speedups": [p["speedup"] for p in curve],
                     "statuses": [p["status"] for p in curve],
+                    "level": min((p["level"] for p in curve if p["level"] is not None), default=None),
                     "all_faster": all(p["faster"] for p in curve), "all_slower": all(p["slower"] for p in curve)})
     return out
+
+
+def _level_text(level: float | None) -> str:
+    return f"confidence at least {level:.0%}" if level is not None else "no interval"
 
 
 def _status_text(c: dict[str, Any]) -> str:
@@ -947,7 +954,8 @@ def _bracket(x: dict[str, Any]) -> str:
 
 def _curve_text(c: dict[str, Any]) -> str:
     lo, hi = c["batches"][0], c["batches"][-1]
-    span = f"{c['speedups'][0]:.2f}x at {_fmt_batch(lo)} to {c['speedups'][-1]:.2f}x at {_fmt_batch(hi)}"
+    span = (f"{c['speedups'][0]:.2f}x at {_fmt_batch(lo)} to {c['speedups'][-1]:.2f}x at {_fmt_batch(hi)}; each "
+            f"point called from its range over repeats, {_level_text(c['level'])}")
     who = f"{c['variant'].upper()} on {c['gpus']} GPUs, {c['series']}"
     ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
     if c["all_slower"]:
@@ -973,7 +981,8 @@ def _point_line(p: dict[str, Any]) -> str:
     return (f"{p['group']}: {p['variant']} on {p['gpus']} GPU(s), batch {_fmt_batch(p['global_batch'])}, "
             f"{p['series']}: {p['images_per_s']:.0f} images/s vs one GPU {p['single_images_per_s']:.0f}: "
             f"{p['speedup']:.2f}x, {p['status']} (range over {p['repeats']} repeats each "
-            f"{p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x), efficiency {p['efficiency']:.0%}{epoch}")
+            f"{p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x, {_level_text(p['level'])}), efficiency "
+            f"{p['efficiency']:.0%}{epoch}")
 
 
 def c8(ev) -> Finding:
@@ -993,7 +1002,8 @@ def c8(ev) -> Finding:
     alone = [p for p in dp if not any(c["series"] == p["series"] and c["gpus"] == p["gpus"] for c in dp_curves)]
     parts = [_curve_text(c) for c in dp_curves]
     parts += [f"DP on {p['gpus']} GPUs, {p['series']} ({p['group']}, batch {p['global_batch']}): {p['speedup']:.2f}x, "
-              f"{p['status']} (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x)" for p in alone]
+              f"{p['status']} (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x, {_level_text(p['level'])})"
+              for p in alone]
     ddp = [p for p in points if p["variant"] == "ddp" and p["gpus"] > 1]
     if ddp:
         parts.append(f"DDP {min(p['speedup'] for p in ddp):.2f}x-{max(p['speedup'] for p in ddp):.2f}x")
