@@ -555,10 +555,11 @@ class FakeTag:
 
 
 def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, ddp_swing=0.0, momentum=0.9, repeats=2,
-             data_mib=None):
-    """device 0's excess (MiB) per output size for dp and dp_sum; DDP ranks within ddp_spread of
-    each other, every other repeat ddp_swing higher on all ranks; data_mib: the gpu feed's dataset
-    resident on DP's device 0, inside its allocated, reserved and NVML numbers."""
+             data_mib=None, ddp_rank=4900.0):
+    """device 0's excess (MiB) per output size for dp and dp_sum over 4,800 MiB on the other
+    devices; DDP ranks at ddp_rank MiB, within ddp_spread of each other, every other repeat
+    ddp_swing higher on all ranks; data_mib: the gpu feed's dataset resident on DP's device 0,
+    inside its allocated, reserved and NVML numbers."""
     excess_dp = excess_dp or {10: 100.0, 1000: 115.0, 32768: 900.0}
     excess_sum = excess_sum or {10: 98.0, 1000: 100.0, 32768: 160.0}
     for classes, group in ((10, "c1_out10"), (1000, "c1_out1000"), (32768, "c1_out32768")):
@@ -568,7 +569,7 @@ def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, ddp_swing=0.0, 
                 t.mem(t.run(group, variant, 2, r, config=cfg), [4800.0 + ex + 0.3 * r + (data_mib or 0.0), 4800.0],
                       data_dev0=data_mib)
             if "ddp" in t.groups[group]["variants"]:
-                base = 4900.0 + ddp_swing * (r % 2)
+                base = ddp_rank + ddp_swing * (r % 2)
                 t.mem(t.run(group, "ddp", 2, r, config=cfg), [base, base + ddp_spread])
 
 
@@ -980,6 +981,22 @@ def test_c1_within_noise_everywhere_is_refuted_with_the_standing_advice(tmp_path
                                                      "excess_sum": {10: 29.0, 1000: 20.0, 32768: 80.0}})))
     assert f.verdict == REFUTED and f.advice is None
     assert f.summary.startswith("device 0 holds no more than the others beyond noise")
+
+
+@pytest.mark.parametrize("rank, at10, at32k", [(4900.0, "within noise", "lower"), (5200.0, "higher", "lower"),
+                                               (6000.0, "higher", "higher")])
+def test_c1_compares_each_ddp_rank_with_dps_device0_beyond_noise(tmp_path, rank, at10, at32k):
+    # DP's device 0 holds 4,900 MiB at 10 outputs and 5,700 at 32,768; each cell's noise is at
+    # least one gradient set (43 and 107 MiB), and the comparison carries both cells' (85 and 213)
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"ddp_rank": rank})))
+    got = {r["num_classes"]: r for r in f.data["ddp_vs_dp"]}
+    assert set(got) == {10, 32768} and (got[10]["call"], got[32768]["call"]) == (at10, at32k)
+    assert got[10]["noise_mib"] == pytest.approx(2 * from_runs.param_count(10) * 4 / 2 ** 20)
+    assert got[10]["diff_mib"] == pytest.approx(rank + 0.2 - 4900.15, abs=0.01)
+    beyond = lambda call: "within noise" if call == "within noise" else f"{call} beyond noise"
+    assert (f"each DDP rank against DP's device 0 (allocated less resident data): at 10 outputs "
+            f"{got[10]['diff_mib']:+.0f} MiB, {beyond(at10)} (85 MiB); at 32,768 outputs") in f.summary
+    assert beyond(at32k) in f.summary.split("at 32,768 outputs")[-1]
 
 
 def test_c1_momentum_comes_from_the_run_config(tmp_path):

@@ -363,6 +363,31 @@ def _c1_advice(verdict: str, sweeps: list[list[dict]], onsets: list[tuple[dict |
     return None
 
 
+def ddp_vs_dp_device0(cells: list[dict]) -> list[dict[str, Any]]:
+    """Per group with both: a DDP rank's allocated peak (the mean of its ranks) against DP's
+    device 0, which DDP's every rank resembles (the whole model, its gradients and optimizer
+    state), and whether the difference lies beyond the two cells' noise added up."""
+    out = []
+    for c in cells:
+        same = [d for d in cells if d["variant"] == "dp" and (d["group"], d["gpus"]) == (c["group"], c["gpus"])]
+        if c["variant"] != "ddp" or not same:
+            continue
+        d = same[0]
+        rank = (c["dev0_allocated_mib"] + (c["gpus"] - 1) * c["others_allocated_mib"]) / c["gpus"]
+        diff, noise = rank - d["dev0_allocated_mib"], c["noise_mib"] + d["noise_mib"]
+        out.append({"group": c["group"], "gpus": c["gpus"], "num_classes": c.get("num_classes"),
+                    "ddp_rank_mib": rank, "dp_dev0_mib": d["dev0_allocated_mib"], "dp_others_mib": d["others_allocated_mib"],
+                    "diff_mib": diff, "noise_mib": noise,
+                    "call": "higher" if diff > noise else "lower" if diff < -noise else "within noise"})
+    return out
+
+
+def _rank_text(r: dict[str, Any]) -> str:
+    at = f"{r['num_classes']:,} outputs" if r["num_classes"] is not None else r["group"]
+    beyond = "within noise" if r["call"] == "within noise" else f"{r['call']} beyond noise"
+    return f"at {at} {r['diff_mib']:+.0f} MiB, {beyond} ({r['noise_mib']:.0f} MiB)"
+
+
 def _c1_from_runs(ev) -> Finding:
     groups = ev.claim_groups("C1")
     cells = _c1_cells(ev, groups)
@@ -401,19 +426,20 @@ def _c1_from_runs(ev) -> Finding:
     grads = sorted({round(c["grad_set_mib"], 1) for c in dp if c.get("grad_set_mib")})
     if grads:
         parts.append(f"noise at least one gradient set ({', '.join(f'{g:.1f}' for g in grads)} MiB)")
+    ranks = ddp_vs_dp_device0(cells)
+    if ranks:
+        parts.append("each DDP rank against DP's device 0 (allocated less resident data): "
+                     + "; ".join(_rank_text(r) for r in ranks))
     lines = [_c1_line(c) for c in cells]
-    for c in ddp:   # each rank holds what DP keeps on device 0 alone: is a DDP rank above DP's device 0?
-        same = [d for d in dp if d["group"] == c["group"] and d["gpus"] == c["gpus"]]
-        if same:
-            lines.append(f"{c['group']}: each DDP rank peaks at {c['dev0_allocated_mib']:.0f} MiB allocated, DP's "
-                         f"device 0 at {same[0]['dev0_allocated_mib']:.0f} MiB and its other devices at "
-                         f"{same[0]['others_allocated_mib']:.0f} MiB")
+    lines += [f"{r['group']}: each DDP rank peaks at {r['ddp_rank_mib']:.0f} MiB allocated (the ranks' mean), DP's "
+              f"device 0 at {r['dp_dev0_mib']:.0f} MiB and its other devices at {r['dp_others_mib']:.0f} MiB: "
+              f"{_rank_text(r)}" for r in ranks]
     conditions = [{"batch": s[0].get("global_batch"), "gpus": s[0]["gpus"], "precision": s[0].get("precision"),
                    "outputs": [c.get("num_classes") for c in s],
                    "from_outputs": first.get("num_classes") if first else None, "clean": clean}
                   for s, (first, clean) in zip(sweeps, onsets)]
     return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
-                   data={"cells": cells, "conditions": conditions}, runs_used=True,
+                   data={"cells": cells, "conditions": conditions, "ddp_vs_dp": ranks}, runs_used=True,
                    advice=_c1_advice(verdict, sweeps, onsets), measured_on=[ev.measured_on_runs()])
 
 
