@@ -1122,7 +1122,21 @@ def test_c6_interval_excluding_zero_confirms(tmp_path):
     expect = stats.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
     assert (ci["lo"], ci["hi"]) == pytest.approx(expect)
     assert t["seeds"] == ["100", "101", "102"] and t["deterministic"]
-    assert f.verdict == CONFIRMED and "a measurable effect" in f.summary
+    # single's final loss over the seeds: 1.80, 1.85, 1.90, sd 0.05; the effect is about its size
+    assert t["practical"]["share_lo"] == pytest.approx(ci["lo"] / 0.05) and t["practical"]["negligible"] is False
+    assert f.verdict == CONFIRMED and "a measurable effect, and not negligible" in f.summary
+    assert f"{ci['mean'] / 0.05:+.2f}x [{ci['lo'] / 0.05:+.2f}, {ci['hi'] / 0.05:+.2f}] the seed-to-seed sd" in f.summary
+
+
+def test_c6_measurable_but_far_below_the_seed_to_seed_spread_is_negligible(tmp_path):
+    # +0.005 told apart from zero (the seeds agree to 0.0003), but changing the seed moves the
+    # final loss by 0.05: the whole interval lies within a quarter of that
+    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.005, "noise": 0.0002})))
+    t = f.data["training"][0]
+    ci = t["intervals"]["dp_mean-dp_sum"]["final_loss"]
+    assert ci["lo"] > 0 and max(abs(ci["lo"]), abs(ci["hi"])) < from_runs.NEGLIGIBLE * 0.05
+    assert t["practical"]["negligible"] is True
+    assert f.verdict == NUANCE and "measurable but negligible in practice" in f.summary
 
 
 def test_c6_interval_including_zero_needs_nuance(tmp_path):

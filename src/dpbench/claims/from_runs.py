@@ -34,6 +34,10 @@ GATHER_SHARE = 0.5         # the gathered outputs must explain this much of devi
 THREAD_SHARE = 0.5         # ... and persistent threads this much of DP's time beyond a perfect split
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
 CONFIDENCE = 0.95          # of the intervals on training differences
+# A reduction's effect on the final loss whose whole interval lies within this share of the
+# seed-to-seed spread (single's sd over seeds) is negligible in practice: changing the seed moves
+# the loss four times as much, so no one training a single run could see it.
+NEGLIGIBLE = 0.25
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
 # Options that set a run's length, not what it measures: groups differing only in these are twins.
@@ -472,6 +476,17 @@ def _interval(values: list[float]) -> dict[str, float]:
     return {"mean": m, "lo": m - half, "hi": m + half, "n": n, "sd": sd}
 
 
+def practical_size(ci: dict[str, float], seed_sd: float) -> dict[str, Any]:
+    """An effect's interval as shares of the seed-to-seed sd (the sd taken as known: it comes
+    from as few seeds), and whether the whole interval lies within NEGLIGIBLE of it (None where
+    there is no interval or no spread to weigh it against)."""
+    if ci["n"] < 2 or not seed_sd > 0:
+        return {"share": math.nan, "share_lo": math.nan, "share_hi": math.nan, "negligible": None}
+    largest = max(abs(ci["lo"]), abs(ci["hi"]))
+    return {"share": ci["mean"] / seed_sd, "share_lo": ci["lo"] / seed_sd, "share_hi": ci["hi"] / seed_sd,
+            "negligible": bool(largest < NEGLIGIBLE * seed_sd)}
+
+
 def _excludes_zero(ci: dict[str, float]) -> bool:
     return ci["n"] >= 2 and (ci["lo"] > 0 or ci["hi"] < 0)
 
@@ -594,14 +609,29 @@ def c6(ev) -> Finding:
     loss = t["intervals"]["dp_mean-dp_sum"].get("final_loss", {"n": 0, "mean": math.nan})
     acc = t["intervals"]["dp_mean-dp_sum"].get("test_acc", {"n": 0, "mean": math.nan})
     measurable = _excludes_zero(loss) if loss["n"] else False
-    verdict = CONFIRMED if measurable else NUANCE
+    seeds = t["single_spread"]["final_loss"]
+    size = practical_size(loss, seeds["sd"]) if loss["n"] else practical_size({"n": 0}, math.nan)
+    t["practical"] = size
+    # confirmed: told apart from zero and not negligible against what changing the seed does
+    verdict = CONFIRMED if measurable and size["negligible"] is not True else NUANCE
     if f.verdict not in (CONFIRMED, NOT_RUN):
         verdict = f.verdict  # training cannot rescue a probe that saw no bias
     w = t["reweighting"]
+    against = (f", {size['share']:+.2f}x [{size['share_lo']:+.2f}, {size['share_hi']:+.2f}] the seed-to-seed sd of "
+               f"single's final loss ({seeds['sd']:.3g} over {seeds['n']} seeds)" if size["negligible"] is not None
+               else ", no seed-to-seed spread to weigh it against")
+    if not measurable:
+        call = "no effect told apart from zero at this size"
+    elif size["negligible"]:
+        call = (f"measurable but negligible in practice: the whole interval within {NEGLIGIBLE:.2g}x of what "
+                f"changing the seed does")
+    elif size["negligible"] is None:
+        call = "a measurable effect, its practical size not weighed"
+    else:
+        call = (f"a measurable effect, and not negligible: beyond {NEGLIGIBLE:.2g}x of what changing the seed does")
     text = (f"in training ({t['batch']} on {t['gpus']} GPUs, {'/'.join(map(str, w['chunks']))}: weights off by "
-            f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}, test accuracy "
-            f"{_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: "
-            + ("a measurable effect" if measurable else "no effect told apart from zero at this size"))
+            f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}"
+            f"{against if loss['n'] else ''}, test accuracy {_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: {call}")
     return _with_training(ev, f, verdict, text)
 
 
