@@ -1000,8 +1000,27 @@ def test_c1_compares_each_ddp_rank_with_dps_device0_beyond_noise(tmp_path, rank,
 
 
 def test_c1_momentum_comes_from_the_run_config(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"momentum": 0.0})))
+    f = from_runs.c1(evidence(tmp_path / "none", gpu_tag(c1={"momentum": 0.0})))
     assert all(c["estimate_mib"]["momentum"] == 0.0 for c in f.data["cells"] if "estimate_mib" in c)
+    t = gpu_tag()
+    for cfg in t.configs.values():   # a record without the key trained with RunConfig's default (0.9)
+        del cfg["momentum"]
+    f = from_runs.c1(evidence(tmp_path / "default", t))
+    assert all(c["estimate_mib"]["momentum"] == c["estimate_mib"]["summed_grads"] > 0
+               for c in f.data["cells"] if "estimate_mib" in c)
+
+
+def test_c1_says_which_precision_it_cannot_size(tmp_path):
+    with pytest.raises(ValueError, match="no sizes known for precision 'fp8' \\(known: bf16, fp32\\)"):
+        from_runs.device0_excess_estimate(2048, 2, precision="fp8")
+    t = gpu_tag()
+    for cfg in t.configs.values():
+        cfg["precision"] = "fp8"
+    f = from_runs.c1(evidence(tmp_path, t))   # the ledger still renders, without estimates from sizes
+    dp = [c for c in f.data["cells"] if c["variant"] == "dp"]
+    assert dp and not any("estimate_mib" in c for c in dp)
+    assert all(c["unsized"] == "no sizes known for precision 'fp8'" for c in dp)
+    assert not any("from sizes" in e for e in f.evidence)
 
 
 @pytest.mark.parametrize("boundary", [8, 100, 4_000, 5_000, 123_457])
@@ -1203,6 +1222,7 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
     for cid in CLAIM_IDS:
         assert re.search(rf"\| {cid} +\|", md)
     assert "negligible" not in claims["C1"]["advice"]   # nothing measured: the standing advice claims no size
+    assert "thread" not in claims["C7"]["advice"] and "scatter" not in claims["C8"]["advice"]   # ... and no cause
     for cid in ("C1", "C8"):
         assert claims[cid]["verdict"] == NOT_RUN
         assert claims[cid]["not_run"].startswith("not measured here: needs 2 GPUs (found 0)")

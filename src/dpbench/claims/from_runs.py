@@ -30,6 +30,7 @@ NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator gra
 # Bytes of one parameter (and so of its gradient) per run precision: bf16 is autocast, which
 # keeps the parameters in fp32.
 PARAM_BYTES = {"fp32": 4, "bf16": 4}
+OUTPUT_BYTES = {"fp32": 4, "bf16": 2}   # of the model's outputs: autocast's Linear returns bf16
 GATHER_SHARE = 0.5         # the gathered outputs must explain this much of device 0's excess
 THREAD_SHARE = 0.5         # ... and persistent threads this much of DP's time beyond a perfect split
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
@@ -103,11 +104,14 @@ def device0_excess_estimate(global_batch: int, gpus: int, num_classes: int = 10,
     until zero_grad, which follows the forward pass. With the loss on the gathered outputs
     (variant dp) device 0 also holds the whole batch's outputs and the loss's log-softmax of
     them (kept for backward, fp32); with the loss inside the replicas neither exists."""
-    weights = grad_set_mib(num_classes, precision) or param_count(num_classes) * 4 / MIB
+    if precision not in OUTPUT_BYTES:
+        raise ValueError(f"no sizes known for precision {precision!r} (known: {', '.join(sorted(OUTPUT_BYTES))}); "
+                         f"add its bytes to PARAM_BYTES and OUTPUT_BYTES in dpbench.claims.from_runs")
+    weights = param_count(num_classes) * PARAM_BYTES[precision] / MIB
     sample = (3 * 32 * 32 * 4 + 8) / MIB                  # one image and its int64 label
     own = -(-global_batch // gpus)                         # scatter gives device 0 the largest chunk
     others = (global_batch - own) / (gpus - 1)
-    out_bytes = 2 if precision == "bf16" else 4            # autocast's Linear returns bf16
+    out_bytes = OUTPUT_BYTES[precision]
     logits = global_batch * num_classes / MIB
     return {"summed_grads": weights,
             "momentum": weights if momentum else 0.0,
@@ -149,11 +153,16 @@ def _c1_cell(group: str, variant: str, gpus: int, per_run: list[dict]) -> dict[s
             "config_found": cfg is not None}
     if cfg is None:
         return cell
-    cell.update(num_classes=int(cfg.get("num_classes", 10)), precision=cfg.get("precision", "fp32"),
-                global_batch=int(cfg["global_batch"]), momentum=float(cfg.get("momentum", 0.0)))
+    # a key the record lacks is RunConfig's default, which the run trained with
+    cell.update(num_classes=int(cfg.get("num_classes", RunConfig.num_classes)),
+                precision=cfg.get("precision", RunConfig.precision),
+                global_batch=int(cfg.get("global_batch", RunConfig.global_batch)),
+                momentum=float(cfg.get("momentum", RunConfig.momentum)))
     cell["params"] = param_count(cell["num_classes"])
     cell["grad_set_mib"] = grad_set_mib(cell["num_classes"], cell["precision"])
-    if variant in DP_VARIANTS:
+    if variant in DP_VARIANTS and cell["precision"] not in OUTPUT_BYTES:
+        cell["unsized"] = f"no sizes known for precision {cell['precision']!r}"
+    elif variant in DP_VARIANTS:
         est = device0_excess_estimate(cell["global_batch"], gpus, cell["num_classes"],
                                       cell["precision"], cell["momentum"] > 0, variant == "dp")
         cell.update(estimate_mib=est, estimate_total_mib=sum(est.values()),
@@ -214,7 +223,7 @@ def _gathered(cell: dict, cells: list[dict]) -> dict[str, Any]:
     elif "logits_estimate_mib" in cell:
         part, noise, basis = cell["logits_estimate_mib"], cell["noise_mib"], "estimated from sizes"
     else:
-        return {**none, "share_basis": "no run config (metrics.json) to size the outputs"}
+        return {**none, "share_basis": cell.get("unsized", "no run config (metrics.json) to size the outputs")}
     return {"gathered_share": part / cell["excess_mib"], "gathered_mib": part, "gathered_noise_mib": noise,
             "share_basis": basis}
 
