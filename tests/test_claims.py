@@ -1272,3 +1272,54 @@ def test_c7_ledger_line_gives_the_conv_slowdowns_intervals_where_recorded():
                                   benchmark_off_high=4.4, level=0.957)])
     assert from_runs._c7_summary(new).endswith(
         "65.7x (60.1-70.2x) slower with benchmark on, 3.9x (3.5-4.4x) off, intervals at >= 96% confidence")
+
+
+# -- the 2-GPU session: what a cut-off run must have finished first --------------------------
+
+def _claims_plan():
+    pytest.importorskip("snakemake", reason="the plan goes through snakemake's validator")
+    from dpbench.pipeline import load_experiment
+    from dpbench.plan import Plan
+    return Plan(load_experiment({"experiment": "claims"}, ROOT), 2)
+
+
+def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown():
+    from dpbench.claims import priority
+    plan = _claims_plan()
+    first = priority.first_targets(plan)
+    assert first[-1] == str(plan.results.probe_path("C7"))
+    rids = {Path(p).parent.name for p in first[:-1]}
+    labels = {results.options_label(plan.runs[r].options) for r in rids}
+    groups = experiment_groups(EXPERIMENT)
+    named = {g for g, spec in groups.items() if spec["label"] in labels}
+    assert named == {"c8_fp32_b128", "c8_fp32_b512", "c8_fp32_b2048", "c8_fp32_b8192", "c1_out10", "c1_out32768"}
+    assert len(rids) == 4 * 3 * 2 + 2 + 3 * 2   # c1_out10's dp and ddp are c8_fp32_b2048's own runs
+    assert {plan.runs[r].num_classes for r in rids} == {10, 32768} and {plan.runs[r].precision for r in rids} == {"fp32"}
+
+
+def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys):
+    import os
+    from dpbench.claims import priority
+    cut = time.time() - 100
+    for rid, status, age in [("ddp-g2-r0", results.STATUS_FAILED, 50), ("ddp-g2-r1", results.STATUS_FAILED, 200),
+                             ("single-g1-r0", results.STATUS_OK, 50)]:
+        path = tmp_path / rid / results.METRICS
+        results.write_json(path, {"run_id": rid, "status": status})
+        os.utime(path, (time.time() - age, time.time() - age))
+    assert priority.main(["cut-off", str(tmp_path), str(cut)]) == 0
+    assert capsys.readouterr().out == "cut off by the limit, trains again next call: ddp-g2-r0\n"
+    assert sorted(p.parent.name for p in tmp_path.glob("*/metrics.json")) == ["ddp-g2-r1", "single-g1-r0"]
+
+
+@pytest.mark.slow
+def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
+    from fakes import copy_workflow, run_snakemake
+    from dpbench.claims import priority
+    wd = copy_workflow(tmp_path)
+    first = [str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p for p in priority.first_targets(_claims_plan())]
+    dry = run_snakemake(wd, "-n", "-p", "--prioritize", *first, "--config", "experiment=claims", "gpus_available=2",
+                        timeout=300, check=True)
+    probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
+    assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
+    script = (ROOT / "tools/device/pipeline_run.sh").read_text()
+    assert "< <(python3 -m dpbench.claims.priority first" in script and "priority cut-off" in script
