@@ -200,8 +200,9 @@ class CpuDataParallel(nn.Module):
     """nn.DataParallel's calls on the CPU, with PersistentThreadsDataParallel's parallel_apply."""
     parallel_apply = dp_step.PersistentThreadsDataParallel.parallel_apply   # the code under test
 
-    def __init__(self, module, n=2):
+    def __init__(self, module, device_ids=(0, 1), **_):
         super().__init__()
+        n = len(device_ids)
         self.module, self.device_ids, self.output_device = module, list(range(n)), 0
         self.replica_threads = dp_step.ReplicaThreads(n, "cpu")
         self.shells = [copy.deepcopy(module) for _ in range(n)]
@@ -312,6 +313,29 @@ def test_dp_staged_step_splits_the_gradients_reduce_from_backward(cpu_reduce):
     assert comm.reduce_add_coalesced.__name__ == "reduce"   # the timing wrapper is gone again
     assert all(p.grad is not None for p in bench.model.parameters())   # the reduce reached the model
     dp.replica_threads.close()
+
+
+def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_path, cpu_reduce, monkeypatch):
+    # dp_step.measure with DataParallel's CPU stand-in -> its JSON line -> the C7 probe's
+    # observations -> the ledger's cause: every key one side writes, the other reads
+    monkeypatch.setattr(dp_step, "SLOW_STEP_MS", float("inf"))
+    monkeypatch.setattr(nn, "DataParallel", CpuDataParallel)
+    monkeypatch.setattr(dp_step, "PersistentThreadsDataParallel", CpuDataParallel)
+    lines = {b: dp_step.measure(False, b, steps=1, device_type="cpu") for b in (4, 8)}
+    assert lines[4]["replica_autocast_dtype"]["dpbench_dp"] == "torch.bfloat16"
+    monkeypatch.setattr(c7_cudnn_threads, "run_python",
+                        lambda code, env=None, args=None: {"rc": 0, **lines[int(args[args.index("--batch") + 1])]})
+    steps, parts = c7_cudnn_threads.dp_step_observations(2, [4, 8])
+    assert parts == [] and len(steps) == 3 * 4 + 1
+    probes = {**fake_gpu_probes(), "C7": _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7,
+                                                                      benchmark_off=3.9), *steps])}
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    assert [b["batch"] for b in f.data["dp_step_batches"]] == [4, 8]
+    c = f.data["dp_step"]
+    assert set(c["excess"]) == set(records.STAGES) and c["largest_excess_stage"] in records.STAGES
+    assert f.data["overhead_growth"]["batches"] == [4, 8]
+    assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
+    assert from_runs.c7(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
 
 
 def test_replica_dtype_probe_runs_every_kind_on_the_cpu():
@@ -1111,6 +1135,45 @@ def test_c1_max_batch_joins_the_runs_evidence_and_decides_only_without_runs(tmp_
     f = from_runs.c1(evidence(tmp_path / "probe_only", FakeTag(), probes))
     assert f.verdict == CONFIRMED and f.summary.startswith("largest global batch within 8 GiB allocated per GPU")
     assert f.evidence[0].startswith("not measured here") and f.not_run is None
+
+
+def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypatch):
+    from dpbench.claims import common
+    calls = []
+
+    def variant_json(module, variant, *args):
+        calls.append((module.rsplit(".", 1)[1], variant, args))
+        if module.endswith("c1_max_batch"):
+            return {"variant": variant, "gpus": 2, "cap_gib": 8.0, "gpu_name": "H200", "per_classes": {
+                w: {"largest": 1024, "smallest_failing": 1056, "trials": [[1024, True]], "peak_mib_per_device": [1]}
+                for w in args[args.index("--classes") + 1:]}}, None
+        return {"variant": variant, "gpus": 2, "batch": 2048, "per_gpu_batch": 2048, "per_classes": {}}, None
+
+    monkeypatch.setattr(common, "gpus_visible", lambda: 2)
+    monkeypatch.setattr(common, "ran_on", lambda: RAN_ON_GPU)
+    monkeypatch.setattr(c1_max_batch, "variant_json", variant_json)
+    rec = c1_max_batch.run(**settings.probe_settings("C1", experiment_groups(EXPERIMENT)))
+    searches = [a for m, _, a in calls if m == "c1_max_batch"]
+    snapshots = [a for m, _, a in calls if m == "c1_attribution"]
+    assert searches == [("--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
+    assert snapshots == [("--batch", "2048", "--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
+    assert {o.id for o in rec.observations} == {f"c1.max_batch.{v}.out{w}" for v in c1_max_batch.VARIANTS
+                                                for w in (10, 32768)}
+
+
+def test_c7_probe_breaks_the_step_down_at_each_batch_it_is_given(monkeypatch):
+    calls = []
+
+    def run_python(code, env=None, args=None):
+        calls.append(args[args.index("--benchmark") + 1:])
+        return {"rc": 1, "stderr_tail": ["no GPU here"]}
+
+    monkeypatch.setattr(c7_cudnn_threads, "run_python", run_python)
+    obs_, parts = c7_cudnn_threads.dp_step_observations(2, [512, 8192])
+    assert calls == [["off", "--batch", "512"], ["on", "--batch", "512"], ["off", "--batch", "8192"]]
+    assert [o.id for o in obs_] == [records.dp_step_id(f, b, "failed") for f, b in (("off", 512), ("on", 512),
+                                                                                     ("off", 8192))]
+    assert parts[-1] == "DataParallel step breakdown, batch 8192 on 2 GPUs, cudnn.benchmark off: failed (exit code 1)"
 
 
 def test_c1_estimate_itemises_device0_from_sizes():

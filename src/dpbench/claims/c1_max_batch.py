@@ -232,20 +232,20 @@ def run(batch: int, classes: list[int]):
         if why:
             parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB allocated per GPU: {why}")
             continue
-        for classes, f in r["per_classes"].items():
+        for width, f in r["per_classes"].items():
             if f["largest"] == 0:
-                parts_not_run.append(f"largest batch of {variant} at {int(classes):,} outputs: not even "
+                parts_not_run.append(f"largest batch of {variant} at {int(width):,} outputs: not even "
                                      f"{f['smallest_failing']} images fit in {r['cap_gib']:g} GiB per GPU")
                 continue
             total = global_batch(variant, f["largest"])
-            found.setdefault(variant, {})[classes] = total
+            found.setdefault(variant, {})[width] = total
             where = ("one rank of a one-process group, global = " + f"{DP_GPUS} x the rank's"
                      if variant == "ddp" else f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}")
             failing = f["smallest_failing"] and global_batch(variant, f["smallest_failing"])
             observations.append(observation(
-                f"c1.max_batch.{variant}.out{classes}",
+                f"c1.max_batch.{variant}.out{width}",
                 f"largest batch {variant} trains within {r['cap_gib']:g} GiB allocated by PyTorch per GPU, "
-                f"{int(classes):,} outputs ({where})",
+                f"{int(width):,} outputs ({where})",
                 global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
                 peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
     # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)

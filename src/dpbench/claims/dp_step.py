@@ -281,13 +281,14 @@ def replica_autocast_dtype(devices: list[int], device_type: str = "cuda") -> dic
     return out
 
 
-def measure(benchmark: bool, batch: int, steps: int) -> dict[str, Any]:
+def measure(benchmark: bool, batch: int, steps: int, device_type: str = "cuda") -> dict[str, Any]:
+    """Every timing of the breakdown on the first two GPUs (device_type "cpu": tests, with a
+    stand-in for DataParallel)."""
     torch.backends.cudnn.benchmark = benchmark
     # TF32 as the training runs use it by default (tf32: true)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    n = torch.cuda.device_count()
-    devices = list(range(min(n, 2)))
-    bench = Bench(batch, devices)
+    devices = list(range(min(torch.cuda.device_count(), 2))) if device_type == "cuda" else [0, 1]
+    bench = Bench(batch, devices, device_type=device_type)
     stock = nn.DataParallel(bench.model, device_ids=devices)
     persistent = PersistentThreadsDataParallel(bench.model, device_ids=devices)
     result = {"benchmark": benchmark, "batch": batch, "gpus": len(devices),
@@ -300,7 +301,7 @@ def measure(benchmark: bool, batch: int, steps: int) -> dict[str, Any]:
     result["dp_stages"] = bench.staged(lambda: bench.staged_dp_step(stock), steps)
     result["dp_persistent_threads_stages"] = bench.staged(lambda: bench.staged_dp_step(persistent), steps)
     persistent.replica_threads.close()
-    result["replica_autocast_dtype"] = replica_autocast_dtype(devices)
+    result["replica_autocast_dtype"] = replica_autocast_dtype(devices, device_type)
     return result
 
 
