@@ -186,7 +186,7 @@ def c8_dp_step_figure(s: Section) -> Figure:
                 v = st.get(stage, 0.0)
                 ax.barh(i, v, left=left, color=colors[stage], label=stage.replace("_", " ") if i == 0 else None)
                 left += v
-        ax.barh(len(rows), cause["single_ms"], color="0.6", label="one GPU, whole step")
+        ax.barh(len(rows), cause["single_ms"], color="0.25", label="one GPU, whole step")   # the palette's 8th is gray
         ax.set_yticks(range(len(rows) + 1), [r[0] for r in rows] + ["one GPU"])
         ax.invert_yaxis()
         ax.set(xlabel="ms (each stage closed by a sync of every device)",
