@@ -137,13 +137,15 @@ rule probe:
     log:
         str(RS.log_path("probe-{claim}")),
     params:
+        groups=PLAN.matrix_json(),   # C1 and C7 measure at the batches and widths their groups train with
         **PY,
     resources:
         gpu=PLAN.gpus_visible,   # probes start CUDA their own way: alone on the machine
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} --experiment {params.groups:q} "
+        "> {log} 2>&1"
 
 
 rule claims:

@@ -1,5 +1,8 @@
 """The claims: probes on the CPU path, and ledger verdicts that follow planted evidence."""
+import copy
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ import torch.nn as nn
 from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims import c1_max_batch, c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
-from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe
+from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe, records, settings
 from dpbench.claims.figures import DRAW
 from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
@@ -100,7 +103,8 @@ def test_c6_cpu_emulation_uneven_split_biases_mean_of_means_only():
 @cpu_only
 @pytest.mark.parametrize("module", [c1_max_batch, c2_device_ids, c5_gather_warning, c7_cudnn_threads])
 def test_gpu_probes_report_not_measured_on_cpu(module):
-    rec = module.run()
+    claim = next(c for c, name in probe.MODULES.items() if module.__name__.endswith("." + name))
+    rec = module.run(**settings.probe_settings(claim, experiment_groups(EXPERIMENT)))
     assert rec.verdict == NOT_RUN == "not measured here"
     assert rec.not_run.startswith("needs ") and "(found 0)" in rec.not_run
     assert rec.ran_on["device_type"] == "cpu" and rec.ran_on["gpus_visible"] == 0
@@ -115,8 +119,8 @@ def run_c7(monkeypatch, new_on, new_off=SAME, gpus=1, dp_steps=()):
     ms = {(True, True): new_on, (True, False): SAME, (False, True): new_off, (False, False): SAME}
     monkeypatch.setattr(c7_cudnn_threads, "gpus_visible", lambda: gpus)
     monkeypatch.setattr(c7_cudnn_threads, "time_ms", lambda b, t: list(ms[b, t]))
-    monkeypatch.setattr(c7_cudnn_threads, "dp_step_observations", lambda n: (list(dp_steps), []))
-    return c7_cudnn_threads.run()
+    monkeypatch.setattr(c7_cudnn_threads, "dp_step_observations", lambda n, batches: (list(dp_steps), []))
+    return c7_cudnn_threads.run(batches=[512, 8192])
 
 
 @pytest.mark.parametrize("new_on, new_off, verdict", [
@@ -157,8 +161,186 @@ def test_c7_persistent_threads_must_surely_escape(monkeypatch):
 
 @cpu_only
 def test_dp_step_breakdown_says_it_needs_cuda(capsys):
-    assert dp_step.main(["--benchmark", "off"]) == 0
+    assert dp_step.main(["--benchmark", "off", "--batch", "512"]) == 0
     assert '"skipped": "needs CUDA with 2 GPUs (found 0)"' in capsys.readouterr().out
+
+
+# -- dp_step's own code on the CPU: torch's scatter, replicate and gather need CUDA, so a
+# stand-in makes their calls; the threads, the timing and the reduce's split are dp_step's.
+
+class _Broadcast(torch.autograd.Function):
+    """replicate's Broadcast on the CPU: a copy of the parameters per replica, whose gradients
+    backward sums through comm.reduce_add_coalesced, as torch's Broadcast backward does."""
+
+    @staticmethod
+    def forward(ctx, n, *params):
+        ctx.n, ctx.k = n, len(params)
+        return tuple(p.detach().clone() for _ in range(n) for p in params)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from torch.nn.parallel import comm
+        per_replica = [list(grads[i * ctx.k:(i + 1) * ctx.k]) for i in range(ctx.n)]
+        return (None, *comm.reduce_add_coalesced(per_replica, -1))
+
+
+class _Replica(nn.Module):
+    """A replica: a structural copy of the model (its own, so threads swap no shared parameters)
+    run with the broadcast parameters."""
+
+    def __init__(self, shell, params):
+        super().__init__()
+        self.shell, self.params = shell, params
+
+    def forward(self, x):
+        return torch.func.functional_call(self.shell, self.params, (x,))
+
+
+class CpuDataParallel(nn.Module):
+    """nn.DataParallel's calls on the CPU, with PersistentThreadsDataParallel's parallel_apply."""
+    parallel_apply = dp_step.PersistentThreadsDataParallel.parallel_apply   # the code under test
+
+    def __init__(self, module, device_ids=(0, 1), **_):
+        super().__init__()
+        n = len(device_ids)
+        self.module, self.device_ids, self.output_device = module, list(range(n)), 0
+        self.replica_threads = dp_step.ReplicaThreads(n, "cpu")
+        self.shells = [copy.deepcopy(module) for _ in range(n)]
+
+    def scatter(self, inputs, kwargs, device_ids):
+        chunks = inputs[0].chunk(len(device_ids))
+        return tuple((c,) for c in chunks), tuple({} for _ in chunks)
+
+    def replicate(self, module, device_ids):
+        names, params = zip(*module.named_parameters())
+        copies = _Broadcast.apply(len(device_ids), *params)
+        k = len(params)
+        return [_Replica(self.shells[i], dict(zip(names, copies[i * k:(i + 1) * k]))) for i in range(len(device_ids))]
+
+    def gather(self, outputs, output_device):
+        return torch.cat(outputs)
+
+    def forward(self, x):   # DataParallel.forward's order
+        inputs, kwargs = self.scatter((x,), {}, self.device_ids)
+        replicas = self.replicate(self.module, self.device_ids[:len(inputs)])
+        return self.gather(self.parallel_apply(replicas, inputs, kwargs), self.output_device)
+
+
+@pytest.fixture
+def cpu_reduce(monkeypatch):
+    """comm.reduce_add_coalesced on CPU tensors (torch's needs CUDA), `delay` seconds long."""
+    from torch.nn.parallel import comm
+    calls = {"n": 0, "delay": 0.0}
+
+    def reduce(inputs, destination=None, buffer_size=None):
+        calls["n"] += 1
+        time.sleep(calls["delay"])
+        return [sum(ts) for ts in zip(*inputs)]
+
+    monkeypatch.setattr(comm, "reduce_add_coalesced", reduce)
+    return calls
+
+
+def test_replica_threads_keep_order_threads_grad_mode_and_autocast_dtype():
+    pool = dp_step.ReplicaThreads(2, "cpu")
+    seen = []
+
+    class Who(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k, self.fc = k, nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0):
+            seen.append(threading.current_thread().name)
+            return self.fc(x) * scale, self.k
+
+    mods, xs = [Who(0), Who(1)], [torch.randn(2, 4), (torch.randn(3, 4),)]
+    out = pool.apply(mods, xs, [{"scale": 2.0}, {}], [0, 1])
+    assert [k for _, k in out] == [0, 1] and out[0][0].shape == (2, 4) and out[1][0].shape == (3, 4)
+    assert out[0][0].grad_fn is not None
+    first = sorted(seen)
+    seen.clear()
+    # the caller's dtype, not the CPU's default autocast dtype (bfloat16), as a new thread would take
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        again = pool.apply(mods, xs, None, [0, 1])
+    assert sorted(seen) == first == ["replica-0", "replica-1"]   # the same two threads, every step
+    assert all(o.dtype == torch.float16 and o.grad_fn is None for o, _ in again)   # the caller's state
+    one = pool.apply(mods[:1], xs[:1], None, [0])
+    assert len(one) == 1 and one[0][1] == 0
+    with pytest.raises(ValueError, match="3 replicas for 2 replica threads"):
+        pool.apply([*mods, mods[0]], [*xs, xs[0]], None, [0, 1, 0])
+    pool.close()
+
+
+def test_replica_threads_hand_an_error_back_and_keep_serving():
+    pool = dp_step.ReplicaThreads(2, "cpu")
+
+    class Boom(nn.Module):
+        def forward(self, x):
+            raise RuntimeError("replica failed")
+
+    with pytest.raises(RuntimeError, match="replica failed"):
+        pool.apply([nn.Identity(), Boom()], [torch.ones(1), torch.ones(1)], None, [0, 1])
+    out = pool.apply([nn.Identity(), nn.Identity()], [torch.ones(1), torch.zeros(1)], None, [0, 1])
+    assert [o.item() for o in out] == [1.0, 0.0]   # nothing of the failed step is left in the queue
+    pool.close()
+
+
+def test_dp_bench_steps_through_persistent_threads_on_the_cpu(cpu_reduce, monkeypatch):
+    monkeypatch.setattr(dp_step, "SLOW_STEP_MS", float("inf"))   # a CPU step is slow: keep the steps asked for
+    bench = dp_step.Bench(4, [0, 1], device_type="cpu")
+    dp = CpuDataParallel(bench.model)
+    timed = bench.timed(dp, steps=2)
+    assert timed["timed_steps"] == 2 and timed["step_ms_min"] <= timed["step_ms"] <= timed["step_ms_max"]
+    assert cpu_reduce["n"] == dp_step.WARMUP + 2   # every backward summed the replicas' gradients
+    single = bench.staged(bench.staged_single_step, steps=2)
+    assert set(single) == {*records.SINGLE_STAGES, "total", "timed_steps"}
+    monkeypatch.setattr(dp_step, "SLOW_STEP_MS", 0.0)   # every step slow: the few steps instead
+    stages = bench.staged(lambda: bench.staged_dp_step(dp), steps=2)
+    assert set(stages) == {*records.STAGES, "total", "timed_steps"} and stages["timed_steps"] == dp_step.FEW_STEPS
+    dp.replica_threads.close()
+
+
+def test_dp_staged_step_splits_the_gradients_reduce_from_backward(cpu_reduce):
+    from torch.nn.parallel import comm
+    bench = dp_step.Bench(4, [0, 1], device_type="cpu")
+    dp = CpuDataParallel(bench.model)
+    bench.staged_dp_step(dp)   # the first step's one-off costs
+    cpu_reduce["delay"] = 1.0
+    ms = bench.staged_dp_step(dp)
+    assert ms["backward_reduce"] >= 1000.0 > ms["backward"]   # the reduce's time, not the replicas' backward
+    assert ms["total"] == pytest.approx(sum(ms[s] for s in records.STAGES)) and min(ms.values()) >= 0
+    assert comm.reduce_add_coalesced.__name__ == "reduce"   # the timing wrapper is gone again
+    assert all(p.grad is not None for p in bench.model.parameters())   # the reduce reached the model
+    dp.replica_threads.close()
+
+
+def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_path, cpu_reduce, monkeypatch):
+    # dp_step.measure with DataParallel's CPU stand-in -> its JSON line -> the C7 probe's
+    # observations -> the ledger's cause: every key one side writes, the other reads
+    monkeypatch.setattr(dp_step, "SLOW_STEP_MS", float("inf"))
+    monkeypatch.setattr(nn, "DataParallel", CpuDataParallel)
+    monkeypatch.setattr(dp_step, "PersistentThreadsDataParallel", CpuDataParallel)
+    lines = {b: dp_step.measure(False, b, steps=1, device_type="cpu") for b in (4, 8)}
+    assert lines[4]["replica_autocast_dtype"]["dpbench_dp"] == "torch.bfloat16"
+    monkeypatch.setattr(c7_cudnn_threads, "run_python",
+                        lambda code, env=None, args=None: {"rc": 0, **lines[int(args[args.index("--batch") + 1])]})
+    steps, parts = c7_cudnn_threads.dp_step_observations(2, [4, 8])
+    assert parts == [] and len(steps) == 3 * 4 + 1
+    probes = {**fake_gpu_probes(), "C7": _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7,
+                                                                      benchmark_off=3.9), *steps])}
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    assert [b["batch"] for b in f.data["dp_step_batches"]] == [4, 8]
+    c = f.data["dp_step"]
+    assert set(c["excess"]) == set(records.STAGES) and c["largest_excess_stage"] in records.STAGES
+    assert f.data["overhead_growth"]["batches"] == [4, 8]
+    assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
+    assert from_runs.c7(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
+
+
+def test_replica_dtype_probe_runs_every_kind_on_the_cpu():
+    got = dp_step.replica_autocast_dtype([0, 1], "cpu")
+    assert got == {"stock": "torch.bfloat16", "persistent_threads": "torch.bfloat16", "dpbench_dp": "torch.bfloat16"}
 
 
 def test_probe_cli_writes_the_record_with_observations_under_ids(tmp_path, capsys):
@@ -169,6 +351,35 @@ def test_probe_cli_writes_the_record_with_observations_under_ids(tmp_path, capsy
     rec = ProbeRecord.from_json(raw)
     assert rec.claim == "C3" and rec.verdict == REFUTED and capsys.readouterr().out.startswith("C3: refuted")
     assert [o.id for o in rec.observations] == raw["observation_order"]
+
+
+def test_probes_take_their_batches_and_widths_from_the_experiments_groups():
+    groups = experiment_groups(EXPERIMENT)
+    assert settings.probe_settings("C1", groups) == {"batch": 2048, "classes": [10, 32768]}
+    assert settings.probe_settings("C7", groups) == {"batches": [512, 8192]}
+    assert settings.probe_settings("C3", groups) == {}
+    groups["c1_out32768"]["options"]["global_batch"] = 1024   # the widest output's batch
+    groups["c7_benchmark_on"]["options"]["global_batch"] = 256
+    for name in [g for g in groups if g.startswith("c8_") and groups[g]["options"].get("global_batch") == 8192]:
+        del groups[name]
+    assert settings.probe_settings("C1", groups) == {"batch": 1024, "classes": [10, 32768]}
+    assert settings.probe_settings("C7", groups) == {"batches": [256, 2048]}
+    with pytest.raises(ValueError, match="no C7 group sets cudnn_benchmark: true"):
+        settings.probe_settings("C7", {**groups, "c7_benchmark_on": {**groups["c7_benchmark_on"], "options": {}}})
+    with pytest.raises(ValueError, match="no C1 group \\(c1_...\\).*drop C1 from `probes`"):
+        settings.probe_settings("C1", {g: v for g, v in groups.items() if not g.startswith("c1_")})
+
+
+def test_probe_cli_passes_the_groups_settings_as_the_pipeline_plans_them(tmp_path, monkeypatch):
+    pytest.importorskip("snakemake", reason="the plan's groups go through snakemake's validator")
+    from dpbench.pipeline import load_experiment
+    from dpbench.plan import Plan
+    got = {}
+    monkeypatch.setattr(c7_cudnn_threads, "run", lambda **kw: got.update(kw) or c3_wrap_optimizer.run())
+    groups = Plan(load_experiment({"experiment": "claims"}, ROOT), 2).matrix_json()   # what the Snakefile passes
+    probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--experiment", groups])
+    assert got == {"batches": [512, 8192]}
+    assert "--experiment {params.groups:q}" in (ROOT / "Snakefile").read_text().split("rule probe:")[1].split("rule ")[0]
 
 
 def test_observation_ids_are_unique_in_a_record():
@@ -216,6 +427,9 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
     c8 = {rc.global_batch for rc in runs.values() if rc.options.get("max_steps") and rc.variant == "dp"
           and rc.precision == "fp32" and rc.feed == "gpu"}
     assert {128, 512, 2048, 8192} <= c8
+    sweep = lambda variant, precision: {rc.global_batch for rc in runs.values() if rc.variant == variant
+                                        and rc.precision == precision and rc.feed == "gpu" and rc.max_steps}
+    assert sweep("ddp", "bf16") == sweep("dp", "bf16") == {512, 2048, 8192}   # DDP at bf16 too
     assert all(rc.repeat in (0, 1, 2) for rc in runs.values())
 
 
@@ -241,18 +455,37 @@ def _probe(cid, verdict, observations, ran_on=RAN_ON_GPU):
     return ProbeRecord(cid, cid, ran_on, observations, verdict, "")
 
 
-def dp_step_observations(stock=45.0, persistent=19.0, single=23.0, stock_on=725.0, persistent_on=20.0, spread=0.03):
-    """The C7 probe's step breakdown; each kind's timed steps within +-spread of its median."""
+SINGLE_STAGES_MS = {"forward": 7.0, "loss": 0.1, "backward": 14.0, "optimizer": 1.0}   # of one GPU's 23 ms step
+
+
+def dp_stages(forward, **over):
+    """A DataParallel step by stage (ms): the replicas' forward as given, the rest fixed unless overridden."""
+    st = {"scatter": 0.3, "replicate": 1.5, "replica_threads": forward, "gather": 0.2, "loss": 0.1,
+          "backward": 12.0, "backward_reduce": 0.8, "optimizer": 1.0, **over}
+    return {**st, "total": sum(st.values())}
+
+
+def dp_step_observations(stock=45.0, persistent=19.0, single=23.0, stock_on=725.0, persistent_on=20.0, spread=0.03,
+                         off_stages=None, big=None, batch=512):
+    """The C7 probe's step breakdown at `batch` with cudnn.benchmark off and on, and with `big` =
+    (batch, one GPU's ms, stock DP's ms) a second one with benchmark off; each kind's timed steps
+    within +-spread of its median. off_stages: stock DP's stages with benchmark off, overridden."""
     out = []
-    for flag, dp_ms, p_ms in (("off", stock, persistent), ("on", stock_on, persistent_on)):
-        step = lambda ms: {"step_ms": ms, "images_per_s": 512 / ms * 1e3,
+    legs = [("off", batch, single, stock, persistent), ("on", batch, single, stock_on, persistent_on)]
+    if big:
+        legs.append(("off", big[0], big[1], big[2], big[2] * 0.98))
+    for flag, b, one, dp_ms, p_ms in legs:
+        step = lambda ms: {"step_ms": ms, "images_per_s": b / ms * 1e3,
                            "step_ms_min": ms * (1 - spread), "step_ms_max": ms * (1 + spread)}
-        out.append(obs(f"c7.dp_step.bench_{flag}.steps", f"steps {flag}", single=step(single), dp=step(dp_ms),
-                       dp_persistent_threads=step(p_ms), batch=512, gpus=2))
-        stages = lambda rt: {"scatter": 0.3, "replicate": 1.5, "replica_threads": rt, "gather": 0.2,
-                             "loss": 0.1, "backward": 12.0, "optimizer": 1.0, "total": rt + 15.1}
-        out.append(obs(f"c7.dp_step.bench_{flag}.stages.dp", "stock", **stages(dp_ms - 15)))
-        out.append(obs(f"c7.dp_step.bench_{flag}.stages.dp_persistent_threads", "persistent", **stages(p_ms - 15)))
+        out.append(obs(records.dp_step_id(flag, b, "steps"), f"steps {flag}", single=step(one), dp=step(dp_ms),
+                       dp_persistent_threads=step(p_ms), batch=b, gpus=2))
+        scale = one / 23.0
+        out.append(obs(records.dp_step_id(flag, b, "stages.single"), "one GPU",
+                       **{k: v * scale for k, v in SINGLE_STAGES_MS.items()}))
+        over = (off_stages or {}) if (flag, b) == ("off", batch) else {}
+        out.append(obs(records.dp_step_id(flag, b, "stages.dp"), "stock", **dp_stages(dp_ms - 15.9, **over)))
+        out.append(obs(records.dp_step_id(flag, b, "stages.dp_persistent_threads"), "persistent",
+                       **dp_stages(p_ms - 15.9)))
     return out
 
 
@@ -346,10 +579,11 @@ class FakeTag:
 
 
 def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, ddp_swing=0.0, momentum=0.9, repeats=2,
-             data_mib=None):
-    """device 0's excess (MiB) per output size for dp and dp_sum; DDP ranks within ddp_spread of
-    each other, every other repeat ddp_swing higher on all ranks; data_mib: the gpu feed's dataset
-    resident on DP's device 0, inside its allocated, reserved and NVML numbers."""
+             data_mib=None, ddp_rank=4900.0):
+    """device 0's excess (MiB) per output size for dp and dp_sum over 4,800 MiB on the other
+    devices; DDP ranks at ddp_rank MiB, within ddp_spread of each other, every other repeat
+    ddp_swing higher on all ranks; data_mib: the gpu feed's dataset resident on DP's device 0,
+    inside its allocated, reserved and NVML numbers."""
     excess_dp = excess_dp or {10: 100.0, 1000: 115.0, 32768: 900.0}
     excess_sum = excess_sum or {10: 98.0, 1000: 100.0, 32768: 160.0}
     for classes, group in ((10, "c1_out10"), (1000, "c1_out1000"), (32768, "c1_out32768")):
@@ -359,7 +593,7 @@ def plant_c1(t, excess_dp=None, excess_sum=None, ddp_spread=0.4, ddp_swing=0.0, 
                 t.mem(t.run(group, variant, 2, r, config=cfg), [4800.0 + ex + 0.3 * r + (data_mib or 0.0), 4800.0],
                       data_dev0=data_mib)
             if "ddp" in t.groups[group]["variants"]:
-                base = 4900.0 + ddp_swing * (r % 2)
+                base = ddp_rank + ddp_swing * (r % 2)
                 t.mem(t.run(group, "ddp", 2, r, config=cfg), [base, base + ddp_spread])
 
 
@@ -392,7 +626,7 @@ def plant_c7(t, dp_on_ms=725.0, repeats=2):
 
 
 def plant_c8(t, dp_speedup=None, single_ips=20000.0, repeats=2, spread=0.02, skip=()):
-    """DP's speed-up over single per batch (fp32 and bf16 curves); DDP 1.9x; kuangliu 0.3x."""
+    """DP's speed-up over single per batch (fp32 and bf16 curves); DDP 1.9x; kuangliu's DP 0.3x."""
     dp_speedup = dp_speedup or {128: 0.2, 512: 0.5, 2048: 1.5, 8192: 1.9}
     for r in range(repeats):
         f = 1 + spread * (r - 0.5)
@@ -410,7 +644,6 @@ def plant_c8(t, dp_speedup=None, single_ips=20000.0, repeats=2, spread=0.02, ski
         kl = {"global_batch": 128, "feed": "torch"}
         t.run("c8_kuangliu", "single", 1, r, config=kl, images_per_s=9600.0 * f, wall_s=10.0)
         t.run("c8_kuangliu", "dp", 2, r, config=kl, images_per_s=2800.0 / f, wall_s=10.0)
-        t.run("c8_kuangliu", "ddp", 2, r, config=kl, images_per_s=8800.0, wall_s=10.0)
 
 
 def gpu_tag(**kw):
@@ -520,6 +753,17 @@ def test_c8_faster_needs_the_repeats_range_above_one_not_a_fixed_margin(tmp_path
     assert bool(p["speedup_lo"] > 1) is (status == "faster") and p["speedup_hi"] > 1
 
 
+@pytest.mark.parametrize("repeats, level, text", [(2, 0.25, "confidence at least 25%"),
+                                                   (3, 0.5625, "confidence at least 56%"), (1, None, "no interval")])
+def test_c8_ranges_say_how_much_confidence_their_few_repeats_carry(tmp_path, repeats, level, text):
+    f = _c8(tmp_path, repeats=repeats)
+    p = next(p for p in f.data["rows"] if p["group"] == "c8_fp32_b2048" and p["variant"] == "dp")
+    assert p["level"] == (pytest.approx(level) if level else None)
+    assert f"range over {repeats} repeats each" in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
+    assert text in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
+    assert f"each point called from its range over repeats, {text}" in f.summary
+
+
 def test_c8_crossover_bracket_spans_the_batches_within_noise(tmp_path):
     f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.5, 2048: 1.0, 8192: 1.9}, spread=0.06)
     fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
@@ -584,20 +828,70 @@ def test_c8_threads_are_the_cost_by_share_of_dps_overhead_not_a_fixed_ratio():
     assert not from_runs._thread_saving(old)["threads_are_the_cost"]
 
 
-def test_c8_says_when_dp_replicas_did_not_compute_in_bf16(tmp_path):
-    steps = dp_step_observations() + [obs("c7.dp_step.replica_autocast_dtype", "dtype",
-                                          stock="torch.float16", persistent_threads="torch.bfloat16")]
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
+def _dtypes(**got):
+    return dp_step_observations() + [obs("c7.dp_step.replica_autocast_dtype", "dtype", **got)]
+
+
+def test_c8_bf16_note_tells_stock_dataparallel_from_dpbenchs_own_replicas(tmp_path):
+    # torch 2.14's parallel_apply re-enters autocast without its dtype: stock DP computes in
+    # float16; dpbench's runs wrap each replica in autocast(bfloat16) and ran in bfloat16
+    stock_only = _dtypes(stock="torch.float16", persistent_threads="torch.bfloat16", dpbench_dp="torch.bfloat16")
+    f = from_runs.c8(evidence(tmp_path / "a", gpu_tag(), fake_gpu_probes(dp_step=stock_only)))
+    assert ("stock nn.DataParallel's replica threads compute in torch.float16 when the caller's autocast asks for "
+            "torch.bfloat16 (C7 probe); dpbench's dp runs wrap each replica in autocast(torch.bfloat16) of its own "
+            "(variants.Autocast) and computed in torch.bfloat16") in f.summary
+    assert "its bf16 points ran in" not in f.summary
+    assert "enter autocast inside the module's forward: its replica threads computed in torch.float16" in f.advice
+    # only where dpbench's own replicas were not bf16 are its bf16 points said to be something else
+    ours = _dtypes(stock="torch.float16", persistent_threads="torch.bfloat16", dpbench_dp="torch.float16")
+    f = from_runs.c8(evidence(tmp_path / "b", gpu_tag(), fake_gpu_probes(dp_step=ours)))
+    assert "dpbench's DataParallel replicas computed in torch.float16" in f.summary
     assert "its bf16 points ran in torch.float16" in f.summary
-    assert "ran in torch" not in _c8(tmp_path / "ok").summary
+    fine = _c8(tmp_path / "c")   # no dtype recorded, or bf16 everywhere: nothing said
+    assert "torch.float16" not in fine.summary and "autocast" not in fine.advice
+    all_bf16 = _dtypes(stock="torch.bfloat16", persistent_threads="torch.bfloat16", dpbench_dp="torch.bfloat16")
+    assert "torch." not in from_runs.c8(evidence(tmp_path / "d", gpu_tag(), fake_gpu_probes(dp_step=all_bf16))).summary
 
 
-def test_c8_cause_follows_the_step_breakdown(tmp_path):
-    probes = fake_gpu_probes(dp_step=dp_step_observations(stock=25.0, persistent=24.0))
+def test_c8_cause_is_the_stage_with_the_largest_excess_over_one_gpus_share(tmp_path):
+    # threads are not the cost (25 vs 24 ms). Backward is the largest stage (12 ms), but one
+    # GPU pays 7 ms of it per replica's share; replication has no counterpart on one GPU
+    off = {"replicate": 9.0, "replica_threads": 4.0}
+    probes = fake_gpu_probes(dp_step=dp_step_observations(stock=25.0, persistent=24.0, off_stages=off))
     f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
-    assert f.data["dp_step"]["threads_are_the_cost"] is False
-    assert "fresh replica threads" not in f.summary and "cause: backward" in f.summary
-    assert "largest part of a DataParallel step here is backward" in f.advice
+    c = f.data["dp_step"]
+    assert c["threads_are_the_cost"] is False and c["stages"]["backward"] == max(
+        v for k, v in c["stages"].items() if k in records.STAGES)
+    assert c["excess"]["backward"] == pytest.approx(12.0 - 14.0 / 2)
+    assert c["excess"]["loss"] == pytest.approx(0.0) and c["excess"]["replicate"] == 9.0
+    assert c["largest_excess_stage"] == "replicate"
+    assert "cause: largest excess over one GPU's share: replicate +9.0 ms a step beyond one GPU's share" in f.summary
+    assert "the largest part here is replicate (+9.0 ms a step at batch 512)" in f.advice
+    assert "fresh replica threads" not in f.summary and "backward" not in f.advice
+
+
+def test_c8_cause_is_not_named_without_one_gpus_breakdown(tmp_path):
+    steps = [o for o in dp_step_observations(stock=25.0, persistent=24.0) if not o.id.endswith("stages.single")]
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
+    assert f.data["dp_step"]["largest_excess_stage"] is None
+    assert "cause: not named (no breakdown of one GPU's step)" in f.summary and "largest part" not in f.advice
+
+
+@pytest.mark.parametrize("big_dp_ms, grows", [(176.0, False), (400.0, True)])
+def test_c8_says_whether_dps_cost_grows_with_the_batch_from_two_breakdowns(tmp_path, big_dp_ms, grows):
+    # one GPU: 23 ms at 512, 345 ms at 8,192; stock DP 45 ms at 512 (33.5 ms beyond a perfect
+    # split) and 176 ms (3.5 ms beyond) or 400 ms (227.5 ms beyond) at 8,192
+    probes = fake_gpu_probes(dp_step=dp_step_observations(big=(8192, 345.0, big_dp_ms)))
+    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    g = f.data["overhead_growth"]
+    assert g["batches"] == [512, 8192] and g["grows"] is grows
+    assert g["overhead_ms"] == pytest.approx([45.0 - 11.5, big_dp_ms - 172.5])
+    assert [b["batch"] for b in f.data["dp_step_batches"]] == [512, 8192] and f.data["dp_step"]["batch"] == 512
+    assert ("a cost per step, not the data moved, sets the crossover" in f.advice) is not grows
+    assert ("the data moved weighs in" in f.advice) is grows
+    assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
+    one = from_runs.c8(evidence(tmp_path / "one", gpu_tag(), fake_gpu_probes()))   # one batch: no such claim
+    assert one.data["overhead_growth"] is None and "sets the crossover" not in one.advice
 
 
 # -- C1: the output size at which the gathered outputs dominate ----------------------------
@@ -713,9 +1007,44 @@ def test_c1_within_noise_everywhere_is_refuted_with_the_standing_advice(tmp_path
     assert f.summary.startswith("device 0 holds no more than the others beyond noise")
 
 
+@pytest.mark.parametrize("rank, at10, at32k", [(4900.0, "within noise", "lower"), (5200.0, "higher", "lower"),
+                                               (6000.0, "higher", "higher")])
+def test_c1_compares_each_ddp_rank_with_dps_device0_beyond_noise(tmp_path, rank, at10, at32k):
+    # DP's device 0 holds 4,900 MiB at 10 outputs and 5,700 at 32,768; each cell's noise is at
+    # least one gradient set (43 and 107 MiB), and the comparison carries both cells' (85 and 213)
+    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"ddp_rank": rank})))
+    got = {r["num_classes"]: r for r in f.data["ddp_vs_dp"]}
+    assert set(got) == {10, 32768} and (got[10]["call"], got[32768]["call"]) == (at10, at32k)
+    assert got[10]["noise_mib"] == pytest.approx(2 * from_runs.param_count(10) * 4 / 2 ** 20)
+    assert got[10]["diff_mib"] == pytest.approx(rank + 0.2 - 4900.15, abs=0.01)
+    beyond = lambda call: "within noise" if call == "within noise" else f"{call} beyond noise"
+    assert (f"each DDP rank against DP's device 0 (allocated less resident data): at 10 outputs "
+            f"{got[10]['diff_mib']:+.0f} MiB, {beyond(at10)} (85 MiB); at 32,768 outputs") in f.summary
+    assert beyond(at32k) in f.summary.split("at 32,768 outputs")[-1]
+
+
 def test_c1_momentum_comes_from_the_run_config(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"momentum": 0.0})))
+    f = from_runs.c1(evidence(tmp_path / "none", gpu_tag(c1={"momentum": 0.0})))
     assert all(c["estimate_mib"]["momentum"] == 0.0 for c in f.data["cells"] if "estimate_mib" in c)
+    t = gpu_tag()
+    for cfg in t.configs.values():   # a record without the key trained with RunConfig's default (0.9)
+        del cfg["momentum"]
+    f = from_runs.c1(evidence(tmp_path / "default", t))
+    assert all(c["estimate_mib"]["momentum"] == c["estimate_mib"]["summed_grads"] > 0
+               for c in f.data["cells"] if "estimate_mib" in c)
+
+
+def test_c1_says_which_precision_it_cannot_size(tmp_path):
+    with pytest.raises(ValueError, match="no sizes known for precision 'fp8' \\(known: bf16, fp32\\)"):
+        from_runs.device0_excess_estimate(2048, 2, precision="fp8")
+    t = gpu_tag()
+    for cfg in t.configs.values():
+        cfg["precision"] = "fp8"
+    f = from_runs.c1(evidence(tmp_path, t))   # the ledger still renders, without estimates from sizes
+    dp = [c for c in f.data["cells"] if c["variant"] == "dp"]
+    assert dp and not any("estimate_mib" in c for c in dp)
+    assert all(c["unsized"] == "no sizes known for precision 'fp8'" for c in dp)
+    assert not any("from sizes" in e for e in f.evidence)
 
 
 @pytest.mark.parametrize("boundary", [8, 100, 4_000, 5_000, 123_457])
@@ -755,7 +1084,7 @@ def test_largest_batch_search_says_when_nothing_or_everything_fits():
 
 @cpu_only
 def test_max_batch_search_without_cuda_says_what_it_needs(capsys):
-    assert c1_max_batch.main(["--variant", "dp"]) == 0
+    assert c1_max_batch.main(["--variant", "dp", "--classes", "10", "32768"]) == 0
     assert '"skipped": "needs 2 GPUs (found 0)"' in capsys.readouterr().out
 
 
@@ -808,6 +1137,45 @@ def test_c1_max_batch_joins_the_runs_evidence_and_decides_only_without_runs(tmp_
     assert f.evidence[0].startswith("not measured here") and f.not_run is None
 
 
+def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypatch):
+    from dpbench.claims import common
+    calls = []
+
+    def variant_json(module, variant, *args):
+        calls.append((module.rsplit(".", 1)[1], variant, args))
+        if module.endswith("c1_max_batch"):
+            return {"variant": variant, "gpus": 2, "cap_gib": 8.0, "gpu_name": "H200", "per_classes": {
+                w: {"largest": 1024, "smallest_failing": 1056, "trials": [[1024, True]], "peak_mib_per_device": [1]}
+                for w in args[args.index("--classes") + 1:]}}, None
+        return {"variant": variant, "gpus": 2, "batch": 2048, "per_gpu_batch": 2048, "per_classes": {}}, None
+
+    monkeypatch.setattr(common, "gpus_visible", lambda: 2)
+    monkeypatch.setattr(common, "ran_on", lambda: RAN_ON_GPU)
+    monkeypatch.setattr(c1_max_batch, "variant_json", variant_json)
+    rec = c1_max_batch.run(**settings.probe_settings("C1", experiment_groups(EXPERIMENT)))
+    searches = [a for m, _, a in calls if m == "c1_max_batch"]
+    snapshots = [a for m, _, a in calls if m == "c1_attribution"]
+    assert searches == [("--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
+    assert snapshots == [("--batch", "2048", "--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
+    assert {o.id for o in rec.observations} == {f"c1.max_batch.{v}.out{w}" for v in c1_max_batch.VARIANTS
+                                                for w in (10, 32768)}
+
+
+def test_c7_probe_breaks_the_step_down_at_each_batch_it_is_given(monkeypatch):
+    calls = []
+
+    def run_python(code, env=None, args=None):
+        calls.append(args[args.index("--benchmark") + 1:])
+        return {"rc": 1, "stderr_tail": ["no GPU here"]}
+
+    monkeypatch.setattr(c7_cudnn_threads, "run_python", run_python)
+    obs_, parts = c7_cudnn_threads.dp_step_observations(2, [512, 8192])
+    assert calls == [["off", "--batch", "512"], ["on", "--batch", "512"], ["off", "--batch", "8192"]]
+    assert [o.id for o in obs_] == [records.dp_step_id(f, b, "failed") for f, b in (("off", 512), ("on", 512),
+                                                                                     ("off", 8192))]
+    assert parts[-1] == "DataParallel step breakdown, batch 8192 on 2 GPUs, cudnn.benchmark off: failed (exit code 1)"
+
+
 def test_c1_estimate_itemises_device0_from_sizes():
     e = from_runs.device0_excess_estimate(2048, 2)
     weights = from_runs.param_count(10) * 4 / 2 ** 20
@@ -836,7 +1204,21 @@ def test_c6_interval_excluding_zero_confirms(tmp_path):
     expect = stats.t.interval(0.95, 2, loc=sum(diffs) / 3, scale=stats.sem(diffs))
     assert (ci["lo"], ci["hi"]) == pytest.approx(expect)
     assert t["seeds"] == ["100", "101", "102"] and t["deterministic"]
-    assert f.verdict == CONFIRMED and "a measurable effect" in f.summary
+    # single's final loss over the seeds: 1.80, 1.85, 1.90, sd 0.05; the effect is about its size
+    assert t["practical"]["share_lo"] == pytest.approx(ci["lo"] / 0.05) and t["practical"]["negligible"] is False
+    assert f.verdict == CONFIRMED and "a measurable effect, and not negligible" in f.summary
+    assert f"{ci['mean'] / 0.05:+.2f}x [{ci['lo'] / 0.05:+.2f}, {ci['hi'] / 0.05:+.2f}] the seed-to-seed sd" in f.summary
+
+
+def test_c6_measurable_but_far_below_the_seed_to_seed_spread_is_negligible(tmp_path):
+    # +0.005 told apart from zero (the seeds agree to 0.0003), but changing the seed moves the
+    # final loss by 0.05: the whole interval lies within a quarter of that
+    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.005, "noise": 0.0002})))
+    t = f.data["training"][0]
+    ci = t["intervals"]["dp_mean-dp_sum"]["final_loss"]
+    assert ci["lo"] > 0 and max(abs(ci["lo"]), abs(ci["hi"])) < from_runs.NEGLIGIBLE * 0.05
+    assert t["practical"]["negligible"] is True
+    assert f.verdict == NUANCE and "measurable but negligible in practice" in f.summary
 
 
 def test_c6_interval_including_zero_needs_nuance(tmp_path):
@@ -903,6 +1285,7 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
     for cid in CLAIM_IDS:
         assert re.search(rf"\| {cid} +\|", md)
     assert "negligible" not in claims["C1"]["advice"]   # nothing measured: the standing advice claims no size
+    assert "thread" not in claims["C7"]["advice"] and "scatter" not in claims["C8"]["advice"]   # ... and no cause
     for cid in ("C1", "C8"):
         assert claims[cid]["verdict"] == NOT_RUN
         assert claims[cid]["not_run"].startswith("not measured here: needs 2 GPUs (found 0)")
@@ -952,3 +1335,54 @@ def test_c7_ledger_line_gives_the_conv_slowdowns_intervals_where_recorded():
                                   benchmark_off_high=4.4, level=0.957)])
     assert from_runs._c7_summary(new).endswith(
         "65.7x (60.1-70.2x) slower with benchmark on, 3.9x (3.5-4.4x) off, intervals at >= 96% confidence")
+
+
+# -- the 2-GPU session: what a cut-off run must have finished first --------------------------
+
+def _claims_plan():
+    pytest.importorskip("snakemake", reason="the plan goes through snakemake's validator")
+    from dpbench.pipeline import load_experiment
+    from dpbench.plan import Plan
+    return Plan(load_experiment({"experiment": "claims"}, ROOT), 2)
+
+
+def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown():
+    from dpbench.claims import priority
+    plan = _claims_plan()
+    first = priority.first_targets(plan)
+    assert first[-1] == str(plan.results.probe_path("C7"))
+    rids = {Path(p).parent.name for p in first[:-1]}
+    labels = {results.options_label(plan.runs[r].options) for r in rids}
+    groups = experiment_groups(EXPERIMENT)
+    named = {g for g, spec in groups.items() if spec["label"] in labels}
+    assert named == {"c8_fp32_b128", "c8_fp32_b512", "c8_fp32_b2048", "c8_fp32_b8192", "c1_out10", "c1_out32768"}
+    assert len(rids) == 4 * 3 * 2 + 2 + 3 * 2   # c1_out10's dp and ddp are c8_fp32_b2048's own runs
+    assert {plan.runs[r].num_classes for r in rids} == {10, 32768} and {plan.runs[r].precision for r in rids} == {"fp32"}
+
+
+def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys):
+    import os
+    from dpbench.claims import priority
+    cut = time.time() - 100
+    for rid, status, age in [("ddp-g2-r0", results.STATUS_FAILED, 50), ("ddp-g2-r1", results.STATUS_FAILED, 200),
+                             ("single-g1-r0", results.STATUS_OK, 50)]:
+        path = tmp_path / rid / results.METRICS
+        results.write_json(path, {"run_id": rid, "status": status})
+        os.utime(path, (time.time() - age, time.time() - age))
+    assert priority.main(["cut-off", str(tmp_path), str(cut)]) == 0
+    assert capsys.readouterr().out == "cut off by the limit, trains again next call: ddp-g2-r0\n"
+    assert sorted(p.parent.name for p in tmp_path.glob("*/metrics.json")) == ["ddp-g2-r1", "single-g1-r0"]
+
+
+@pytest.mark.slow
+def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
+    from fakes import copy_workflow, run_snakemake
+    from dpbench.claims import priority
+    wd = copy_workflow(tmp_path)
+    first = [str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p for p in priority.first_targets(_claims_plan())]
+    dry = run_snakemake(wd, "-n", "-p", "--prioritize", *first, "--config", "experiment=claims", "gpus_available=2",
+                        timeout=300, check=True)
+    probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
+    assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
+    script = (ROOT / "tools/device/pipeline_run.sh").read_text()
+    assert "< <(python3 -m dpbench.claims.priority first" in script and "priority cut-off" in script

@@ -110,7 +110,7 @@ def test_the_summary_names_device_0s_biggest_holders_at_the_widest_output():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path")
 def test_without_cuda_the_attribution_says_what_it_needs(capsys):
-    assert att.main(["--variant", "dp"]) == 0
+    assert att.main(["--variant", "dp", "--batch", "2048", "--classes", "10", "32768"]) == 0
     assert '"skipped": "needs 2 GPUs (found 0)"' in capsys.readouterr().out
-    assert att.main(["--variant", "single"]) == 0
+    assert att.main(["--variant", "single", "--batch", "2048", "--classes", "10"]) == 0
     assert '"skipped": "needs 1 GPU (found 0)"' in capsys.readouterr().out

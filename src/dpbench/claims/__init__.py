@@ -66,11 +66,13 @@ ADVICE = {
             'return per-sample losses and average the gathered vector. With BatchNorm in train mode '
             'every DataParallel reduction still differs from one device (per-replica statistics); use '
             'DDP with SyncBatchNorm where that matters.'),
-    "C7": ('Leave torch.backends.cudnn.benchmark off under DataParallel, or use DDP, whose one '
-            'process per GPU keeps its thread and its autotuning cache.'),
-    "C8": ('Measure before scaling out: DataParallel replicates the model, scatters the batch and '
-            'gathers the outputs through one process every step. Use DDP (one process per GPU) for '
-            'multi-GPU training, and feed data fast enough for one GPU first.'),
+    # C7 and C8: standing advice names no cause; the ledger names one where the C7 probe's step
+    # breakdown measured it.
+    "C7": ('Time DataParallel with torch.backends.cudnn.benchmark on and off before keeping it on, or '
+            'use DDP (one process per GPU).'),
+    "C8": ('Measure before scaling out: time DataParallel against one GPU at the batch you train with. '
+            'Use DDP (one process per GPU) for multi-GPU training, and feed data fast enough for one GPU '
+            'first.'),
 }
 
 

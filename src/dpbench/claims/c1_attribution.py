@@ -1,9 +1,10 @@
 """C1's why: what each device holds at its peak, by what allocated it (PyTorch's memory snapshot).
 
-    python -m dpbench.claims.c1_attribution --variant dp [--batch 2048] [--classes 10 32768]
+    python -m dpbench.claims.c1_attribution --variant dp --batch 2048 --classes 10 32768
 
 prints one JSON line. The C1 probe starts one fresh process per variant (the allocator's
-history must begin before the model exists, or its parameters have no recorded origin).
+history must begin before the model exists, or its parameters have no recorded origin), at the
+C1 runs' global batch and output widths (dpbench.claims.settings).
 
 Two SGD steps with momentum run at a fixed global batch through dpbench's own model and variant
 wrappers, with torch.cuda.memory._record_memory_history recording every allocation and the
@@ -22,8 +23,6 @@ import json
 from typing import Any, Iterable
 
 MIB = 2 ** 20
-BATCH = 2048                # the claims experiment's C1 groups train at this global batch
-CLASSES = (10, 32768)
 VARIANTS = ("single", "dp", "dp_sum", "ddp")
 STEPS = 2                   # the second step holds the momentum buffers
 MAX_ENTRIES = 200_000       # trace entries kept: two steps of ResNet18 need a few thousand
@@ -174,8 +173,8 @@ def observations(r: dict[str, Any]) -> list:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, choices=VARIANTS)
-    ap.add_argument("--classes", type=int, nargs="+", default=list(CLASSES))
-    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--classes", type=int, nargs="+", required=True, help="output widths")
+    ap.add_argument("--batch", type=int, required=True, help="global batch (the C1 runs')")
     args = ap.parse_args(argv)
     print(json.dumps(measure(args.variant, args.classes, args.batch)))
     return 0

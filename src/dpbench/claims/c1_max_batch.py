@@ -1,7 +1,7 @@
 """C1 in practice: the largest global batch each variant trains within a fixed memory budget
 per GPU, at a narrow and a wide output.
 
-    python -m dpbench.claims.c1_max_batch --variant dp [--classes 10 32768] [--cap-gib 8]
+    python -m dpbench.claims.c1_max_batch --variant dp --classes 10 32768 [--cap-gib 8]
 
 prints one JSON line (one variant, each output size); the C1 probe starts one fresh process per
 variant, so that no search inherits another's cached or fragmented memory. On every device the
@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 CAP_GIB = 8.0
-CLASSES = (10, 32768)
 VARIANTS = ("single", "dp", "dp_sum", "ddp")
 START = 256
 CEILING = 1 << 20           # a batch beyond this fits anything this search is for
@@ -205,18 +204,20 @@ def verdict_from(found: dict[str, dict[str, int]]) -> str:
     return NUANCE
 
 
-def variant_json(module: str, variant: str) -> tuple[dict[str, Any], str | None]:
-    """One variant's JSON line from `python -m module --variant V` in a fresh process, and why
-    there is none (skipped, or failed with its exit code and last lines) where there is none."""
+def variant_json(module: str, variant: str, *args: str) -> tuple[dict[str, Any], str | None]:
+    """One variant's JSON line from `python -m module --variant V ARGS` in a fresh process, and
+    why there is none (skipped, or failed with its exit code and last lines) where there is none."""
     from dpbench.claims.common import run_python
 
-    r = run_python("", args=["-m", module, "--variant", variant])
+    r = run_python("", args=["-m", module, "--variant", variant, *args])
     if r.get("rc") or "per_classes" not in r:
         return r, r.get("skipped") or (f"failed (exit code {r.get('rc')}): " + " / ".join(r.get("stderr_tail") or []))
     return r, None
 
 
-def run():
+def run(batch: int, classes: list[int]):
+    """batch: the C1 runs' global batch (the memory snapshots); classes: the output widths
+    searched and snapshotted (dpbench.claims.settings)."""
     from dpbench.claims import NOT_RUN
     from dpbench.claims.common import gpus_visible, needs, record
     from dpbench.claims.records import obs as observation
@@ -227,30 +228,31 @@ def run():
     observations, parts_not_run = [], []
     found: dict[str, dict[str, int]] = {}
     for variant in VARIANTS:
-        r, why = variant_json("dpbench.claims.c1_max_batch", variant)
+        r, why = variant_json("dpbench.claims.c1_max_batch", variant, "--classes", *map(str, classes))
         if why:
             parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB allocated per GPU: {why}")
             continue
-        for classes, f in r["per_classes"].items():
+        for width, f in r["per_classes"].items():
             if f["largest"] == 0:
-                parts_not_run.append(f"largest batch of {variant} at {int(classes):,} outputs: not even "
+                parts_not_run.append(f"largest batch of {variant} at {int(width):,} outputs: not even "
                                      f"{f['smallest_failing']} images fit in {r['cap_gib']:g} GiB per GPU")
                 continue
             total = global_batch(variant, f["largest"])
-            found.setdefault(variant, {})[classes] = total
+            found.setdefault(variant, {})[width] = total
             where = ("one rank of a one-process group, global = " + f"{DP_GPUS} x the rank's"
                      if variant == "ddp" else f"{r['gpus']} GPU{'s' if r['gpus'] > 1 else ''}")
             failing = f["smallest_failing"] and global_batch(variant, f["smallest_failing"])
             observations.append(observation(
-                f"c1.max_batch.{variant}.out{classes}",
+                f"c1.max_batch.{variant}.out{width}",
                 f"largest batch {variant} trains within {r['cap_gib']:g} GiB allocated by PyTorch per GPU, "
-                f"{int(classes):,} outputs ({where})",
+                f"{int(width):,} outputs ({where})",
                 global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
                 peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
     # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)
     from dpbench.claims import c1_attribution
     for variant in VARIANTS:
-        r, why = variant_json("dpbench.claims.c1_attribution", variant)
+        r, why = variant_json("dpbench.claims.c1_attribution", variant, "--batch", str(batch),
+                              "--classes", *map(str, classes))
         if why:
             parts_not_run.append(f"each device's peak by what allocated it (memory snapshot), {variant}: {why}")
             continue
@@ -261,7 +263,7 @@ def run():
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variant", required=True, choices=VARIANTS)
-    ap.add_argument("--classes", type=int, nargs="+", default=list(CLASSES))
+    ap.add_argument("--classes", type=int, nargs="+", required=True, help="output widths (the C1 probe passes the experiment's)")
     ap.add_argument("--cap-gib", type=float, default=CAP_GIB)
     args = ap.parse_args(argv)
     print(json.dumps(search(args.variant, args.classes, args.cap_gib)))

@@ -5,21 +5,22 @@ DataParallel's parallel_apply runs each replica in a fresh threading.Thread ever
 cudnn.benchmark's cache of chosen algorithms is per thread, every step pays the autotuning
 again. Timed here on one conv of ResNet18-CIFAR's first stage, forward + backward; then one
 DataParallel training step taken apart, and DataParallel with persistent replica threads,
-each cudnn.benchmark setting in a fresh process (dpbench.claims.dp_step).
+each cudnn.benchmark setting and batch in a fresh process (dpbench.claims.dp_step): both
+settings at the C7 group's batch, benchmark off again at the largest batch of C8's sweep.
 """
 from __future__ import annotations
 
 import statistics
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
-from dpbench.claims.records import Observation, ProbeRecord, obs as observation
+from dpbench.claims.records import Observation, ProbeRecord, dp_step_id, obs as observation
 from dpbench.tables import Estimate, ratio_ci
 
 ITERS = 10
@@ -84,32 +85,45 @@ def threads_escape(steps: dict[str, Any]) -> bool:
     return stock["step_ms_min"] > SLOW * pers["step_ms_max"]
 
 
-def dp_step_observations(n: int) -> tuple[list[Observation], list[str]]:
-    """The DataParallel step breakdown, one fresh process per cudnn.benchmark setting."""
+def breakdown_runs(batches: Sequence[int]) -> list[tuple[str, int]]:
+    """(cudnn.benchmark, batch) of each step-breakdown process, the most needed first: both
+    settings at the first batch (the C7 group's, where C7's verdict is), then benchmark off at
+    the others (C8's runs train with it off)."""
+    return [("off", batches[0]), ("on", batches[0])] + [("off", b) for b in batches[1:]]
+
+
+def dp_step_observations(n: int, batches: Sequence[int]) -> tuple[list[Observation], list[str]]:
+    """The DataParallel step breakdown, one fresh process per cudnn.benchmark setting and batch."""
     if n < 2:
         return [], [f"DataParallel step breakdown and persistent replica threads: {needs(2, n)}"]
-    out = []
-    for flag in ("off", "on"):
-        r = run_python("", args=["-m", "dpbench.claims.dp_step", "--benchmark", flag])
-        key = f"c7.dp_step.bench_{flag}"
+    out, parts_not_run = [], []
+    for flag, batch in breakdown_runs(batches):
+        r = run_python("", args=["-m", "dpbench.claims.dp_step", "--benchmark", flag, "--batch", str(batch)])
+        where = f"batch {batch} on {r.get('gpus', n)} GPUs, cudnn.benchmark {flag}"
         if r.get("rc") or "single" not in r:
-            out.append(observation(key, f"DataParallel step breakdown, cudnn.benchmark {flag}: failed", **r))
+            out.append(observation(dp_step_id(flag, batch, "failed"), f"DataParallel step breakdown, {where}: failed",
+                                   **r))
+            parts_not_run.append(f"DataParallel step breakdown, {where}: failed (exit code {r.get('rc')})")
             continue
-        where = f"batch {r['batch']} on {r['gpus']} GPUs, cudnn.benchmark {flag}"
-        out.append(observation(f"{key}.steps", f"training step, {where}: one GPU, stock DataParallel, "
-                                               f"DataParallel with persistent replica threads",
+        out.append(observation(dp_step_id(flag, batch, "steps"),
+                               f"training step, {where}: one GPU, stock DataParallel, "
+                               f"DataParallel with persistent replica threads",
                                **{k: r[k] for k in ("single", "dp", "dp_persistent_threads")},
                                batch=r["batch"], gpus=r["gpus"], tf32_cudnn=r["tf32_cudnn"]))
-        out.append(observation(f"{key}.stages.dp", f"stock DataParallel step by stage (ms, medians), {where}",
-                               **r["dp_stages"]))
-        out.append(observation(f"{key}.stages.dp_persistent_threads",
+        out.append(observation(dp_step_id(flag, batch, "stages.single"), f"one GPU's step by stage (ms, medians), {where}",
+                               **r["single_stages"]))
+        out.append(observation(dp_step_id(flag, batch, "stages.dp"),
+                               f"stock DataParallel step by stage (ms, medians), {where}", **r["dp_stages"]))
+        out.append(observation(dp_step_id(flag, batch, "stages.dp_persistent_threads"),
                                f"DataParallel with persistent replica threads, by stage (ms), {where}",
                                **r["dp_persistent_threads_stages"]))
-        if flag == "off":
+        if not any(o.id == "c7.dp_step.replica_autocast_dtype" for o in out):
             out.append(observation("c7.dp_step.replica_autocast_dtype",
-                                   "dtype a replica computes in when the caller's autocast asks for bfloat16",
+                                   "dtype a replica computes in when the caller's autocast asks for bfloat16: "
+                                   "stock DataParallel, on persistent replica threads, and dpbench's dp variant "
+                                   "(each replica in autocast of its own, as the training runs wrap it)",
                                    **r["replica_autocast_dtype"]))
-    return out, []
+    return out, parts_not_run
 
 
 def conv_observations(ms: dict[tuple[bool, bool], list[float]], r: dict[bool, Estimate]) -> list[Observation]:
@@ -127,7 +141,8 @@ def conv_observations(ms: dict[tuple[bool, bool], list[float]], r: dict[bool, Es
     return out
 
 
-def run() -> ProbeRecord:
+def run(batches: Sequence[int]) -> ProbeRecord:
+    """batches: the step breakdown's global batches, the C7 group's first (dpbench.claims.settings)."""
     n = gpus_visible()
     if n < 1:
         return record("C7", [], NOT_RUN, not_run=needs(1, n))
@@ -135,9 +150,9 @@ def run() -> ProbeRecord:
     r = slowdowns(ms)
     obs = conv_observations(ms, r)
     verdict = verdict_from(r[True], r[False])
-    steps, parts_not_run = dp_step_observations(n)
+    steps, parts_not_run = dp_step_observations(n, batches)
     obs += steps
-    on = next((o for o in steps if o.id == "c7.dp_step.bench_on.steps"), None)
+    on = next((o for o in steps if o.id == dp_step_id("on", batches[0], "steps")), None)
     if verdict == CONFIRMED and on is not None and not threads_escape(on.values):
         verdict = NUANCE  # threads are the mechanism only if DataParallel on persistent threads escapes the slowdown
     return record("C7", obs, verdict, parts_not_run=parts_not_run)

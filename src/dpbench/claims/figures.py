@@ -164,32 +164,35 @@ def c8_figure(s: Section) -> Figure:
     handles, labels = axes[0][0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
     fig.legend(uniq.values(), uniq.keys(), loc="outside right center", frameon=False, fontsize="small")
-    fig.suptitle(title + "\nshaded: the crossover's bracket (last batch measured slower, first measured faster);"
-                 " dashed: interpolated between medians in log batch")
+    levels = [lv for lv in df.get("level", pd.Series(dtype=float)).dropna()]
+    confidence = f", each at confidence at least {min(levels):.0%}" if levels else ""
+    fig.suptitle(title + f"\nbars: each point's range over repeats{confidence}; shaded: the crossover's bracket "
+                 "(last batch measured slower, first measured faster); dashed: interpolated between medians in log batch")
     return fig
 
 
 def c8_dp_step_figure(s: Section) -> Figure:
     title = "Where a DataParallel step's time goes (C7 probe, ms per step)"
-    cause = _data(s, "dp_step")
-    if not cause:
+    breakdowns = _data(s, "dp_step_batches") or []
+    if not breakdowns:
         return _missing(s, title + ": the C7 probe took no DataParallel step apart here")
-    rows = [("stock DP", cause["stages"]), ("DP, persistent\nreplica threads", cause["persistent_stages"])]
-    fig, axes = new_figure(1, 1)
-    ax = axes[0][0]
-    colors = sns.color_palette("colorblind", len(STAGES))
-    for i, (name, st) in enumerate(rows):
-        left = 0.0
-        for stage, col in zip(STAGES, colors):
-            v = st.get(stage, 0.0)
-            ax.barh(i, v, left=left, color=col, label=stage.replace("_", " ") if i == 0 else None)
-            left += v
-    ax.barh(len(rows), cause["single_ms"], color="0.6", label="one GPU, whole step")
-    ax.set_yticks(range(len(rows) + 1), [r[0] for r in rows] + ["one GPU"])
-    ax.invert_yaxis()
-    ax.set(xlabel="ms (each stage closed by a sync of every device)",
-           title=f"batch {cause['batch']} on {cause['gpus']} GPUs, cudnn.benchmark {cause['benchmark']}")
-    fig.legend(loc="outside right center", frameon=False, fontsize="small")
+    fig, axes = new_figure(1, len(breakdowns), sharey=False)   # shared, the second inversion would undo the first
+    colors = dict(zip(STAGES, sns.color_palette("colorblind", len(STAGES))))
+    for ax, cause in zip(axes[0], breakdowns):
+        rows = [("stock DP", cause["stages"]), ("DP, persistent\nreplica threads", cause["persistent_stages"])]
+        for i, (name, st) in enumerate(rows):
+            left = 0.0
+            for stage in STAGES:
+                v = st.get(stage, 0.0)
+                ax.barh(i, v, left=left, color=colors[stage], label=stage.replace("_", " ") if i == 0 else None)
+                left += v
+        ax.barh(len(rows), cause["single_ms"], color="0.25", label="one GPU, whole step")   # the palette's 8th is gray
+        ax.set_yticks(range(len(rows) + 1), [r[0] for r in rows] + ["one GPU"])
+        ax.invert_yaxis()
+        ax.set(xlabel="ms (each stage closed by a sync of every device)",
+               title=f"batch {cause['batch']:,} on {cause['gpus']} GPUs, cudnn.benchmark {cause['benchmark']}")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize="small")
     fig.suptitle(title)
     return fig
 

@@ -21,7 +21,7 @@ from dpbench.tables import ratio_ci
 from dpbench.config import RunConfig
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import c1_max_batch, probe_finding
-from dpbench.claims.records import STAGES, Finding, ProbeRecord
+from dpbench.claims.records import SINGLE_STAGES, STAGES, Finding, ProbeRecord, dp_step_id
 
 MIB = 2 ** 20
 FEATURES = 512             # ResNet18's penultimate width (dpbench.model.FEATURES)
@@ -30,10 +30,15 @@ NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator gra
 # Bytes of one parameter (and so of its gradient) per run precision: bf16 is autocast, which
 # keeps the parameters in fp32.
 PARAM_BYTES = {"fp32": 4, "bf16": 4}
+OUTPUT_BYTES = {"fp32": 4, "bf16": 2}   # of the model's outputs: autocast's Linear returns bf16
 GATHER_SHARE = 0.5         # the gathered outputs must explain this much of device 0's excess
 THREAD_SHARE = 0.5         # ... and persistent threads this much of DP's time beyond a perfect split
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
 CONFIDENCE = 0.95          # of the intervals on training differences
+# A reduction's effect on the final loss whose whole interval lies within this share of the
+# seed-to-seed spread (single's sd over seeds) is negligible in practice: changing the seed moves
+# the loss four times as much, so no one training a single run could see it.
+NEGLIGIBLE = 0.25
 SLOWDOWN = 1.5             # benchmark-on step time over benchmark-off that counts as "much slower"
 UNCHANGED = 1.1            # ... and the ratio under which it counts as no effect
 # Options that set a run's length, not what it measures: groups differing only in these are twins.
@@ -99,11 +104,14 @@ def device0_excess_estimate(global_batch: int, gpus: int, num_classes: int = 10,
     until zero_grad, which follows the forward pass. With the loss on the gathered outputs
     (variant dp) device 0 also holds the whole batch's outputs and the loss's log-softmax of
     them (kept for backward, fp32); with the loss inside the replicas neither exists."""
-    weights = grad_set_mib(num_classes, precision) or param_count(num_classes) * 4 / MIB
+    if precision not in OUTPUT_BYTES:
+        raise ValueError(f"no sizes known for precision {precision!r} (known: {', '.join(sorted(OUTPUT_BYTES))}); "
+                         f"add its bytes to PARAM_BYTES and OUTPUT_BYTES in dpbench.claims.from_runs")
+    weights = param_count(num_classes) * PARAM_BYTES[precision] / MIB
     sample = (3 * 32 * 32 * 4 + 8) / MIB                  # one image and its int64 label
     own = -(-global_batch // gpus)                         # scatter gives device 0 the largest chunk
     others = (global_batch - own) / (gpus - 1)
-    out_bytes = 2 if precision == "bf16" else 4            # autocast's Linear returns bf16
+    out_bytes = OUTPUT_BYTES[precision]
     logits = global_batch * num_classes / MIB
     return {"summed_grads": weights,
             "momentum": weights if momentum else 0.0,
@@ -145,11 +153,16 @@ def _c1_cell(group: str, variant: str, gpus: int, per_run: list[dict]) -> dict[s
             "config_found": cfg is not None}
     if cfg is None:
         return cell
-    cell.update(num_classes=int(cfg.get("num_classes", 10)), precision=cfg.get("precision", "fp32"),
-                global_batch=int(cfg["global_batch"]), momentum=float(cfg.get("momentum", 0.0)))
+    # a key the record lacks is RunConfig's default, which the run trained with
+    cell.update(num_classes=int(cfg.get("num_classes", RunConfig.num_classes)),
+                precision=cfg.get("precision", RunConfig.precision),
+                global_batch=int(cfg.get("global_batch", RunConfig.global_batch)),
+                momentum=float(cfg.get("momentum", RunConfig.momentum)))
     cell["params"] = param_count(cell["num_classes"])
     cell["grad_set_mib"] = grad_set_mib(cell["num_classes"], cell["precision"])
-    if variant in DP_VARIANTS:
+    if variant in DP_VARIANTS and cell["precision"] not in OUTPUT_BYTES:
+        cell["unsized"] = f"no sizes known for precision {cell['precision']!r}"
+    elif variant in DP_VARIANTS:
         est = device0_excess_estimate(cell["global_batch"], gpus, cell["num_classes"],
                                       cell["precision"], cell["momentum"] > 0, variant == "dp")
         cell.update(estimate_mib=est, estimate_total_mib=sum(est.values()),
@@ -210,7 +223,7 @@ def _gathered(cell: dict, cells: list[dict]) -> dict[str, Any]:
     elif "logits_estimate_mib" in cell:
         part, noise, basis = cell["logits_estimate_mib"], cell["noise_mib"], "estimated from sizes"
     else:
-        return {**none, "share_basis": "no run config (metrics.json) to size the outputs"}
+        return {**none, "share_basis": cell.get("unsized", "no run config (metrics.json) to size the outputs")}
     return {"gathered_share": part / cell["excess_mib"], "gathered_mib": part, "gathered_noise_mib": noise,
             "share_basis": basis}
 
@@ -363,6 +376,31 @@ def _c1_advice(verdict: str, sweeps: list[list[dict]], onsets: list[tuple[dict |
     return None
 
 
+def ddp_vs_dp_device0(cells: list[dict]) -> list[dict[str, Any]]:
+    """Per group with both: a DDP rank's allocated peak (the mean of its ranks) against DP's
+    device 0, which DDP's every rank resembles (the whole model, its gradients and optimizer
+    state), and whether the difference lies beyond the two cells' noise added up."""
+    out = []
+    for c in cells:
+        same = [d for d in cells if d["variant"] == "dp" and (d["group"], d["gpus"]) == (c["group"], c["gpus"])]
+        if c["variant"] != "ddp" or not same:
+            continue
+        d = same[0]
+        rank = (c["dev0_allocated_mib"] + (c["gpus"] - 1) * c["others_allocated_mib"]) / c["gpus"]
+        diff, noise = rank - d["dev0_allocated_mib"], c["noise_mib"] + d["noise_mib"]
+        out.append({"group": c["group"], "gpus": c["gpus"], "num_classes": c.get("num_classes"),
+                    "ddp_rank_mib": rank, "dp_dev0_mib": d["dev0_allocated_mib"], "dp_others_mib": d["others_allocated_mib"],
+                    "diff_mib": diff, "noise_mib": noise,
+                    "call": "higher" if diff > noise else "lower" if diff < -noise else "within noise"})
+    return out
+
+
+def _rank_text(r: dict[str, Any]) -> str:
+    at = f"{r['num_classes']:,} outputs" if r["num_classes"] is not None else r["group"]
+    beyond = "within noise" if r["call"] == "within noise" else f"{r['call']} beyond noise"
+    return f"at {at} {r['diff_mib']:+.0f} MiB, {beyond} ({r['noise_mib']:.0f} MiB)"
+
+
 def _c1_from_runs(ev) -> Finding:
     groups = ev.claim_groups("C1")
     cells = _c1_cells(ev, groups)
@@ -401,19 +439,20 @@ def _c1_from_runs(ev) -> Finding:
     grads = sorted({round(c["grad_set_mib"], 1) for c in dp if c.get("grad_set_mib")})
     if grads:
         parts.append(f"noise at least one gradient set ({', '.join(f'{g:.1f}' for g in grads)} MiB)")
+    ranks = ddp_vs_dp_device0(cells)
+    if ranks:
+        parts.append("each DDP rank against DP's device 0 (allocated less resident data): "
+                     + "; ".join(_rank_text(r) for r in ranks))
     lines = [_c1_line(c) for c in cells]
-    for c in ddp:   # each rank holds what DP keeps on device 0 alone: is a DDP rank above DP's device 0?
-        same = [d for d in dp if d["group"] == c["group"] and d["gpus"] == c["gpus"]]
-        if same:
-            lines.append(f"{c['group']}: each DDP rank peaks at {c['dev0_allocated_mib']:.0f} MiB allocated, DP's "
-                         f"device 0 at {same[0]['dev0_allocated_mib']:.0f} MiB and its other devices at "
-                         f"{same[0]['others_allocated_mib']:.0f} MiB")
+    lines += [f"{r['group']}: each DDP rank peaks at {r['ddp_rank_mib']:.0f} MiB allocated (the ranks' mean), DP's "
+              f"device 0 at {r['dp_dev0_mib']:.0f} MiB and its other devices at {r['dp_others_mib']:.0f} MiB: "
+              f"{_rank_text(r)}" for r in ranks]
     conditions = [{"batch": s[0].get("global_batch"), "gpus": s[0]["gpus"], "precision": s[0].get("precision"),
                    "outputs": [c.get("num_classes") for c in s],
                    "from_outputs": first.get("num_classes") if first else None, "clean": clean}
                   for s, (first, clean) in zip(sweeps, onsets)]
     return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
-                   data={"cells": cells, "conditions": conditions}, runs_used=True,
+                   data={"cells": cells, "conditions": conditions, "ddp_vs_dp": ranks}, runs_used=True,
                    advice=_c1_advice(verdict, sweeps, onsets), measured_on=[ev.measured_on_runs()])
 
 
@@ -444,6 +483,17 @@ def _interval(values: list[float]) -> dict[str, float]:
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     half = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n)
     return {"mean": m, "lo": m - half, "hi": m + half, "n": n, "sd": sd}
+
+
+def practical_size(ci: dict[str, float], seed_sd: float) -> dict[str, Any]:
+    """An effect's interval as shares of the seed-to-seed sd (the sd taken as known: it comes
+    from as few seeds), and whether the whole interval lies within NEGLIGIBLE of it (None where
+    there is no interval or no spread to weigh it against)."""
+    if ci["n"] < 2 or not seed_sd > 0:
+        return {"share": math.nan, "share_lo": math.nan, "share_hi": math.nan, "negligible": None}
+    largest = max(abs(ci["lo"]), abs(ci["hi"]))
+    return {"share": ci["mean"] / seed_sd, "share_lo": ci["lo"] / seed_sd, "share_hi": ci["hi"] / seed_sd,
+            "negligible": bool(largest < NEGLIGIBLE * seed_sd)}
 
 
 def _excludes_zero(ci: dict[str, float]) -> bool:
@@ -568,14 +618,29 @@ def c6(ev) -> Finding:
     loss = t["intervals"]["dp_mean-dp_sum"].get("final_loss", {"n": 0, "mean": math.nan})
     acc = t["intervals"]["dp_mean-dp_sum"].get("test_acc", {"n": 0, "mean": math.nan})
     measurable = _excludes_zero(loss) if loss["n"] else False
-    verdict = CONFIRMED if measurable else NUANCE
+    seeds = t["single_spread"]["final_loss"]
+    size = practical_size(loss, seeds["sd"]) if loss["n"] else practical_size({"n": 0}, math.nan)
+    t["practical"] = size
+    # confirmed: told apart from zero and not negligible against what changing the seed does
+    verdict = CONFIRMED if measurable and size["negligible"] is not True else NUANCE
     if f.verdict not in (CONFIRMED, NOT_RUN):
         verdict = f.verdict  # training cannot rescue a probe that saw no bias
     w = t["reweighting"]
+    against = (f", {size['share']:+.2f}x [{size['share_lo']:+.2f}, {size['share_hi']:+.2f}] the seed-to-seed sd of "
+               f"single's final loss ({seeds['sd']:.3g} over {seeds['n']} seeds)" if size["negligible"] is not None
+               else ", no seed-to-seed spread to weigh it against")
+    if not measurable:
+        call = "no effect told apart from zero at this size"
+    elif size["negligible"]:
+        call = (f"measurable but negligible in practice: the whole interval within {NEGLIGIBLE:.2g}x of what "
+                f"changing the seed does")
+    elif size["negligible"] is None:
+        call = "a measurable effect, its practical size not weighed"
+    else:
+        call = (f"a measurable effect, and not negligible: beyond {NEGLIGIBLE:.2g}x of what changing the seed does")
     text = (f"in training ({t['batch']} on {t['gpus']} GPUs, {'/'.join(map(str, w['chunks']))}: weights off by "
-            f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}, test accuracy "
-            f"{_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: "
-            + ("a measurable effect" if measurable else "no effect told apart from zero at this size"))
+            f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}"
+            f"{against if loss['n'] else ''}, test accuracy {_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: {call}")
     return _with_training(ev, f, verdict, text)
 
 
@@ -597,6 +662,25 @@ def _c6_summary(p: ProbeRecord) -> str:
 
 # -- where DataParallel's time goes (the C7 probe's step breakdown) -------------------------
 
+# What one GPU pays for the work of each DataParallel stage: (its stage in SINGLE_STAGES, whether
+# the replicas split it over the GPUs). The replicas' forward and backward split one GPU's; the
+# loss on the gathered outputs and the optimizer step are one GPU's own; scatter, replication,
+# gather and the gradients' reduce have no counterpart on one GPU.
+ONE_GPU_SHARE = {"replica_threads": ("forward", True), "loss": ("loss", False),
+                 "backward": ("backward", True), "optimizer": ("optimizer", False)}
+
+
+def stage_excess(stages: dict[str, float], single_stages: dict[str, float], gpus: int) -> dict[str, float]:
+    """Each stage of a DataParallel step less what one GPU pays for the same work (ONE_GPU_SHARE)."""
+    out = {}
+    for s in STAGES:
+        if s in stages:
+            part = ONE_GPU_SHARE.get(s)
+            share = 0.0 if part is None else single_stages[part[0]] / (gpus if part[1] else 1)
+            out[s] = stages[s] - share
+    return out
+
+
 def _thread_saving(steps: dict[str, Any]) -> dict[str, Any]:
     """What persistent replica threads save against stock DP, and whether that names the cause:
     the saving must lie beyond the step-to-step spread (the two kinds' timed steps' ranges do
@@ -615,26 +699,76 @@ def _thread_saving(steps: dict[str, Any]) -> dict[str, Any]:
             "threads_are_the_cost": bool(beyond) and share >= THREAD_SHARE}
 
 
-def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
-    """From the C7 probe: one GPU, stock DP and DP on persistent replica threads, and the stage
-    that costs most; None where the probe did not take the step apart."""
-    p: ProbeRecord | None = ev.probes.get("C7")
-    if p is None or p.find(f"c7.dp_step.bench_{flag}.steps") is None:
-        return None
-    steps = p.values(f"c7.dp_step.bench_{flag}.steps")
-    stages = p.values(f"c7.dp_step.bench_{flag}.stages.dp")
-    pstages = p.values(f"c7.dp_step.bench_{flag}.stages.dp_persistent_threads")
+def _overhead_range(steps: dict[str, Any]) -> tuple[float, float]:
+    """Stock DP's time beyond a perfect split of one GPU's step, over the timed steps' ranges
+    (its fastest against one GPU's slowest, and back); the medians' where no range was recorded."""
+    dp, single, gpus = steps["dp"], steps["single"], steps.get("gpus") or 2
+    mid = dp["step_ms"] - single["step_ms"] / gpus
+    if "step_ms_min" not in dp or "step_ms_min" not in single:
+        return mid, mid
+    return dp["step_ms_min"] - single["step_ms_max"] / gpus, dp["step_ms_max"] - single["step_ms_min"] / gpus
+
+
+def _breakdown(p: ProbeRecord, flag: str, batch: int) -> dict[str, Any]:
+    steps = p.values(dp_step_id(flag, batch, "steps"))
+    stages = p.values(dp_step_id(flag, batch, "stages.dp"))
+    single_stages = p.values(dp_step_id(flag, batch, "stages.single"))
     stock, pers, single = (steps[k]["step_ms"] for k in ("dp", "dp_persistent_threads", "single"))
-    named = {k: v for k, v in stages.items() if k not in ("total", "timed_steps")}
-    largest = max(named, key=named.get) if named else None
+    gpus = steps.get("gpus") or 2
+    excess = stage_excess(stages, single_stages, gpus) if single_stages else {}
+    largest = max(excess, key=excess.get) if excess else None
     saved = _thread_saving(steps)
     threads = saved["threads_are_the_cost"]
-    return {"benchmark": flag, "batch": steps.get("batch"), "gpus": steps.get("gpus"),
+    return {"benchmark": flag, "batch": steps.get("batch", batch), "gpus": gpus, "steps": steps,
             "single_ms": single, "dp_ms": stock, "dp_persistent_ms": pers,
             "dp_speedup": single / stock, "dp_persistent_speedup": single / pers,
-            "stages": stages, "persistent_stages": pstages, "largest_stage": largest,
+            "stages": stages, "persistent_stages": p.values(dp_step_id(flag, batch, "stages.dp_persistent_threads")),
+            "single_stages": single_stages, "excess": excess, "largest_excess_stage": largest,
+            "overhead_range_ms": list(_overhead_range(steps)),
             "threads": saved, "cause": "fresh replica threads" if threads else largest,
             "threads_are_the_cost": threads}
+
+
+def dp_step_breakdowns(ev, flag: str = "off") -> list[dict[str, Any]]:
+    """The C7 probe's DataParallel step breakdowns at one cudnn.benchmark setting, one per batch,
+    smallest first (the C7 group's batch; the probe adds the largest of C8's sweep): one GPU,
+    stock DP and DP on persistent replica threads, each DP stage's excess over one GPU's share
+    of the same work, and the stage with the largest."""
+    p: ProbeRecord | None = ev.probes.get("C7")
+    if p is None:
+        return []
+    steps = [o for o in p.with_prefix(f"c7.dp_step.bench_{flag}.b") if o.id.endswith(".steps")]
+    return [_breakdown(p, flag, b) for b in sorted({int(o.get("batch")) for o in steps})]
+
+
+def dp_step_cause(ev, flag: str = "off") -> dict[str, Any] | None:
+    """The breakdown at the C7 group's batch; None where the probe did not take the step apart."""
+    found = dp_step_breakdowns(ev, flag)
+    return found[0] if found else None
+
+
+def overhead_growth(breakdowns: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Stock DP's time beyond a perfect split at the smallest and the largest batch broken down:
+    whether it grows with the batch beyond the timed steps' ranges (then part of it is a cost
+    per image, the data moved) or not (a cost per step, which a larger batch spreads over more
+    images). None with one batch: one batch cannot tell the two apart."""
+    if len(breakdowns) < 2:
+        return None
+    a, b = breakdowns[0], breakdowns[-1]
+    return {"batches": [a["batch"], b["batch"]],
+            "overhead_ms": [a["threads"]["overhead_ms"], b["threads"]["overhead_ms"]],
+            "grows": bool(b["overhead_range_ms"][0] > a["overhead_range_ms"][1])}
+
+
+def _growth_text(g: dict[str, Any]) -> str:
+    (ba, bb), (oa, ob) = g["batches"], g["overhead_ms"]
+    if g["grows"]:
+        return (f"DataParallel's time beyond a perfect split of one GPU's step grew from {oa:.1f} ms a step at batch "
+                f"{_fmt_batch(ba)} to {ob:.1f} ms at {_fmt_batch(bb)}, beyond the steps' ranges: part of it grows with "
+                f"the images a step (the data moved), which a larger batch does not spread")
+    return (f"DataParallel's time beyond a perfect split of one GPU's step was {oa:.1f} ms a step at batch "
+            f"{_fmt_batch(ba)} and {ob:.1f} ms at {_fmt_batch(bb)}: it does not grow with the batch beyond the steps' "
+            f"ranges, so it is a cost per step, which a larger batch spreads over more images")
 
 
 def _saving_text(c: dict[str, Any]) -> str:
@@ -645,16 +779,40 @@ def _saving_text(c: dict[str, Any]) -> str:
             f"{t['overhead_ms']:.1f} ms beyond a perfect split of one GPU's step")
 
 
+def _excess_text(c: dict[str, Any]) -> str:
+    """'replicate +3.2 ms a step beyond one GPU's share of the same work (of 22.1 ms over all stages)'"""
+    s = c["largest_excess_stage"]
+    return (f"{s.replace('_', ' ')} {c['excess'][s]:+.1f} ms a step beyond one GPU's share of the same work "
+            f"(all stages {sum(c['excess'].values()):+.1f} ms)")
+
+
 def _cause_text(c: dict[str, Any]) -> str:
     head = (f"batch {c['batch']} on {c['gpus']} GPUs, cudnn.benchmark {c['benchmark']}: one GPU {c['single_ms']:.1f} ms "
             f"a step, stock DP {c['dp_ms']:.1f} ms ({c['dp_speedup']:.2f}x), DP on persistent replica threads "
             f"{c['dp_persistent_ms']:.1f} ms ({c['dp_persistent_speedup']:.2f}x); {_saving_text(c)}")
     st = c["stages"]
-    stage_text = ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
+    stage_text = "stock step by stage (ms): " + ", ".join(f"{k.replace('_', ' ')} {st[k]:.1f}" for k in STAGES if k in st)
+    if c["single_stages"]:
+        stage_text += "; one GPU's: " + ", ".join(f"{k} {c['single_stages'][k]:.1f}" for k in SINGLE_STAGES
+                                                   if k in c["single_stages"])
     if c["threads_are_the_cost"]:
         return (f"{head}: the cost is starting new replica threads every step (each new thread sets up its "
-                f"cuDNN/cuBLAS state again), not scatter, replication or gather; stock step by stage (ms): {stage_text}")
-    return f"{head}: largest stage {c['largest_stage']}; stock step by stage (ms): {stage_text}"
+                f"cuDNN/cuBLAS state again), not scatter, replication or gather; {stage_text}")
+    if c["largest_excess_stage"] is None:
+        return f"{head}; no breakdown of one GPU's step recorded, no stage named; {stage_text}"
+    return f"{head}; largest excess: {_excess_text(c)}; {stage_text}"
+
+
+def _cause_summary(c: dict[str, Any]) -> str:
+    """C8's cause in a few words, at the breakdown's batch."""
+    if c["threads_are_the_cost"]:
+        what = "fresh replica threads every step"
+    elif c["largest_excess_stage"] is None:
+        what = "not named (no breakdown of one GPU's step)"
+    else:
+        what = "largest excess over one GPU's share: " + _excess_text(c)
+    return (f"cause: {what} (DP on persistent threads {c['dp_persistent_speedup']:.2f}x one GPU at batch "
+            f"{c['batch']}, stock {c['dp_speedup']:.2f}x)")
 
 
 # -- C7: cudnn.benchmark under DataParallel -----------------------------------------------
@@ -767,8 +925,8 @@ def _train_size(ev, run_ids) -> int | None:
 
 def c8_points(ev) -> list[dict[str, Any]]:
     """Speed-up over single (1 GPU, same group) per group, variant and GPU count, with the range
-    over repeats (slowest against fastest and back) and whether that range says faster, slower
-    or neither."""
+    over repeats (slowest against fastest and back: tables.ratio_ci, a distribution-free interval
+    whose confidence it keeps), and whether that range says faster, slower or neither."""
     points = []
     for g in ev.claim_groups("C8"):
         single = ev.rows(g, "single", 1)
@@ -793,6 +951,8 @@ def c8_points(ev) -> list[dict[str, Any]]:
                                "gpus": int(gpus), "global_batch": int(r["global_batch"].iloc[0]),
                                "images_per_s": ips.median(), "single_images_per_s": s.median(),
                                "speedup": sp, "speedup_lo": lo, "speedup_hi": hi, "repeats": n,
+                               # the range's confidence (a lower bound: 25% for 2 repeats against 2)
+                               "level": None if math.isnan(est.level) else est.level,
                                "status": status, "faster": status == "faster", "slower": status == "slower",
                                "efficiency": sp / gpus, "train_size": _train_size(ev, r["run_id"]),
                                "wall_s": r["wall_s"].median(), "single_wall_s": single["wall_s"].median()})
@@ -831,8 +991,13 @@ def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"series": series, "variant": variant, "gpus": gpus, "crossings": found,
                     "batches": [p["global_batch"] for p in curve], "speedups": [p["speedup"] for p in curve],
                     "statuses": [p["status"] for p in curve],
+                    "level": min((p["level"] for p in curve if p["level"] is not None), default=None),
                     "all_faster": all(p["faster"] for p in curve), "all_slower": all(p["slower"] for p in curve)})
     return out
+
+
+def _level_text(level: float | None) -> str:
+    return f"confidence at least {level:.0%}" if level is not None else "no interval"
 
 
 def _status_text(c: dict[str, Any]) -> str:
@@ -854,7 +1019,8 @@ def _bracket(x: dict[str, Any]) -> str:
 
 def _curve_text(c: dict[str, Any]) -> str:
     lo, hi = c["batches"][0], c["batches"][-1]
-    span = f"{c['speedups'][0]:.2f}x at {_fmt_batch(lo)} to {c['speedups'][-1]:.2f}x at {_fmt_batch(hi)}"
+    span = (f"{c['speedups'][0]:.2f}x at {_fmt_batch(lo)} to {c['speedups'][-1]:.2f}x at {_fmt_batch(hi)}; each "
+            f"point called from its range over repeats, {_level_text(c['level'])}")
     who = f"{c['variant'].upper()} on {c['gpus']} GPUs, {c['series']}"
     ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
     if c["all_slower"]:
@@ -880,7 +1046,8 @@ def _point_line(p: dict[str, Any]) -> str:
     return (f"{p['group']}: {p['variant']} on {p['gpus']} GPU(s), batch {_fmt_batch(p['global_batch'])}, "
             f"{p['series']}: {p['images_per_s']:.0f} images/s vs one GPU {p['single_images_per_s']:.0f}: "
             f"{p['speedup']:.2f}x, {p['status']} (range over {p['repeats']} repeats each "
-            f"{p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x), efficiency {p['efficiency']:.0%}{epoch}")
+            f"{p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x, {_level_text(p['level'])}), efficiency "
+            f"{p['efficiency']:.0%}{epoch}")
 
 
 def c8(ev) -> Finding:
@@ -900,41 +1067,61 @@ def c8(ev) -> Finding:
     alone = [p for p in dp if not any(c["series"] == p["series"] and c["gpus"] == p["gpus"] for c in dp_curves)]
     parts = [_curve_text(c) for c in dp_curves]
     parts += [f"DP on {p['gpus']} GPUs, {p['series']} ({p['group']}, batch {p['global_batch']}): {p['speedup']:.2f}x, "
-              f"{p['status']} (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x)" for p in alone]
+              f"{p['status']} (repeats {p['speedup_lo']:.2f}-{p['speedup_hi']:.2f}x, {_level_text(p['level'])})"
+              for p in alone]
     ddp = [p for p in points if p["variant"] == "ddp" and p["gpus"] > 1]
     if ddp:
         parts.append(f"DDP {min(p['speedup'] for p in ddp):.2f}x-{max(p['speedup'] for p in ddp):.2f}x")
-    cause = dp_step_cause(ev, "off")
+    breakdowns = dp_step_breakdowns(ev, "off")
+    cause = breakdowns[0] if breakdowns else None
+    growth = overhead_growth(breakdowns)
     if cause:
-        parts.append("cause: " + ("fresh replica threads every step" if cause["threads_are_the_cost"]
-                                  else f"{cause['largest_stage']}")
-                     + f" (DP on persistent threads {cause['dp_persistent_speedup']:.2f}x one GPU at batch "
-                       f"{cause['batch']}, stock {cause['dp_speedup']:.2f}x)")
+        parts.append(_cause_summary(cause))
+    if growth:
+        parts.append(_growth_text(growth))
     lines = [_point_line(p) for p in points]
     lines += [f"crossover: {_curve_text(c)}" for c in curves if c["variant"] == "ddp" or c["gpus"] == 1]
-    if cause:
-        lines.append("where a DataParallel step's time goes (C7 probe): " + _cause_text(cause))
-    dtype = _replica_dtype(ev)
-    if dtype and any(p["series"].startswith("bf16") for p in dp):
-        note = (f"DataParallel's replica threads computed in {dtype} when autocast asked for torch.bfloat16 "
-                f"(C7 probe): its bf16 points ran in {dtype}")
+    lines += ["where a DataParallel step's time goes (C7 probe): " + _cause_text(b) for b in breakdowns]
+    dtypes = _replica_dtypes(ev)
+    note = _bf16_text(dtypes) if any(p["series"].startswith("bf16") for p in dp) else None
+    if note:
         lines.append(note)
         parts.append(note)
-    measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause else [])
+    measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause or dtypes else [])
     return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
-                   data={"rows": points, "curves": curves, "dp_step": cause}, runs_used=True,
-                   advice=_c8_advice(dp_curves, alone, cause), measured_on=measured_on)
+                   data={"rows": points, "curves": curves, "dp_step": cause, "dp_step_batches": breakdowns,
+                         "overhead_growth": growth, "replica_autocast_dtype": dtypes}, runs_used=True,
+                   advice=_c8_advice(dp_curves, cause, growth, dtypes), measured_on=measured_on)
 
 
-def _replica_dtype(ev) -> str | None:
-    """The dtype stock DataParallel's replicas computed in under autocast(bfloat16), where it was
-    not bfloat16 (a new thread starts with autocast's default dtype); None otherwise."""
+BF16 = "torch.bfloat16"
+
+
+def _replica_dtypes(ev) -> dict[str, str]:
+    """The C7 probe's dtypes a replica computed in under the caller's autocast(bfloat16): stock
+    DataParallel (its new threads start with autocast's default dtype), and dpbench's dp variant
+    as the training runs build it; {} where not measured."""
     p: ProbeRecord | None = ev.probes.get("C7")
-    got = p.values("c7.dp_step.replica_autocast_dtype").get("stock") if p else None
-    return got if got and got != "torch.bfloat16" else None
+    return p.values("c7.dp_step.replica_autocast_dtype") if p else {}
 
 
-def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str:
+def _bf16_text(dtypes: dict[str, str]) -> str | None:
+    """What the bf16 points ran in: a caveat only where dpbench's own replicas were not bf16."""
+    stock, ours = dtypes.get("stock"), dtypes.get("dpbench_dp")
+    if ours and ours != BF16:
+        return (f"dpbench's DataParallel replicas computed in {ours} when autocast asked for {BF16} (C7 probe): "
+                f"its bf16 points ran in {ours}")
+    if stock and stock != BF16:
+        ran = f"computed in {ours}" if ours else "were not measured in this record"
+        return (f"stock nn.DataParallel's replica threads compute in {stock} when the caller's autocast asks for {BF16} "
+                f"(C7 probe); dpbench's dp runs wrap each replica in autocast({BF16}) of its own "
+                f"(variants.Autocast) and {ran}")
+    return None
+
+
+def _c8_advice(curves: list[dict], cause: dict | None, growth: dict | None, dtypes: dict[str, str]) -> str:
+    """Where DataParallel paid off here; what its cost was, as far as the step breakdown measured
+    it; DDP."""
     parts = []
     for c in curves:
         ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
@@ -951,9 +1138,22 @@ def _c8_advice(curves: list[dict], alone: list[dict], cause: dict | None) -> str
     text = ("Measure before scaling out: on this machine " + "; ".join(parts) + ". ") if parts else \
         "Measure before scaling out. "
     if cause and cause["threads_are_the_cost"]:
-        text += (f"Most of DataParallel's cost per step is its new replica threads (on persistent threads it ran at "
-                 f"{cause['dp_persistent_speedup']:.2f}x one GPU at batch {cause['batch']}, stock at "
-                 f"{cause['dp_speedup']:.2f}x), so the fixed cost per step, not the data moved, sets the crossover. ")
-    elif cause:
-        text += f"The largest part of a DataParallel step here is {cause['largest_stage']}. "
+        text += (f"Most of DataParallel's cost per step here is its new replica threads (on persistent threads it ran "
+                 f"at {cause['dp_persistent_speedup']:.2f}x one GPU at batch {cause['batch']}, stock at "
+                 f"{cause['dp_speedup']:.2f}x). ")
+    elif cause and cause["largest_excess_stage"]:
+        stage = cause["largest_excess_stage"]
+        text += (f"Of DataParallel's time beyond one GPU's share of the same work, the largest part here is "
+                 f"{stage.replace('_', ' ')} ({cause['excess'][stage]:+.1f} ms a step at batch {cause['batch']}). ")
+    if growth:
+        (ba, bb), (oa, ob) = growth["batches"], growth["overhead_ms"]
+        measured = f"{oa:.1f} ms a step at batch {_fmt_batch(ba)}, {ob:.1f} ms at {_fmt_batch(bb)}"
+        text += (f"Its time beyond a perfect split grew with the batch ({measured}): the data moved weighs in, so a "
+                 f"larger batch pays off less than against a cost per step. " if growth["grows"] else
+                 f"Its time beyond a perfect split did not grow with the batch ({measured}): a cost per step, not the "
+                 f"data moved, sets the crossover. ")
+    stock = dtypes.get("stock")
+    if stock and stock != BF16:
+        text += (f"Under stock nn.DataParallel enter autocast inside the module's forward: its replica threads computed "
+                 f"in {stock} here when the caller's autocast asked for {BF16}. ")
     return text + "Use DDP (one process per GPU) for multi-GPU training, and feed data fast enough for one GPU first."

@@ -13,30 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from dpbench import results
 from dpbench.markdown import md_table
 from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
 from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
+from dpbench.claims.settings import claim_groups, experiment_groups
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
 # Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence
 # (C1, C6, C7 and C8 have figures of their own: dpbench.claims.figures).
 FIGURES = {"C5": ("warnings",)}
-
-
-def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
-    """Group name -> {variants, gpus, options, label} as declared in the experiment file (or in
-    inline JSON, as the pipeline passes the groups it planned)."""
-    text = str(experiment_path)
-    spec = yaml.safe_load(text if text.lstrip().startswith("{") else Path(text).read_text())
-    return {g["name"]: {"variants": list(g.get("variants") or spec["variants"]),
-                        "gpus": list(g.get("gpus") or spec["gpus"]),
-                        "options": dict(g.get("options") or {}),
-                        "label": results.options_label(g.get("options"))}
-            for g in spec["matrix"]}
 
 
 def _table(rs: results.ResultSet, name: str) -> pd.DataFrame:
@@ -77,8 +65,8 @@ class Evidence:
         return int(size) if size else None
 
     def claim_groups(self, cid: str) -> list[str]:
-        """The experiment's groups for a claim: those named `<cid>_...` (c1_memory_b512 -> C1)."""
-        return [g for g in self.groups if g.split("_")[0] == cid.lower()]
+        """The experiment's groups for a claim (settings.claim_groups)."""
+        return claim_groups(self.groups, cid)
 
     def rows(self, group: str, variant: str | None = None, gpus: int | None = None) -> pd.DataFrame:
         """The group's ok runs in summary.csv, optionally of one variant and GPU count."""

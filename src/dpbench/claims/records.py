@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # A DataParallel step's stages in the order it runs them: dp_step.py times each, the ledger's
-# text and figure show them.
-STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "optimizer")
+# text and figure show them. "backward" is the replicas' own backward, "backward_reduce" the sum
+# of their gradients onto device 0 that ends it.
+STAGES = ("scatter", "replicate", "replica_threads", "gather", "loss", "backward", "backward_reduce", "optimizer")
+# One GPU's step taken apart the same way: what one GPU pays for the work of each DataParallel stage.
+SINGLE_STAGES = ("forward", "loss", "backward", "optimizer")
+
+
+def dp_step_id(flag: str, batch: int, part: str) -> str:
+    """Id of a C7 probe observation of the DataParallel step breakdown at one cudnn.benchmark
+    setting and global batch; part: "steps" or "stages.<single|dp|dp_persistent_threads>"."""
+    return f"c7.dp_step.bench_{flag}.b{batch}.{part}"
 
 
 @dataclass
