@@ -1386,3 +1386,13 @@ def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
     assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
     script = (ROOT / "tools/device/pipeline_run.sh").read_text()
     assert "< <(python3 -m dpbench.claims.priority first" in script and "priority cut-off" in script
+
+
+def test_c3_summary_names_no_zero_grad_result_where_none_was_observed():
+    """On one GPU the several-ids case is not run: the summary must not print an empty result."""
+    one_gpu = _probe("C3", REFUTED, [
+        obs("c3.cuda_one_id.construction", "one id", error="AttributeError: 'SGD' object has no attribute 'to'"),
+        obs("c3.misbehaving_calls", "calls that misbehave", result=["construction (cuda:0, device_ids=[0])"])])
+    text = from_probes._c3(one_gpu)
+    assert "zero_grad" not in text and "one CUDA id: `AttributeError" in text
+    assert "wrapper.zero_grad(): gradients accumulate" in from_probes._c3(fake_gpu_probes()["C3"])

@@ -110,8 +110,8 @@ def _c3(p: ProbeRecord) -> str:
     bad = p.values("c3.misbehaving_calls").get("result", [])
     zero = (p.values("c3.cuda_all_ids.zero_grad") or p.values("c3.cpu.zero_grad")).get("result", "")
     one_id = p.values("c3.cuda_one_id.construction").get("error")
-    return (f"{len(bad)} calls on the wrapper misbehave (CPU and CUDA paths together); "
-            f"wrapper.zero_grad(): {zero}"
+    return (f"{len(bad)} calls on the wrapper misbehave (CPU and CUDA paths together)"
+            + (f"; wrapper.zero_grad(): {zero}" if zero else "")   # not observed without 2 GPUs
             + (f"; one CUDA id: `{one_id}`" if one_id else ""))
 
 
