@@ -417,3 +417,10 @@ def test_the_recipe_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_pat
     measured = [r for r in pt.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
     assert measured and all(r["verdict"] in ("pass", "FAIL") for r in measured)
     assert np.isclose(measured[0]["measured"], 100000 / (2 * 55000))
+
+
+def test_the_wall_time_line_of_every_device_script_is_read(pt):
+    """perf.sh writes 'pipeline wall time: N s', pipeline_run.sh and session.sh add the exit status."""
+    for tail in ("", ", snakemake exit 0", ", snakemake exit 0 (scaling-torch-2.11.0)"):
+        text = _snakemake_log(69, seconds=None) + f"pipeline wall time: 441 s{tail}\n"
+        assert pt.snakemake_seconds(text, 69)[0] == 441

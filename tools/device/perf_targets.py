@@ -453,7 +453,7 @@ def snakemake_seconds(text: str, runs: int) -> tuple[float | None, str]:
                       else "the log shows no finished step")
     pieces = len(tables_at) - tables_at.index(whole[-1])
     how = f" of {pieces} Snakemake invocations, each continuing the one before" if pieces > 1 else ""
-    if wall := re.findall(r"^pipeline wall time: (\d+(?:\.\d+)?) s$", since, re.M):
+    if wall := re.findall(r"^pipeline wall time: (\d+(?:\.\d+)?) s\b", since, re.M):
         return sum(map(float, wall)), f"the command's wall time{how}"
     if elapsed := re.findall(r"Elapsed time: (\d+):(\d\d):(\d\d(?:\.\d+)?)", since):
         return sum(int(h) * 3600 + int(m) * 60 + float(sec) for h, m, sec in elapsed), f"Snakemake's elapsed time{how}"

@@ -42,10 +42,15 @@ cut=$(( start + ${LIMIT:-480} ))
 # At the limit Snakemake and every job get SIGINT (timeout signals its whole process group):
 # Snakemake stops at once on it (on SIGTERM it waited for the killed jobs a minute and more, and
 # left its lock), and is killed if it takes 30 s more.
+call_log=$(mktemp)
 timeout -s INT -k 30 "${LIMIT:-480}" snakemake --cores all --rerun-incomplete "$@" ${first[@]:+--prioritize "${first[@]}"} \
-  --config experiment="$exp" 2>&1 | tee -a "$out/$exp-snakemake.log" | grep -E "^dpbench|Error|error|steps \("
+  --config experiment="$exp" 2>&1 | tee "$call_log" | grep -E "^dpbench|Error|error|steps \("
 status=${PIPESTATUS[0]}
-echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $status" | tee -a "$out/$exp-snakemake.log"
+echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $status" | tee -a "$call_log"
+cat "$call_log" >> "$out/$exp-snakemake.log"
+# The set keeps every call's log, in order: how long the whole experiment took is only there
+# (tools/device/perf_targets.py reads it for the default experiment's 15-minute target).
+mkdir -p "results/$tag/logs" && cat "$call_log" >> "results/$tag/logs/snakemake.log" && rm -f "$call_log"
 if [ "$status" -ne 0 ]; then
   # A DDP run stopped by that signal leaves a record saying it failed, which Snakemake keeps as
   # done: failed records written after the cut go, so that those runs train again.

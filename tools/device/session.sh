@@ -21,7 +21,9 @@ mkdir -p "$out"
 start=$(date +%s)
 timeout "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
   > "$out/${tag//+/_}-snakemake.log" 2>&1
-echo "$tag: snakemake exit $? after $(( $(date +%s) - start )) s"
+echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $? ($tag)" | tee -a "$out/${tag//+/_}-snakemake.log"
+# the set keeps every call's log (the whole experiment's time is only there: perf_targets' 15-minute row)
+mkdir -p "results/$tag/logs" && cat "$out/${tag//+/_}-snakemake.log" >> "results/$tag/logs/snakemake.log"
 grep -E "^dpbench: [0-9]+ GPU|Error" "$out/${tag//+/_}-snakemake.log" | head -5
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" > /dev/null 2>&1
 rm -rf "/tmp/ref/$tag"
