@@ -134,7 +134,7 @@ def two_node_record(tmp_path_factory) -> dict:
 def test_two_torchrun_agents_make_one_two_node_run(two_node_record):
     rec = two_node_record
     assert rec["status"] == "ok", rec["reason"]
-    assert rec["launch"] == {"launcher": "torchrun", "world_size": 2, "nodes": 2,
+    assert rec["launch"] == {"launcher": "torchrun", "world_size": 2, "nodes": 2, "exclusive": False,
                              "hosts": [socket.gethostname()]}
     assert rec["run_id"] == "ddp-g2-r0" and math.isfinite(rec["final_loss"])
 
@@ -333,7 +333,7 @@ def test_multinode_sbatch_script_runs_ddp_under_srun_torchrun(slurm, tmp_path, t
     assert "1 node(s) x 2 process(es), rendezvous 127.0.0.1" in job_out
     rec = results.read_json(out / results.METRICS)
     assert rec["status"] == "ok", rec["reason"]
-    assert rec["launch"] == {"launcher": "torchrun", "world_size": 2, "nodes": 1,
+    assert rec["launch"] == {"launcher": "torchrun", "world_size": 2, "nodes": 1, "exclusive": False,
                              "hosts": [socket.gethostname()]}
     # 1 node x 2 processes computes what 2 nodes x 1 process did
     assert rec["final_loss"] == two_node_record["final_loss"]
