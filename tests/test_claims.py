@@ -1,5 +1,6 @@
 """The claims: probes on the CPU path, and ledger verdicts that follow planted evidence."""
 import copy
+import math
 import re
 import threading
 import time
@@ -338,7 +339,9 @@ def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_pat
     assert from_runs.c7(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
 
 
-def test_replica_dtype_probe_runs_every_kind_on_the_cpu():
+def test_replica_dtype_probe_runs_every_kind_on_the_cpu_and_names_each():
+    """It runs and names all three kinds; on the CPU DataParallel is the bare module, so stock DP's
+    fp16 fallback in fresh threads cannot show here (the fresh-thread test above drives that)."""
     got = dp_step.replica_autocast_dtype([0, 1], "cpu")
     assert got == {"stock": "torch.bfloat16", "persistent_threads": "torch.bfloat16", "dpbench_dp": "torch.bfloat16"}
 
@@ -1221,6 +1224,16 @@ def test_c6_measurable_but_far_below_the_seed_to_seed_spread_is_negligible(tmp_p
     assert f.verdict == NUANCE and "measurable but negligible in practice" in f.summary
 
 
+
+def test_c6_measurable_with_no_seed_to_seed_spread_is_not_confirmed(tmp_path, monkeypatch):
+    """Told apart from zero, but with nothing to weigh its size against (single's spread over
+    seeds unknown), the effect's size in practice is unknown: needs nuance, not confirmed."""
+    real = from_runs.practical_size
+    monkeypatch.setattr(from_runs, "practical_size", lambda loss, sd: real(loss, math.nan))
+    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
+    assert f.data["training"][0]["practical"]["negligible"] is None
+    assert f.verdict == NUANCE and "its practical size not weighed" in f.summary
+
 def test_c6_interval_including_zero_needs_nuance(tmp_path):
     f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.001, "noise": 0.02})))
     ci = f.data["training"][0]["intervals"]["dp_mean-dp_sum"]["final_loss"]
@@ -1374,6 +1387,23 @@ def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, cap
     assert sorted(p.parent.name for p in tmp_path.glob("*/metrics.json")) == ["ddp-g2-r1", "single-g1-r0"]
 
 
+
+def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_path):
+    """Carried from a one-GPU machine, the claims set's 'needs 2 GPUs' records would count as done
+    on two: they go; a run this machine skips too keeps its record, and so does every ok run."""
+    from dpbench.claims import priority
+    from dpbench.plan import Plan
+    two = _claims_plan()
+    config = {**two.config, "results_dir": str(tmp_path)}
+    two, one = Plan(config, 2), Plan(config, 1)
+    ddp = next(rid for rid, rc in two.runs.items() if rc.variant == "ddp" and rc.gpus == 2)
+    single = next(rid for rid, rc in two.runs.items() if rc.variant == "single")
+    for rid, status in ((ddp, results.STATUS_SKIPPED), (single, results.STATUS_OK)):
+        results.write_json(two.results.metrics_path(rid), {"run_id": rid, "status": status})
+    assert priority.drop_stale_skips(one) == []                    # on one GPU the skip stands
+    assert priority.drop_stale_skips(two) == [ddp]
+    assert not two.results.metrics_path(ddp).exists() and two.results.metrics_path(single).exists()
+
 @pytest.mark.slow
 def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
     from fakes import copy_workflow, run_snakemake
@@ -1386,6 +1416,7 @@ def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
     assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
     script = (ROOT / "tools/device/pipeline_run.sh").read_text()
     assert "< <(python3 -m dpbench.claims.priority first" in script and "priority cut-off" in script
+    assert "priority stale" in script
 
 
 def test_c3_summary_names_no_zero_grad_result_where_none_was_observed():

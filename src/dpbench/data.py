@@ -313,6 +313,7 @@ class DeviceFeed:
         return self._batches(order.to(self.device), dx, dy, flip)
 
     def _batches(self, order, dx, dy, flip):
+        """The epoch's steps, over what epoch() prepared."""
         for pos in global_batches(self.n, self.batch):
             part = shard(pos.stop - pos.start, self.world, self.rank)
             sl = slice(pos.start + part.start, pos.start + part.stop)
@@ -384,6 +385,7 @@ class TorchFeed:
         return self._batches(iter(self.loader), sizes)
 
     def _batches(self, loader, sizes):
+        """The epoch's steps, from the loader iterator epoch() started."""
         for (x, y), n_global in zip(loader, sizes):
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n_global
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The perf experiment (DDP's knobs, layout, precision, torch.compile), the per-step benchmarks
 # (saved with the result set, per torch version) and the targets table, in one command for a GPU
-# machine. Snakemake gets LIMIT seconds (default 470: the experiment is sized for about 8
-# minutes on 2 H200), the benchmarks BENCH_LIMIT (default 60; 0 leaves them out), so that the
+# machine. Snakemake gets LIMIT seconds (default 470; the experiment is sized for about 8.5
+# minutes on 2 H200, so there a second call may finish it), the benchmarks BENCH_LIMIT (default 60; 0 leaves them out), so that the
 # tables, the archive and the targets still come back inside a 10-minute command; if Snakemake
 # is stopped, the runs that finished are collected and the targets name the rest (a second call
 # on the same machine continues where it stopped).

@@ -303,7 +303,8 @@ def why_unmeasured(cell: dict) -> str:
     """'skipped: needs 2 GPUs, 1 visible': the cell's status and first reason, without the
     reason's trailing detail in parentheses."""
     status = "/".join(sorted(set(cell["status"]) - {"ok"})) or "no images/s recorded"
-    reason = re.sub(r"\s*\([^()]*\)$", "", cell["reasons"][0]).strip() if cell["reasons"] else ""
+    # the detail is the first " (" on: it may nest parentheses of its own ("for 1 GPU(s))")
+    reason = cell["reasons"][0].split(" (", 1)[0].strip() if cell["reasons"] else ""
     if len(reason) > 80:
         reason = reason[:77].rstrip() + "..."
     return f"{status}: {reason}" if reason else status
@@ -521,6 +522,8 @@ def fastest_rows(cells: list[dict]) -> list[dict]:
                   f"batch {s['global_batch']}", f"feed {s['feed']}"]
         if s.get("cudnn_benchmark"):
             recipe.append("cudnn.benchmark")
+        if s.get("fused_sgd"):
+            recipe.append("fused SGD")
         if s.get("compile", "none") != "none":
             recipe.append(f"compile {s['compile']}")
         out.append({"recipe": ", ".join(recipe), "images_per_s": c["images_per_s"],

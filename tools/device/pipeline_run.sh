@@ -24,7 +24,8 @@
 # run's carry (<tag>: `python3 -m dpbench.cli tag EXPERIMENT`; a few MB), rebuild CIFAR-10 there,
 # and call this script again. Without .snakemake/, Snakemake takes every output that exists as
 # done (finished runs' metrics.json, probe records) and runs only the rest; a run or probe cut
-# off mid-way wrote no record and runs again.
+# off mid-way wrote no record, or a failed one that the cut-off step below dropped, and runs
+# again; a set from a machine with fewer GPUs has its "needs N GPUs" records dropped first.
 set -uo pipefail
 exp=${1:?usage: pipeline_run.sh EXPERIMENT OUT_DIR [snakemake args]}
 out=${2:?usage: pipeline_run.sh EXPERIMENT OUT_DIR [snakemake args]}
@@ -35,6 +36,8 @@ tag=$(python3 -m dpbench.cli tag "$exp")   # the pipeline's own rule for the def
 if compgen -G ".snakemake/locks/*" > /dev/null; then
   snakemake --unlock --config experiment="$exp" > /dev/null 2>&1
 fi
+# A set carried from a machine with fewer GPUs keeps "needs 2 GPUs" records: here they run.
+python3 -m dpbench.claims.priority stale "$exp" | tee -a "$out/$exp-snakemake.log"
 first=()
 [ "$exp" = claims ] && mapfile -t first < <(python3 -m dpbench.claims.priority first "$exp")
 start=$(date +%s)

@@ -21,12 +21,18 @@ mkdir -p "$out"
 start=$(date +%s)
 timeout "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
   > "$out/${tag//+/_}-snakemake.log" 2>&1
-echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $? ($tag)" | tee -a "$out/${tag//+/_}-snakemake.log"
+rc=$?   # before anything else runs: the line below would read date's status
+echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $rc ($tag)" | tee -a "$out/${tag//+/_}-snakemake.log"
 # the set keeps every call's log (the whole experiment's time is only there: perf_targets' 15-minute row)
 mkdir -p "results/$tag/logs" && cat "$out/${tag//+/_}-snakemake.log" >> "results/$tag/logs/snakemake.log"
 grep -E "^dpbench: [0-9]+ GPU|Error" "$out/${tag//+/_}-snakemake.log" | head -5
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" > /dev/null 2>&1
-rm -rf "/tmp/ref/$tag"
-"$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/${tag//+/_}.tgz" -C /tmp/ref "$tag"
+if [ "$rc" -ne 0 ]; then   # stopped at the limit or failed: no reference, the set as far as it got
+  echo "$tag: INCOMPLETE (snakemake exit $rc): call again on this machine to continue"
+  tar czf "$out/${tag//+/_}-partial.tgz" --exclude='*.pt' -C results "$tag"
+else
+  rm -rf "/tmp/ref/$tag"
+  "$py" -m dpbench.reference "results/$tag" "/tmp/ref/$tag" && tar czf "$out/${tag//+/_}.tgz" -C /tmp/ref "$tag"
+fi
 head -c 6000 "results/$tag/summary.md" 2>/dev/null
 exit 0

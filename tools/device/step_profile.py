@@ -191,7 +191,8 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     finally:
         dist.destroy_process_group()
-        os.unlink(store.name) if os.path.exists(store.name) else None
+        if os.path.exists(store.name):   # the FileStore may have removed it already
+            os.unlink(store.name)
     facts = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "cudnn": torch.backends.cudnn.version()}
     table = markdown(rows)
     print(table)

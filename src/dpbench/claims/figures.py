@@ -118,8 +118,8 @@ def c7_figure(s: Section) -> Figure:
     sns.barplot(long, x="run", y="step_ms", hue="benchmark", hue_order=["off", "on"],
                 palette={"off": "0.6", "on": "tab:red"}, ax=ax)
     # A log axis only where the times span more than a decade (DataParallel's re-tuning), and
-    # then from a decade below the shortest bar: a log axis cut just under the bars would turn
-    # a 1% difference into a bar and its stub.
+    # then from a decade under the power of ten below the shortest bar: a log axis cut just
+    # under the bars would turn a 1% difference into a bar and its stub.
     low, high = long["step_ms"].min(), long["step_ms"].max()
     wide = high / low > 10
     if wide:

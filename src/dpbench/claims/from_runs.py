@@ -622,7 +622,8 @@ def c6(ev) -> Finding:
     size = practical_size(loss, seeds["sd"]) if loss["n"] else practical_size({"n": 0}, math.nan)
     t["practical"] = size
     # confirmed: told apart from zero and not negligible against what changing the seed does
-    verdict = CONFIRMED if measurable and size["negligible"] is not True else NUANCE
+    # (with no seed-to-seed spread to weigh it against, its size in practice is unknown: nuance)
+    verdict = CONFIRMED if measurable and size["negligible"] is False else NUANCE
     if f.verdict not in (CONFIRMED, NOT_RUN):
         verdict = f.verdict  # training cannot rescue a probe that saw no bias
     w = t["reweighting"]

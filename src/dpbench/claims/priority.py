@@ -3,6 +3,7 @@ and which records a cut gives back.
 
     python -m dpbench.claims.priority first [EXPERIMENT]     output paths, one a line, for snakemake --prioritize
     python -m dpbench.claims.priority cut-off RUNS_DIR SINCE  drop failed records written since SINCE (epoch s)
+    python -m dpbench.claims.priority stale [EXPERIMENT]     drop skipped records of runs this machine can run
 
 First come the parts the ledger's headline verdicts rest on: C8's fp32 batch sweep on the gpu
 feed (the article's premise as a curve, with its crossover), C1 at its narrowest and widest
@@ -64,11 +65,27 @@ def drop_cut_off(runs_dir: Path | str, since: float) -> list[str]:
     return dropped
 
 
+def drop_stale_skips(plan: Plan) -> list[str]:
+    """Delete the skipped records of runs this plan does not skip: a result set carried from a
+    machine with fewer GPUs keeps its "needs 2 GPUs" records, which Snakemake (without its own
+    metadata) takes as done, so those runs would never train here. Returns their run ids."""
+    dropped = []
+    for rid, rc in sorted(plan.runs.items()):
+        path = plan.results.metrics_path(rid)
+        rec = results.read_metrics(path.parent) if path.is_file() else None
+        if rec and rec.get("status") == results.STATUS_SKIPPED and not plan.skipped(rc):
+            path.unlink()
+            dropped.append(rid)
+    return dropped
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     first = sub.add_parser("first", help="output paths to prioritise, one a line")
     first.add_argument("experiment", nargs="?", default="claims")
+    stale = sub.add_parser("stale", help="drop skipped records of runs this machine can run")
+    stale.add_argument("experiment", nargs="?", default="claims")
     cut = sub.add_parser("cut-off", help="drop the failed records a cut left")
     cut.add_argument("runs_dir")
     cut.add_argument("since", type=float, help="when the cut came, in seconds since the epoch")
@@ -79,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from dpbench.pipeline import load_experiment, make_plan
     config = {**(yaml.safe_load(Path("config.yaml").read_text()) or {}), "experiment": args.experiment}
-    print("\n".join(first_targets(make_plan(load_experiment(config, ".")))))
+    plan = make_plan(load_experiment(config, "."))
+    if args.command == "stale":
+        for rid in drop_stale_skips(plan):
+            print(f"skipped where it was made, runs here: {rid}")
+        return 0
+    print("\n".join(first_targets(plan)))
     return 0
 
 
