@@ -316,14 +316,6 @@ def repeats_note(cell: dict) -> str:
     return f" ({len(cell['ips'])} of {n} repeats)" if len(cell["ips"]) < n else ""
 
 
-def _present(value) -> bool:
-    return value is not None and math.isfinite(value)
-
-
-def _or_none(value) -> float | None:
-    return float(value) if _present(value) else None
-
-
 def target_rows(cells: list[dict]) -> list[dict]:
     """One row per target and numerator cell. `outcome` is pass, FAIL or not measured; `verdict`
     says it in words (why a cell was not measured, how many repeats counted, or that the goal
@@ -360,11 +352,11 @@ def target_rows(cells: list[dict]) -> list[dict]:
                 est = tables.ratio_ci(c["ips"], den_cell["ips"], factor)
                 n = min(len(c["ips"]), len(den_cell["ips"]))
                 outcome = "pass" if est.value >= target else "FAIL"
-            inside = _present(est.low) and min(est.low, est.high) < target < max(est.low, est.high)
+            inside = (_num(est.low) is not None) and min(est.low, est.high) < target < max(est.low, est.high)
             verdict = (outcome + repeats_note(c)
                        + (repeats_note(den_cell).replace(" (", " (baseline ") if den_cell else "")
                        + (" (the goal lies inside the interval)" if inside else ""))
-            rows.append({**row, "measured": est.value, "low": _or_none(est.low), "high": _or_none(est.high),
+            rows.append({**row, "measured": est.value, "low": _num(est.low), "high": _num(est.high),
                          "interval": tables.interval_text(est, "{:.3f}" if kind == "ratio" else "{:.2f}", n),
                          "outcome": outcome, "verdict": verdict})
     return rows
@@ -500,13 +492,13 @@ def sweep_rows(cells: list[dict]) -> list[dict]:
                     "global_batch": s["global_batch"], "per_gpu_batch": s["global_batch"] // s["gpus"],
                     "bucket_mb": mb, "bucket_note": note, "knobs": knobs_words(s), "setting": knobs_label(c),
                     "compile": s.get("compile", "none"), "compile_s": c["compile_s"],
-                    "images_per_s": ips.value, "images_per_s_low": _or_none(ips.low),
-                    "images_per_s_high": _or_none(ips.high),
+                    "images_per_s": ips.value, "images_per_s_low": _num(ips.low),
+                    "images_per_s_high": _num(ips.high),
                     "epoch_s": c["train_size"] / ips.value if c["train_size"] else None,
-                    "efficiency": _or_none(eff.value), "efficiency_low": _or_none(eff.low),
-                    "efficiency_high": _or_none(eff.high),
+                    "efficiency": _num(eff.value), "efficiency_low": _num(eff.low),
+                    "efficiency_high": _num(eff.high),
                     "efficiency_interval": tables.interval_text(eff, "{:.3f}", len(c["ips"]))
-                    if _present(eff.value) else "", "reference": c["efficiency_reference"]})
+                    if (_num(eff.value) is not None) else "", "reference": c["efficiency_reference"]})
     return sorted(out, key=lambda r: (r["gpus"], r["layout"], r["scaling"], r["compile"], r["knobs"],
                                       r["bucket_mb"] or 0))
 
@@ -527,7 +519,7 @@ def fastest_rows(cells: list[dict]) -> list[dict]:
         if s.get("compile", "none") != "none":
             recipe.append(f"compile {s['compile']}")
         out.append({"recipe": ", ".join(recipe), "images_per_s": c["images_per_s"],
-                    "epoch_s": _or_none(epoch_estimate(c).value), "compile_s": c["compile_s"]})
+                    "epoch_s": _num(epoch_estimate(c).value), "compile_s": c["compile_s"]})
     return sorted(out, key=lambda r: -r["images_per_s"])
 
 
@@ -675,7 +667,7 @@ def recipe_rows(cells: list[dict]) -> list[dict]:
         if over not in measured:
             over = next(reversed(measured), None)
         row = {"kind": "step", "label": label, "cell": cell["cell"], "images_per_s": ips,
-               "epoch_s": _or_none(epoch_estimate(cell).value), "compile_s": cell["compile_s"], "over": over,
+               "epoch_s": _num(epoch_estimate(cell).value), "compile_s": cell["compile_s"], "over": over,
                "gain": ips / measured[over] - 1 if ips and over else None,
                "why": None if ips else why_unmeasured(cell)}
         rows.append(row)
@@ -687,7 +679,7 @@ def recipe_rows(cells: list[dict]) -> list[dict]:
             if ceiling is not None and ceiling["images_per_s"]:
                 cips = ceiling["images_per_s"]
                 rows.append({"kind": "ceiling", "label": ceiling_label, "cell": ceiling["cell"],
-                             "images_per_s": cips, "epoch_s": _or_none(epoch_estimate(ceiling).value),
+                             "images_per_s": cips, "epoch_s": _num(epoch_estimate(ceiling).value),
                              "compile_s": ceiling["compile_s"], "over": label,
                              "reached": ips / cips if ips else None, "why": None})
     return rows
