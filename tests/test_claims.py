@@ -373,6 +373,16 @@ def test_probes_take_their_batches_and_widths_from_the_experiments_groups():
         settings.probe_settings("C1", {g: v for g, v in groups.items() if not g.startswith("c1_")})
 
 
+
+def test_a_probe_setting_the_groups_leave_to_the_train_block_comes_from_it():
+    """A width or batch set in the experiment's train block, not in the group, is what its runs
+    train with, so the probe measures at it too (not at RunConfig's default)."""
+    import json
+    spec = {"variants": ["dp"], "gpus": [2], "train": {"num_classes": 100, "global_batch": 1024},
+            "matrix": [{"name": "c1_narrow"}, {"name": "c1_wide", "options": {"num_classes": 32768}}]}
+    groups = experiment_groups(json.dumps(spec))
+    assert settings.probe_settings("C1", groups) == {"batch": 1024, "classes": [100, 32768]}
+
 def test_probe_cli_passes_the_groups_settings_as_the_pipeline_plans_them(tmp_path, monkeypatch):
     pytest.importorskip("snakemake", reason="the plan's groups go through snakemake's validator")
     from dpbench.pipeline import load_experiment

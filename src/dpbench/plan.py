@@ -138,12 +138,15 @@ class Plan:
         return options
 
     def matrix_json(self) -> str:
-        """The experiment's groups as planned here (for the claims ledger, which finds runs by group)."""
+        """The experiment's groups as planned here, and the train block their options override
+        (for the claims ledger, which finds runs by group, and the probes, which measure at
+        their settings)."""
         import json
         cfg = self.config
         matrix = [dict(g, options=self.group_options(g)) for g in cfg["matrix"]]
-        return json.dumps({"variants": cfg["variants"], "gpus": cfg["gpus"], "matrix": matrix},
-                          sort_keys=True)
+        train = {**cfg.get("train", {}), **(cfg["cpu_plan"]["train"] if self.cpu else {})}
+        return json.dumps({"variants": cfg["variants"], "gpus": cfg["gpus"], "matrix": matrix, "train": train},
+                          sort_keys=True, default=str)
 
     def run(self, run_id: str) -> RunConfig:
         try:

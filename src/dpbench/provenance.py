@@ -3,13 +3,16 @@ were started. Only `collect` imports torch: a skipped run's record is written wi
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import platform
 import re
 import socket
 import subprocess
+import tarfile
 from pathlib import Path
 
+from . import gpu_lease
 from .nvml import driver_version
 
 
@@ -74,31 +77,29 @@ def source_digest(root: Path | None = None) -> str | None:
 
 
 def source_digest_at(sha: str, root: Path | None = None) -> str | None:
-    """The digest of the source files of commit `sha` (None where git does not know it)."""
+    """The digest of the source files of commit `sha` (None where git does not know it), read in
+    one `git archive` of the folders that hold them."""
     root = root or PROJECT
-    listing = _run(["git", "ls-tree", "-r", sha], cwd=str(root))
-    if listing is None:
+    try:
+        out = subprocess.run(["git", "archive", "--format=tar", sha, "--", "src/dpbench", "experiments",
+                              "Snakefile", "config.yaml"], cwd=str(root), capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    files = {}
-    for line in listing.splitlines():
-        meta, path = line.split("\t", 1)
-        mode, kind, blob = meta.split()
-        if kind == "blob" and mode != "120000" and is_source(path):   # 120000: a symbolic link
-            content = subprocess.run(["git", "cat-file", "blob", blob], cwd=str(root),
-                                     capture_output=True, check=True).stdout
-            files[path] = content
+    if out.returncode != 0:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:   # a link is no regular file: left out
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile() and is_source(m.name)}
     return digest(files)
 
 
 def launch_facts(hosts: list[str]) -> dict:
     """How the run's processes were started: world size, nodes and hosts (multi-node DDP), and
     whether the run held every GPU of its machine (exclusive timing: no other run beside it)."""
-    from .gpu_lease import EXCLUSIVE_ENV
     world = int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
             else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
-            "hosts": sorted(set(hosts)), "exclusive": os.environ.get(EXCLUSIVE_ENV) == "1"}
+            "hosts": sorted(set(hosts)), "exclusive": os.environ.get(gpu_lease.EXCLUSIVE_ENV) == "1"}
 
 
 def host_facts(cfg=None) -> dict:

@@ -54,17 +54,20 @@ def mislabelled_runs(src: Path) -> list[str]:
     return bad
 
 
+def _named(bad: list[str]) -> str:
+    """The first five of the runs named, and '...' for more."""
+    return f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}"
+
+
 def make_reference(src: Path, dest: Path) -> list[Path]:
     bad = unclean_runs(src)
     if bad:
-        raise ValueError(f"{len(bad)} run(s) in {src} were not made from a clean commit: "
-                         f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; rerun them from a "
-                         f"committed tree (or set DPBENCH_GIT_SHA=<commit> where the tree has no .git)")
+        raise ValueError(f"{len(bad)} run(s) in {src} were not made from a clean commit: {_named(bad)}; rerun "
+                         f"them from a committed tree (or set DPBENCH_GIT_SHA=<commit> where the tree has no .git)")
     bad = mislabelled_runs(src)
     if bad:
-        raise ValueError(f"{len(bad)} run(s) in {src} ran source files other than those of the commit "
-                         f"they name: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; commit the "
-                         f"changes and rerun, naming the new commit in DPBENCH_GIT_SHA")
+        raise ValueError(f"{len(bad)} run(s) in {src} ran source files other than those of the commit they name: "
+                         f"{_named(bad)}; commit the changes and rerun, naming the new commit in DPBENCH_GIT_SHA")
     have, ref = results.ResultSet.at(src), results.ResultSet.at(dest)
     if not have.runs_dir.is_dir():
         raise ValueError(f"{src} has no runs/ folder: not a result set")

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from dpbench.measure import StepClock  # noqa: E402
 from dpbench.model import resnet18  # noqa: E402
 from dpbench.variants import Variant  # noqa: E402
 
@@ -85,14 +86,14 @@ class Step:
 
 
 def device_ms(fn, steps: int) -> float:
-    """Mean milliseconds a call over `steps` calls, on the device clock (one sync at the end)."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    """Mean milliseconds a call over `steps` calls, on the device clock (the engine's StepClock,
+    one mark either side: one sync at the end)."""
+    clock = StepClock(torch.device("cuda", torch.cuda.current_device()))
+    clock.mark()
     for _ in range(steps):
         fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / steps
+    clock.mark()
+    return clock.step_ms()[0] / steps
 
 
 def graphed(step: Step):

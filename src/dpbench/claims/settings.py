@@ -23,14 +23,17 @@ from dpbench.config import RunConfig
 
 
 def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:
-    """Group name -> {variants, gpus, options, label} as declared in the experiment file (or in
-    inline JSON, as the pipeline passes the groups it planned)."""
+    """Group name -> {variants, gpus, options, label, train} as declared in the experiment file
+    (or in inline JSON, as the pipeline passes the groups it planned); `train` is the
+    experiment's own block, which a group's options override."""
     text = str(experiment_path)
     spec = yaml.safe_load(text if text.lstrip().startswith("{") else Path(text).read_text())
+    train = dict(spec.get("train") or {})
     return {g["name"]: {"variants": list(g.get("variants") or spec["variants"]),
                         "gpus": list(g.get("gpus") or spec["gpus"]),
                         "options": dict(g.get("options") or {}),
-                        "label": results.options_label(g.get("options"))}
+                        "label": results.options_label(g.get("options")),
+                        "train": train}
             for g in spec["matrix"]}
 
 
@@ -40,7 +43,9 @@ def claim_groups(groups: dict[str, dict[str, Any]], cid: str) -> list[str]:
 
 
 def _option(group: dict[str, Any], key: str) -> Any:
-    return group["options"].get(key, getattr(RunConfig, key))
+    """A setting as the group's runs train with it: its options, else the experiment's train
+    block, else RunConfig's default."""
+    return group["options"].get(key, group["train"].get(key, getattr(RunConfig, key)))
 
 
 def _require(groups: dict[str, dict[str, Any]], cid: str, what: str) -> list[str]:
