@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))   # works without `pip install -e .` too
 from snakemake.utils import min_version
-from dpbench import pipeline
+from dpbench.plan import pipeline
 
 min_version("8.0")
 
@@ -76,7 +76,7 @@ rule train:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.launch --config {params.run:q} --out $(dirname {output}) "
+        "{params.py} -m dpbench.run.launch --config {params.run:q} --out $(dirname {output}) "
         "--lease {params.exclusive} --planned-gpus {params.planned} --log {log}"
 
 
@@ -94,7 +94,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.collect {params.where} --print {input} > {log} 2>&1"
+        "{params.py} -m dpbench.analysis.collect {params.where} --print {input} > {log} 2>&1"
 
 
 rule plots:
@@ -111,7 +111,7 @@ rule plots:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.plots {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.plots {params.where} > {log} 2>&1"
 
 
 rule summary:
@@ -128,7 +128,7 @@ rule summary:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.summarize {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.summarize {params.where} > {log} 2>&1"
 
 
 rule probe:
@@ -182,4 +182,4 @@ rule compare:
     conda:
         ENVFILE
     shell:
-        "set -o pipefail; {params.py} -m dpbench.compare {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.analysis.compare {params.args} 2>&1 | tee {log}"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpbench import results
-from dpbench.launch import main as train_main
+from dpbench.run.launch import main as train_main
 
 # Small enough for 2 CPU cores: a few steps of ResNet18 on a handful of 32x32 images.
 TINY = {"dataset": "synthetic", "synthetic_size": 48, "synthetic_test_size": 16,

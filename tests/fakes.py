@@ -5,7 +5,7 @@ and steps.csv through dpbench.results), then the real collect over them.
                                     dict(variant="ddp", gpus=2, images_per_s=[1760, 1780]),
                                     dict(variant="ddp", gpus=4, status="skipped",
                                          reason="needs 4 GPUs, 2 visible")])
-    rs.table("summary")          # a DataFrame read back through dpbench.tables
+    rs.table("summary")          # a DataFrame read back through dpbench.analysis.tables
 
 A spec entry holds write_fake_run's keyword arguments; `images_per_s` may be a list, one value
 per repeat (then `repeat` is not given).
@@ -36,8 +36,9 @@ import numpy as np
 from matplotlib.collections import Collection, LineCollection, PathCollection
 from matplotlib.patches import Rectangle
 
-from dpbench import collect, results
-from dpbench.figstyle import DATA, PLACEHOLDER, REFERENCE
+from dpbench import results
+from dpbench.analysis import collect
+from dpbench.report.figstyle import DATA, PLACEHOLDER, REFERENCE
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "fake"
@@ -142,7 +143,7 @@ class FakeResultSet:
         return results.runs_dir(self.root, self.tag)
 
     def table(self, name: str):
-        from dpbench.tables import load_table
+        from dpbench.analysis.tables import load_table
         return load_table(self.root, self.tag, name)
 
     def collect(self) -> dict[str, Path]:

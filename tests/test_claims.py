@@ -11,9 +11,26 @@ import torch
 import torch.nn as nn
 
 from dpbench import results
-from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED
-from dpbench.claims import c1_max_batch, c2_device_ids, c3_wrap_optimizer, c4_save_load, c5_gather_warning
-from dpbench.claims import c6_reduction, c7_cudnn_threads, dp_step, from_probes, from_runs, probe, records, settings
+from dpbench.claims import (
+    CLAIM_IDS,
+    CONFIRMED,
+    NOT_RUN,
+    NUANCE,
+    REFUTED,
+    c1_max_batch,
+    c2_device_ids,
+    c3_wrap_optimizer,
+    c4_save_load,
+    c5_gather_warning,
+    c6_reduction,
+    c7_cudnn_threads,
+    dp_step,
+    from_probes,
+    from_runs,
+    probe,
+    records,
+    settings,
+)
 from dpbench.claims.figures import DRAW
 from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
@@ -385,8 +402,8 @@ def test_a_probe_setting_the_groups_leave_to_the_train_block_comes_from_it():
 
 def test_probe_cli_passes_the_groups_settings_as_the_pipeline_plans_them(tmp_path, monkeypatch):
     pytest.importorskip("snakemake", reason="the plan's groups go through snakemake's validator")
-    from dpbench.pipeline import load_experiment
-    from dpbench.plan import Plan
+    from dpbench.plan.matrix import Plan
+    from dpbench.plan.pipeline import load_experiment
     got = {}
     monkeypatch.setattr(c7_cudnn_threads, "run", lambda **kw: got.update(kw) or c3_wrap_optimizer.run())
     groups = Plan(load_experiment({"experiment": "claims"}, ROOT), 2).matrix_json()   # what the Snakefile passes
@@ -401,7 +418,7 @@ def test_observation_ids_are_unique_in_a_record():
 
 
 def test_param_count_follows_the_output_width():
-    from dpbench.model import FEATURES, resnet18
+    from dpbench.run.model import FEATURES, resnet18
     assert FEATURES == from_runs.FEATURES
     with torch.device("meta"):
         for classes in (10, 1000, 32768):
@@ -415,8 +432,8 @@ def test_param_count_follows_the_output_width():
 
 def test_experiment_groups_are_labelled_per_claim_and_valid():
     pytest.importorskip("snakemake", reason="the schema check goes through snakemake's validator")
-    from dpbench.pipeline import load_experiment
-    from dpbench.plan import Plan
+    from dpbench.plan.matrix import Plan
+    from dpbench.plan.pipeline import load_experiment
 
     groups = experiment_groups(EXPERIMENT)
     labels = {name: g["label"] for name, g in groups.items()}
@@ -1364,8 +1381,8 @@ def test_c7_ledger_line_gives_the_conv_slowdowns_intervals_where_recorded():
 
 def _claims_plan():
     pytest.importorskip("snakemake", reason="the plan goes through snakemake's validator")
-    from dpbench.pipeline import load_experiment
-    from dpbench.plan import Plan
+    from dpbench.plan.matrix import Plan
+    from dpbench.plan.pipeline import load_experiment
     return Plan(load_experiment({"experiment": "claims"}, ROOT), 2)
 
 
@@ -1385,6 +1402,7 @@ def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown()
 
 def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys):
     import os
+
     from dpbench.claims import priority
     cut = time.time() - 100
     for rid, status, age in [("ddp-g2-r0", results.STATUS_FAILED, 50), ("ddp-g2-r1", results.STATUS_FAILED, 200),
@@ -1402,7 +1420,7 @@ def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_
     """Carried from a one-GPU machine, the claims set's 'needs 2 GPUs' records would count as done
     on two: they go; a run this machine skips too keeps its record, and so does every ok run."""
     from dpbench.claims import priority
-    from dpbench.plan import Plan
+    from dpbench.plan.matrix import Plan
     two = _claims_plan()
     config = {**two.config, "results_dir": str(tmp_path)}
     two, one = Plan(config, 2), Plan(config, 1)
@@ -1417,6 +1435,7 @@ def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_
 @pytest.mark.slow
 def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
     from fakes import copy_workflow, run_snakemake
+
     from dpbench.claims import priority
     wd = copy_workflow(tmp_path)
     first = [str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p for p in priority.first_targets(_claims_plan())]

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dpbench import gpu_lease, results
-from dpbench.pipeline import load_experiment
-from dpbench.plan import Plan
-
 from fakes import copy_workflow, run_snakemake
+
+from dpbench import results
+from dpbench.host import gpu_lease
+from dpbench.plan.matrix import Plan
+from dpbench.plan.pipeline import load_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = REPO.parent / "shared" / "tools" / "local_slurm.sh"
@@ -112,7 +112,7 @@ def two_agents(out: Path, gpus: int) -> list[subprocess.CompletedProcess]:
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-           "--rdzv-id", f"test-{port}", "-m", "dpbench.launch", "--config", cfg, "--out", str(out)]
+           "--rdzv-id", f"test-{port}", "-m", "dpbench.run.launch", "--config", cfg, "--out", str(out)]
     agents = [subprocess.Popen(cmd, env=loopback_env(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
     done = []

@@ -1,4 +1,4 @@
-"""dpbench.compare on synthetic result sets laid out exactly as collect writes them.
+"""dpbench.analysis.compare on synthetic result sets laid out exactly as collect writes them.
 
 Nothing here trains: result sets are written with results' own writers and columns, and the
 noise rules are also checked on simulated data (A/A throughput cells, A/A loss curves)."""
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from dpbench import compare as cmp
 from dpbench import results as R
+from dpbench.analysis import compare as cmp
 
 BASE_IPS = {("single", 1): 10_000.0, ("dp", 2): 15_000.0, ("ddp", 2): 19_000.0}
 JITTER = (1.0, 1.01, 0.99)  # ~1% spread between the 3 repeats
@@ -689,7 +689,7 @@ def test_damaged_input_exits_2_from_the_command_line(pair):
     root, _, finish = pair
     finish()
     _damage(root, "non-numeric images_per_s")
-    proc = subprocess.run([sys.executable, "-m", "dpbench.compare", *argv(root, "--fail-on-regression")],
+    proc = subprocess.run([sys.executable, "-m", "dpbench.analysis.compare", *argv(root, "--fail-on-regression")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "'images_per_s'" in proc.stderr
@@ -788,15 +788,15 @@ def test_numbers_align_right_in_the_markdown_tables(pair):
 
 
 def test_internal_errors_read_as_one_line_type_and_first_line(pair, monkeypatch, capsys):
-    from dpbench import collect
-    from dpbench.errors import error_text
+    from dpbench.analysis import collect
+    from dpbench.results.errors import error_text
 
     root, _, finish = pair
     finish()
     exc = ValueError("first line\nsecond line")
     monkeypatch.setattr(cmp, "compare", lambda *a, **k: (_ for _ in ()).throw(exc))
     assert cmp.main(argv(root)) == 2
-    assert capsys.readouterr().err == f"dpbench.compare: error: cannot compare 'A' with 'B': {error_text(exc)}\n"
+    assert capsys.readouterr().err == f"dpbench.analysis.compare: error: cannot compare 'A' with 'B': {error_text(exc)}\n"
     reason = collect.damaged(Path("runs/ddp-g2-r0/metrics.json"), exc)["reason"]
     assert f"({error_text(exc)})" in reason and "second line" not in reason
 
@@ -814,7 +814,7 @@ def test_provenance_lists_read_as_results_reads_them(pair):
 def test_the_pipeline_passes_a_a_launches_to_compare():
     import shlex
 
-    from dpbench import pipeline
+    from dpbench.plan import pipeline
 
     cfg = pipeline.load_experiment({"experiment": "smoke", "baseline": "A",
                                     "compare": {"noise_from": ["A", "A2"], "threshold": "0.03"}},

@@ -5,11 +5,10 @@ import urllib.error
 import numpy as np
 import pytest
 import torch
-
-from dpbench import data
-from dpbench.model import resnet18
-
 from conftest import write_official_cifar
+
+from dpbench.run import data
+from dpbench.run.model import resnet18
 
 
 def test_resnet18_cifar_has_the_reference_parameter_count():
@@ -49,7 +48,7 @@ def test_missing_and_offline_names_the_path_and_the_ways_out(tmp_path, monkeypat
     text = str(err.value)
     assert str(tmp_path / "nowhere" / "cifar-10-batches-py") in text
     first = text.splitlines()[0]   # a failed run's reason is the first line
-    assert "name resolution" in first and "python -m dpbench.cifar_pack" in first and "synthetic" in first
+    assert "name resolution" in first and "python -m dpbench.run.cifar_pack" in first and "synthetic" in first
     assert "shared/" not in text
 
 
@@ -172,7 +171,7 @@ def test_a_damaged_file_is_named_with_the_way_out(tmp_path, name, how):
     first = str(err.value).splitlines()[0]
     assert str(folder / name) in first
     assert "re-extract cifar-10-python.tar.gz" in first
-    assert f"python -m dpbench.cifar_pack PACK.npz {tmp_path}" in first
+    assert f"python -m dpbench.run.cifar_pack PACK.npz {tmp_path}" in first
 
 
 def test_a_missing_file_is_named_not_the_folder(tmp_path):
@@ -182,7 +181,7 @@ def test_a_missing_file_is_named_not_the_folder(tmp_path):
         data.load_cifar10(tmp_path, download=False)
     first = str(err.value).splitlines()[0]
     assert f"CIFAR-10 at {folder} lacks test_batch" in first and "is not at" not in first
-    assert "dpbench.cifar_pack" in first
+    assert "dpbench.run.cifar_pack" in first
 
 
 # -- torch and torchvision ------------------------------------------------------------------
@@ -220,7 +219,7 @@ def test_the_matching_torchvision_of_a_torch(torch_version, expected):
 # -- the JPEG pack converter ----------------------------------------------------------------
 
 def make_pack(path, per_split=(30, 10), seed=0):
-    """A small CIFAR-10 JPEG pack (the format dpbench.cifar_pack reads) and its source images."""
+    """A small CIFAR-10 JPEG pack (the format dpbench.run.cifar_pack reads) and its source images."""
     from PIL import Image
     rng = np.random.default_rng(seed)
     arrays, images = {"classes": np.array([f"class{k}" for k in range(10)])}, {}
@@ -252,7 +251,7 @@ def make_pack(path, per_split=(30, 10), seed=0):
 
 
 def test_the_pack_converter_rebuilds_the_official_layout(tmp_path, capsys):
-    from dpbench import cifar_pack
+    from dpbench.run import cifar_pack
     images, arrays = make_pack(tmp_path / "pack.npz")
     assert cifar_pack.main([str(tmp_path / "pack.npz"), str(tmp_path / "data")]) == 0
     folder = tmp_path / "data" / "cifar-10-batches-py"
@@ -289,7 +288,7 @@ def test_the_pack_converter_rebuilds_the_official_layout(tmp_path, capsys):
     ("bad_offsets", "train_offsets do not cut"),
 ])
 def test_a_bad_pack_exits_2_with_one_line(tmp_path, capsys, damage, expected):
-    from dpbench import cifar_pack
+    from dpbench.run import cifar_pack
     pack = tmp_path / "pack.npz"
     _, arrays = make_pack(pack, per_split=(10, 10))
     if damage == "missing":

@@ -8,11 +8,13 @@ import warnings
 import pytest
 import torch
 import torch.nn as nn
-
-from dpbench import gpu_lease, launch, measure, provenance, results, train
-from dpbench.variants import ReplicaLoss, reduce_replica_losses
-
 from conftest import run_engine
+
+from dpbench import results
+from dpbench.host import gpu_lease
+from dpbench.run import engine as train
+from dpbench.run import launch, measure, provenance
+from dpbench.run.variants import ReplicaLoss, reduce_replica_losses
 
 
 def _weights(path):
@@ -45,7 +47,7 @@ def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
 
 def _weights_init():
     torch.manual_seed(0)
-    from dpbench.model import resnet18
+    from dpbench.run.model import resnet18
     return resnet18().state_dict()
 
 
@@ -223,7 +225,7 @@ def test_a_skipped_run_is_recorded_without_torch_in_the_same_layout(tmp_path):
     """Every skipped run would otherwise pay a torch import (seconds, beside timed runs)."""
     import subprocess
     import sys
-    code = ("import json, sys; from dpbench import launch; "
+    code = ("import json, sys; from dpbench.run import launch; "
             "launch.main(['--config', json.dumps({'variant': 'dp', 'gpus': 2, 'dataset': 'synthetic'}), "
             f"'--out', {str(tmp_path / 'dp')!r}, '--planned-gpus', '0']); print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -373,7 +375,7 @@ def test_training_peaks_of_a_run_that_failed_in_evaluation_keep_the_training(mon
 
 
 def test_an_explicit_git_sha_wins_over_the_trees_own(monkeypatch):
-    from dpbench import provenance
+    from dpbench.host import source as provenance
     monkeypatch.delenv("DPBENCH_GIT_SHA", raising=False)
     own = provenance.git_sha()
     monkeypatch.setenv("DPBENCH_GIT_SHA", "c0ffee")   # what tools/device/*.sh export for a copied tree
@@ -416,7 +418,7 @@ def test_records_say_how_the_run_was_started_and_scaled(tmp_path):
 
 
 def test_weak_scaling_fixes_the_per_gpu_batch():
-    from dpbench.plan import resolve_run
+    from dpbench.plan.matrix import resolve_run
     run = resolve_run({"per_gpu_batch": 256, "seed": 5}, "ddp", 2, 1, {}, "distinct")
     cfg = train.RunConfig.from_dict(run)
     assert (cfg.global_batch, cfg.scaling, cfg.seed) == (512, "weak", 6)
@@ -467,7 +469,7 @@ def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):
     import time
     script = tmp_path / "starter.sh"
     # starter -> shell -> run: killing the starter re-parents the shell, as with Snakemake.
-    script.write_text(f"{sys.executable} -c 'import time, dpbench.launch as l; l.stop_with_pipeline(0.2); "
+    script.write_text(f"{sys.executable} -c 'import time, dpbench.run.launch as l; l.stop_with_pipeline(0.2); "
                       f"time.sleep(60)' & echo $! > {tmp_path}/pid; wait\n")
     starter = subprocess.Popen([sys.executable, "-c", f"import subprocess; subprocess.run(['bash', '{script}'])"])
     for _ in range(100):

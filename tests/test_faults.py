@@ -2,8 +2,8 @@
 cause and the way out, and a crash never reads as a finding.
 
 Each case plants one fault (a damaged file, a wrong install, a mistyped option, a killed
-pipeline) and runs what a user runs: `python -m dpbench.train`, `dpbench.collect`,
-`dpbench.compare`, `dpbench.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
+pipeline) and runs what a user runs: `python -m dpbench.run.engine`, `dpbench.analysis.collect`,
+`dpbench.analysis.compare`, `dpbench.run.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
 """
 from __future__ import annotations
 
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from dpbench import results
-
 from conftest import TINY, write_official_cifar
 from fakes import copy_workflow, run_snakemake
 from test_data import make_pack
+
+from dpbench import results
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -41,10 +40,10 @@ def cli(module: str, *args: str, cwd: Path | None = None, env: dict | None = Non
 
 
 def train(out: Path, env: dict | None = None, **overrides) -> tuple[subprocess.CompletedProcess, dict]:
-    """One run through `python -m dpbench.train`; its process and its metrics.json."""
+    """One run through `python -m dpbench.run.engine`; its process and its metrics.json."""
     cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
     cfg.update(overrides)
-    proc = cli("dpbench.train", "--config", json.dumps(cfg), "--out", str(out), env=env)
+    proc = cli("dpbench.run.engine", "--config", json.dumps(cfg), "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-TAIL:] + proc.stderr[-TAIL:]
     return proc, results.read_json(out / results.METRICS)
 
@@ -104,7 +103,7 @@ def test_a_damaged_cifar_file_gives_a_failed_record_naming_it_and_the_way_out(tm
     assert rec["status"] == "failed"
     reason = rec["reason"]
     assert str(path) in reason and "damaged" in reason
-    assert "re-extract cifar-10-python.tar.gz" in reason and "python -m dpbench.cifar_pack" in reason
+    assert "re-extract cifar-10-python.tar.gz" in reason and "python -m dpbench.run.cifar_pack" in reason
     says_nothing_outside_the_repo(reason)
     assert str(path) in proc.stdout + proc.stderr          # the log names it too
 
@@ -116,7 +115,7 @@ def test_a_missing_test_batch_is_named_not_the_folder(tmp_path):
     _, rec = cifar_run(tmp_path)
     assert rec["status"] == "failed"
     assert f"{folder} lacks test_batch" in rec["reason"] and "is not at" not in rec["reason"]
-    assert "python -m dpbench.cifar_pack" in rec["reason"]
+    assert "python -m dpbench.run.cifar_pack" in rec["reason"]
     says_nothing_outside_the_repo(rec["reason"])
 
 
@@ -125,7 +124,7 @@ def test_no_cifar_at_all_names_the_folder_and_only_in_repo_tools(tmp_path):
     _, rec = cifar_run(tmp_path)
     assert rec["status"] == "failed"
     assert f"CIFAR-10 is not at {tmp_path / 'data' / 'cifar-10-batches-py'}" in rec["reason"]
-    assert "python -m dpbench.cifar_pack" in rec["reason"] and "synthetic" in rec["reason"]
+    assert "python -m dpbench.run.cifar_pack" in rec["reason"] and "synthetic" in rec["reason"]
     says_nothing_outside_the_repo(rec["reason"])
 
 
@@ -134,7 +133,7 @@ def test_no_cifar_at_all_names_the_folder_and_only_in_repo_tools(tmp_path):
 @pytest.mark.slow
 def test_offline_cifar_rebuilt_by_the_in_repo_converter_trains(tmp_path):
     make_pack(tmp_path / "pack.npz", per_split=(40, 20))
-    conv = cli("dpbench.cifar_pack", str(tmp_path / "pack.npz"), str(tmp_path / "data"))
+    conv = cli("dpbench.run.cifar_pack", str(tmp_path / "pack.npz"), str(tmp_path / "data"))
     assert conv.returncode == 0, conv.stderr
     assert "cifar-10-batches-py" in conv.stdout
     _, rec = cifar_run(tmp_path, global_batch=8, eval_each_epoch=True)
@@ -148,8 +147,8 @@ def test_the_readme_names_only_in_repo_tools_for_offline_cifar():
     readme = (REPO / "README.md").read_text()
     says_nothing_outside_the_repo(readme)
     section = readme.split("### CIFAR-10 on an offline machine", 1)[1].split("\n## ", 1)[0]
-    assert "python -m dpbench.cifar_pack" in section
-    assert (SRC / "dpbench" / "cifar_pack.py").exists()
+    assert "python -m dpbench.run.cifar_pack" in section
+    assert (SRC / "dpbench" / "run" / "cifar_pack.py").exists()
 
 
 def test_no_error_message_in_the_package_names_a_file_outside_it():
@@ -170,8 +169,9 @@ def broken_torchvision(tmp_path) -> dict:
 
 
 def _says_mismatch(reason: str) -> None:
-    import torch
     from importlib import metadata
+
+    import torch
     assert "\n" not in reason
     assert f"torchvision {metadata.version('torchvision')}" in reason
     assert f"torch {torch.__version__}" in reason
@@ -228,7 +228,7 @@ def fake_results(tmp_path) -> Path:
 
 
 def collect(root: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dpbench.collect", "--results-dir", str(root),
+    return subprocess.run([sys.executable, "-m", "dpbench.analysis.collect", "--results-dir", str(root),
                            "--tag", "t"], env=ENV, capture_output=True, text=True, timeout=300, **kw)
 
 
@@ -243,7 +243,7 @@ def test_collected_tables_are_readable_by_the_group(fake_results):
 def test_a_runs_files_are_readable_by_the_group(tmp_path):
     out = tmp_path / "run"
     cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
-    proc = subprocess.run([sys.executable, "-m", "dpbench.train", "--config", json.dumps(cfg),
+    proc = subprocess.run([sys.executable, "-m", "dpbench.run.engine", "--config", json.dumps(cfg),
                            "--out", str(out)], env=ENV, capture_output=True, text=True,
                           preexec_fn=_umask(0o022), timeout=300)
     assert proc.returncode == 0, proc.stderr[-TAIL:]
@@ -295,7 +295,7 @@ def two_tags(tmp_path) -> Path:
 
 
 def compare(root: Path, *extra: str) -> subprocess.CompletedProcess:
-    return cli("dpbench.compare", "--results-dir", str(root), "--baseline", BASELINE,
+    return cli("dpbench.analysis.compare", "--results-dir", str(root), "--baseline", BASELINE,
                "--candidate", CANDIDATE, "--fail-on-regression", *extra)
 
 
@@ -379,7 +379,7 @@ def test_a_mistyped_top_level_key_is_named_first_and_short(workflow):
 def _train_configs(dry_run_output: str) -> list[dict]:
     out = []
     for line in dry_run_output.splitlines():
-        if ("-m dpbench.train" in line or "-m dpbench.launch" in line) and "--config '" in line:
+        if ("-m dpbench.run.engine" in line or "-m dpbench.run.launch" in line) and "--config '" in line:
             out.append(json.loads(line.split("--config '", 1)[1].split("'", 1)[0]))
     return out
 
@@ -441,7 +441,7 @@ def _train_pids(marker: str) -> list[int]:
             state = next(l for l in (proc / "status").read_text().splitlines() if l.startswith("State:"))
         except (OSError, StopIteration):
             continue
-        if ("dpbench.train" in cmd or "dpbench.launch" in cmd) and marker in cmd and " Z " not in f" {state.split()[1]} ":
+        if ("dpbench.run.engine" in cmd or "dpbench.run.launch" in cmd) and marker in cmd and " Z " not in f" {state.split()[1]} ":
             pids.append(int(proc.name))
     return pids
 

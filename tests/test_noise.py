@@ -1,4 +1,4 @@
-"""dpbench.noise: the launch-to-launch noise model on simulated A/A data.
+"""dpbench.analysis.noise: the launch-to-launch noise model on simulated A/A data.
 
 The simulations follow what the one-H200 launches showed: a shift common to every cell of a
 launch (sd ~0.7%) and a cell's own wobble around it (sd ~0.1%)."""
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from dpbench import noise
+from dpbench.analysis import noise
 
 ALPHA = 0.05
 

@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
-from dpbench import figstyle, pipeline, results, tables
-
 from fakes import SYNTHETIC_PROVENANCE, fake_result_set, load_perf_targets, write_fake_run
+
+from dpbench import results
+from dpbench.analysis import tables
+from dpbench.plan import pipeline
+from dpbench.report import figstyle
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"

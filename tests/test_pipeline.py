@@ -5,11 +5,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from dpbench import gpu_lease, results
-from dpbench.plan import Plan
-
 from fakes import copy_workflow, run_snakemake
+
+from dpbench import results
+from dpbench.host import gpu_lease
+from dpbench.plan.matrix import Plan
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # Every Snakemake call here may take this long: the first one trains smoke's whole CPU plan.

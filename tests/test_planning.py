@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from dpbench import VARIANTS, cli, config, pipeline, results
-from dpbench.config import RunConfig
-from dpbench.plan import Plan, default_tag, environment_fingerprint, torch_version
-
 from fakes import copy_workflow, run_snakemake
+
+from dpbench import VARIANTS, cli, results
+from dpbench.plan import config, pipeline
+from dpbench.plan.config import RunConfig
+from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint, torch_version
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")
@@ -76,7 +76,7 @@ def test_the_default_tag_and_fingerprint_match_what_torch_says():
 
 def test_the_figure_names_are_the_ones_the_figures_modules_draw():
     from dpbench.claims import figures as claim_figures
-    from dpbench.plots import DRAW
+    from dpbench.report.plots import DRAW
     assert tuple(DRAW) == results.FIGURE_NAMES
     assert tuple(claim_figures.DRAW) == results.CLAIM_FIGURE_KEYS
 
@@ -104,7 +104,7 @@ def test_run_config_checks_values_against_the_schema():
 
 
 def test_the_package_ships_the_schema_the_readme_names():
-    assert (REPO / "src/dpbench/schema.yaml").resolve() == (REPO / "experiments/schema.yaml").resolve()
+    assert (REPO / "src/dpbench/plan/schema.yaml").resolve() == (REPO / "experiments/schema.yaml").resolve()
     assert config.schema() == __import__("yaml").safe_load((REPO / "experiments/schema.yaml").read_text())
 
 
@@ -220,7 +220,7 @@ SKIP_CASES = [{}, {"train": {"device": "cuda"}}, {"train": {"device": "cpu"}},
 @pytest.mark.parametrize("visible", [0, 1, 2])
 @pytest.mark.parametrize("over", SKIP_CASES)
 def test_the_plan_skips_what_the_launcher_skips(visible, over):
-    from dpbench import launch
+    from dpbench.run import launch
     plan = _plan(visible, **over)
     for rid, rc in plan.runs.items():
         skip = launch.skip_reason(rc, visible) is not None
@@ -252,13 +252,13 @@ def test_the_train_rule_passes_the_planned_gpus_to_the_launcher(wd):
     proc = run_snakemake(wd, "-n", "-p", "results/x/runs/ddp-g2-r0/metrics.json",
                          "--config", "experiment=smoke", "gpus_available=1", "tag=x", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "-m dpbench.launch" in proc.stdout and "--planned-gpus 1" in proc.stdout
+    assert "-m dpbench.run.launch" in proc.stdout and "--planned-gpus 1" in proc.stdout
 
 
 def test_launch_and_train_do_not_import_each_other_at_load_time():
     import ast
-    for name, other in (("train", "launch"), ("launch", "train")):
-        tree = ast.parse((REPO / "src" / "dpbench" / f"{name}.py").read_text())
+    for name, other in (("engine", "dpbench.run.launch"), ("launch", "dpbench.run.engine")):
+        tree = ast.parse((REPO / "src" / "dpbench" / "run" / f"{name}.py").read_text())
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         assert not any(isinstance(n, ast.ImportFrom) and n.module == other for n in top), name
 
@@ -347,11 +347,11 @@ def test_the_dpbench_command_runs_each_tool_and_returns_its_exit_code(tmp_path, 
 
 
 def test_the_launcher_names_itself_as_it_was_started(monkeypatch, capsys):
-    from dpbench import launch
+    from dpbench.run import launch
     monkeypatch.setattr(sys, "argv", ["/x/dpbench/launch.py"])
     with pytest.raises(SystemExit):
         launch.main(["--help"])
-    assert capsys.readouterr().out.startswith("usage: launch.py ")      # python -m dpbench.launch
+    assert capsys.readouterr().out.startswith("usage: launch.py ")      # python -m dpbench.run.launch
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     assert capsys.readouterr().out.startswith("usage: dpbench train ")
@@ -360,7 +360,7 @@ def test_the_launcher_names_itself_as_it_was_started(monkeypatch, capsys):
 def test_the_mixed_experiment_has_a_single_baseline_for_both_kinds_of_scaling():
     """experiments/mixed.yaml exists to give strong and weak efficiencies from one launch: every
     2-GPU cell needs single runs of its setup at its global and at its per-GPU batch."""
-    from dpbench import collect
+    from dpbench.analysis import collect
     plan = pipeline.make_plan(dict(pipeline.load_experiment({"experiment": "mixed"}, REPO), gpus_available=2))
     singles = {(collect.setup_key(rc.to_dict()), rc.global_batch)
                for rc in plan.runs.values() if rc.variant == "single"}

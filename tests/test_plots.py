@@ -19,16 +19,27 @@ import matplotlib
 import matplotlib.image
 import numpy as np
 import pytest
+from fakes import (
+    SYNTHETIC_PROVENANCE,
+    dp_warning,
+    drawn_artists,
+    empty_panels,
+    fake_result_set,
+    is_placeholder,
+    notes_over_data,
+    outside_points,
+    overlapping_texts,
+    untagged,
+)
 from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
-from dpbench import plots, results
-from dpbench.figstyle import DATA, DPI, NOTE_BOX, REFERENCE, panel_grid, panel_title, save, style
-from dpbench.markdown import md_table
-from dpbench.plots import DRAW, NO_IDEAL, draw_all, load_tables
-from dpbench.summarize import render_summary, write_summary_md
-from fakes import (SYNTHETIC_PROVENANCE, dp_warning, drawn_artists, empty_panels, fake_result_set,
-                   is_placeholder, notes_over_data, outside_points, overlapping_texts, untagged)
+from dpbench import results
+from dpbench.report import plots
+from dpbench.report.figstyle import DATA, DPI, NOTE_BOX, REFERENCE, panel_grid, panel_title, save, style
+from dpbench.report.markdown import md_table
+from dpbench.report.plots import DRAW, NO_IDEAL, draw_all, load_tables
+from dpbench.report.summarize import render_summary, write_summary_md
 
 matplotlib.use("Agg")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -623,7 +634,7 @@ def test_md_table_escapes_pipes_and_aligns():
 
 
 def test_gpu_provenance_shows_models_and_the_most_gpus_a_run_saw():
-    from dpbench.summarize import _fmt_gpus, _fmt_provenance
+    from dpbench.report.summarize import _fmt_gpus, _fmt_provenance
     assert _fmt_gpus({"gpu_names": [["NVIDIA H200"], ["NVIDIA H200", "NVIDIA H200"]]}) == "2 × NVIDIA H200"
     assert _fmt_gpus({"gpu_names": ["NVIDIA H200"]}) == "1 × NVIDIA H200"
     assert _fmt_gpus({"gpu_names": []}) == _fmt_gpus({}) == "none"

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from dpbench import pipeline
-
 from fakes import copy_workflow, run_snakemake
+
+from dpbench.plan import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ROOT / "experiments" / "recipes" / "fast.yaml"

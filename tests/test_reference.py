@@ -2,7 +2,9 @@ import subprocess
 
 import pytest
 
-from dpbench import provenance, reference, results
+from dpbench import results
+from dpbench.host import source as provenance
+from dpbench.results import reference
 
 
 def _run(root, rid, sha):

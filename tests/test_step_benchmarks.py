@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dpbench import DP_VARIANTS
-from dpbench.variants import Autocast
+from dpbench.run.variants import Autocast
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "tests" / "benchmarks" / "test_step.py"

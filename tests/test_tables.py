@@ -5,11 +5,22 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from dpbench import collect, results
-from dpbench.tables import (CONFIDENCE, NO_INTERVAL, cells, describe, interval_text, median_ci,
-                            range_coverage, ratio_ci, repeats_for, with_efficiency)
 from fakes import fake_result_set, write_fake_run
+
+from dpbench import results
+from dpbench.analysis import collect
+from dpbench.analysis.tables import (
+    CONFIDENCE,
+    NO_INTERVAL,
+    cells,
+    describe,
+    interval_text,
+    median_ci,
+    range_coverage,
+    ratio_ci,
+    repeats_for,
+    with_efficiency,
+)
 
 FP32 = {"global_batch": 512}
 FP32_1K = {"global_batch": 1024}

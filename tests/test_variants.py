@@ -7,18 +7,17 @@ import csv
 import functools
 import math
 import warnings
-
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
-
-from dpbench import results, train
-from dpbench.config import RunConfig
-from dpbench.variants import Variant, ddp_kwargs
-
 from conftest import run_engine
+
+from dpbench import results
+from dpbench.plan.config import RunConfig
+from dpbench.run import engine as train
+from dpbench.run.variants import Variant, ddp_kwargs
 
 CPU = [torch.device("cpu")]
 
@@ -125,8 +124,8 @@ def test_compile_with_dataparallel_is_a_skipped_record(tmp_path, name):
 def test_compiled_run_keeps_compilation_out_of_the_timed_steps(tmp_path, monkeypatch):
     """The engine's compile path, with a cheap backend (the real one is the slow test below):
     the first step is recorded as compile_s and never timed, even with no warm-up."""
-    import dpbench.variants
-    monkeypatch.setattr(dpbench.variants.torch, "compile",
+    import dpbench.run.variants
+    monkeypatch.setattr(dpbench.run.variants.torch, "compile",
                         functools.partial(torch.compile, backend="aot_eager"))
     rec = run_engine(tmp_path / "run", variant="single", compile="default", warmup_steps=0,
                      max_steps=3, eval_each_epoch=False, eval_samples=4)
@@ -142,8 +141,8 @@ def test_compiled_run_keeps_compilation_out_of_the_timed_steps(tmp_path, monkeyp
 def test_a_cuda_graph_mode_keeps_the_graph_recording_out_of_the_timed_steps(tmp_path, monkeypatch):
     """reduce-overhead (and max-autotune) run a warm-up and record their CUDA graphs in steps 1
     and 2: those are part of compile_s and never timed."""
-    import dpbench.variants
-    monkeypatch.setattr(dpbench.variants.torch, "compile",
+    import dpbench.run.variants
+    monkeypatch.setattr(dpbench.run.variants.torch, "compile",
                         functools.partial(torch.compile, backend="aot_eager"))
     rec = run_engine(tmp_path / "run", variant="single", compile="reduce-overhead", warmup_steps=0,
                      max_steps=4, eval_each_epoch=False, eval_samples=4)
@@ -210,7 +209,8 @@ def test_replicas_compute_in_the_runs_autocast_dtype_in_a_fresh_thread():
     """DataParallel's replica threads re-enter autocast without the dtype: a fresh thread takes
     the device's default, not the run's. The Autocast wrapper restores the run's dtype."""
     import threading
-    from dpbench.variants import Autocast
+
+    from dpbench.run.variants import Autocast
     lin = torch.nn.Linear(4, 4)
     seen = {}
 

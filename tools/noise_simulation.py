@@ -1,4 +1,4 @@
-"""The launch-noise model's error rates on simulated A/A data (dpbench.noise.simulate).
+"""The launch-noise model's error rates on simulated A/A data (dpbench.analysis.noise.simulate).
 
     python tools/noise_simulation.py [--runs 2000] [--seed 20261201]
 
@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from dpbench import noise
+from dpbench.analysis import noise
 
 
 def main() -> None:

@@ -22,19 +22,19 @@ import sys
 
 # subcommand -> (module with main(argv), what it does)
 COMMANDS = {
-    "train": ("dpbench.launch", "one training run (the pipeline's train rule)"),
-    "collect": ("dpbench.collect", "runs' records -> the tidy tables and provenance.json"),
-    "plots": ("dpbench.plots", "the figures of one result set"),
-    "summary": ("dpbench.summarize", "summary.md of one result set"),
+    "train": ("dpbench.run.launch", "one training run (the pipeline's train rule)"),
+    "collect": ("dpbench.analysis.collect", "runs' records -> the tidy tables and provenance.json"),
+    "plots": ("dpbench.report.plots", "the figures of one result set"),
+    "summary": ("dpbench.report.summarize", "summary.md of one result set"),
     "claims": ("dpbench.claims.ledger", "the claims ledger (claims.md, claims.json)"),
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
-    "compare": ("dpbench.compare", "the regression check of two result sets"),
-    "reference": ("dpbench.reference", "a finished result set -> a committed reference (clean commits only)"),
+    "compare": ("dpbench.analysis.compare", "the regression check of two result sets"),
+    "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
 }
 
 
 def tag_main(argv: list[str]) -> int:
-    from .plan import default_tag
+    from dpbench.plan.matrix import default_tag
     parser = argparse.ArgumentParser(prog="dpbench tag",
                                      description="The results tag an experiment gets by default here.")
     parser.add_argument("experiment", nargs="?", default="scaling")

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from dpbench import DP_VARIANTS, VARIANTS
-from dpbench.model import resnet18
-from dpbench.variants import Variant
+from dpbench.run.model import resnet18
+from dpbench.run.variants import Variant
 
 CUDA = torch.cuda.is_available()
 BATCH = 512

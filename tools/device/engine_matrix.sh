@@ -12,7 +12,7 @@ mkdir -p "$out"
 run() {  # run ID JSON
   local id=$1 cfg=$2
   echo "=== $id $cfg"
-  "$py" -m dpbench.train --config "$cfg" --out "$out/$id" > "$out/$id.log" 2>&1 || echo "exit $? for $id"
+  "$py" -m dpbench.run.engine --config "$cfg" --out "$out/$id" > "$out/$id.log" 2>&1 || echo "exit $? for $id"
   tail -n 2 "$out/$id.log"
 }
 for ds in cifar10 synthetic; do
@@ -29,4 +29,4 @@ run "cifar10-single-g1-cudnn_benchmark" "{$b,\"variant\":\"single\",\"max_steps\
 run "cifar10-single-g1-feed_fixed" "{$b,\"variant\":\"single\",\"epochs\":1,\"feed\":\"fixed\"}"
 run "cifar10-single-g1-feed_gpu" "{$b,\"variant\":\"single\",\"epochs\":1,\"feed\":\"gpu\"}"
 run "cifar10-single-g1-feed_torch" "{$b,\"variant\":\"single\",\"epochs\":1,\"feed\":\"torch\",\"workers\":4}"
-"$py" -m dpbench.collect --runs-dir "$out"
+"$py" -m dpbench.analysis.collect --runs-dir "$out"

@@ -21,7 +21,7 @@ start=$(date +%s)
 timeout "${LIMIT:-470}" snakemake --cores all --rerun-incomplete --config experiment=perf 2>&1 \
   | tee "$log" | grep -E "^dpbench|Error|error|steps \("
 echo "pipeline wall time: $(( $(date +%s) - start )) s" | tee -a "$log"
-[ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.collect --results-dir results --tag "$tag" >> "$log" 2>&1
+[ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.analysis.collect --results-dir results --tag "$tag" >> "$log" 2>&1
 # the set keeps every call's log, in order (perf_targets adds up a call and those continuing it)
 mkdir -p "results/$tag/logs" && cat "$log" >> "results/$tag/logs/snakemake.log"
 if [ "${BENCH_LIMIT:-60}" -gt 0 ]; then

@@ -8,10 +8,10 @@ it prints and never fails).
 Every ratio compares runs of one result set, so they were measured together on one machine.
 A cell is found by its run's settings (its metrics.json config; without one, the experiment's
 `train` block and the run's options); a cell of several repeats counts with its median and the
-interval dpbench.tables gives it. An epoch is the training split the runs' records name.
+interval dpbench.analysis.tables gives it. An epoch is the training split the runs' records name.
 Also printed: every DDP cell with its knobs (the bucket size in effect: the run's, or PyTorch's
 default as the torch here builds it, said as such), its compile time and its efficiency against
-as many single runs of the same setup at the per-GPU batch (dpbench.tables' weak efficiency);
+as many single runs of the same setup at the per-GPU batch (dpbench.analysis.tables' weak efficiency);
 the single-GPU recipes with their compile times; and for every run how far images/s is from
 what its median step time implies (a gap means untimed work crept into the timed steps, or a
 few slow steps: both worth a look).
@@ -45,7 +45,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dpbench import results, tables  # noqa: E402  (after the path that finds them)
+from dpbench import results  # noqa: E402  (after the path that finds them)
+from dpbench.analysis import tables  # noqa: E402
 
 # The layouts the targets speak of (everything else at the experiment's settings: gpu feed,
 # no compile, cudnn.benchmark off).
@@ -123,7 +124,7 @@ def find_result_set(given: str | None) -> Path:
 
 
 def run_defaults() -> dict:
-    from dpbench.config import RunConfig
+    from dpbench.plan.config import RunConfig
     return RunConfig().to_dict()
 
 
@@ -172,7 +173,7 @@ def load_cells(folder: Path) -> list[dict]:
     """One entry per cell (run id without its repeat): its settings, its runs' statuses and
     reasons, and from its ok runs images/s (median and interval), the median p50 step time,
     the training split's size, the compile time, the torch versions, and the efficiency
-    against gpus x single of the same setup at the per-GPU batch (dpbench.tables.cells)."""
+    against gpus x single of the same setup at the per-GPU batch (dpbench.analysis.tables.cells)."""
     rs = results.ResultSet.at(folder)
     summary = tables.load_table(rs.root, rs.tag, "summary")
     estimated = {(c["options"], c["variant"], int(c["gpus"])): c
@@ -368,7 +369,7 @@ def not_the_default_experiment(folder: Path) -> tuple[str | None, int]:
     """(why the result set is not the default experiment as planned now on DEFAULT_GPUS GPUs,
     or None when it is: its runs and their configs, none failed, the GPUs they saw; the
     number of runs the plan holds)."""
-    from dpbench import pipeline
+    from dpbench.plan import pipeline
     rs = results.ResultSet.at(folder)
     try:
         planned = pipeline.make_plan(pipeline.load_experiment(
@@ -416,7 +417,7 @@ def snakemake_log(folder: Path) -> tuple[str | None, str]:
     for path in (rs.log_path(SNAKEMAKE_LOG), rs.dir / LEGACY_LOG):
         if path.is_file():
             return path.read_text(errors="replace"), rs.relative(path)
-    packed = rs.dir / "logs.tar.gz"   # a committed reference (dpbench.reference packs logs/)
+    packed = rs.dir / "logs.tar.gz"   # a committed reference (dpbench.results.reference packs logs/)
     member = f"{rs.logs_dir.name}/{SNAKEMAKE_LOG}.log"
     if packed.is_file():
         with tarfile.open(packed) as tar:
@@ -479,7 +480,7 @@ def default_experiment_row(folder: Path) -> dict:
 def sweep_rows(cells: list[dict]) -> list[dict]:
     """Every measured ddp cell, by GPUs, layout and scaling: its bucket size in effect, the other
     knobs, compile mode and time, images/s, and its efficiency against gpus x single of the same
-    setup at the per-GPU batch (dpbench.tables; None where no such single run was measured)."""
+    setup at the per-GPU batch (dpbench.analysis.tables; None where no such single run was measured)."""
     out = []
     for c in cells:
         s = c["settings"]
@@ -732,7 +733,7 @@ def recipe_figure(folder: Path, cells: list[dict]):
     measured DDP cells when there are any."""
     import seaborn as sns
     from matplotlib.figure import Figure
-    from dpbench import figstyle
+    from dpbench.report import figstyle
 
     ladder = recipe_rows(cells)
     sweep = sweep_rows(cells)
@@ -811,7 +812,7 @@ def sweep_figure(folder: Path, cells: list[dict]):
     import seaborn as sns
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    from dpbench import figstyle
+    from dpbench.report import figstyle
 
     rows = sweep_rows(cells)
     panels = sweep_panels(rows)
@@ -863,7 +864,7 @@ def sweep_figure(folder: Path, cells: list[dict]):
 def write_figure(draw, folder: Path, cells: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
-    from dpbench import figstyle
+    from dpbench.report import figstyle
     with figstyle.style():
         fig = draw(folder, cells)
     figstyle.save(fig, path)

@@ -70,7 +70,7 @@ elif [ "$exp" = claims ]; then
   echo "INCOMPLETE: call again to finish (this machine), or resume as the header says (a fresh one)"
   part=$(mktemp -d)
   tar cf - --exclude='*.pt' -C results "$tag" | tar xf - -C "$part"
-  python3 -m dpbench.collect --results-dir "$part" --tag "$tag" > /dev/null 2>&1 \
+  python3 -m dpbench.analysis.collect --results-dir "$part" --tag "$tag" > /dev/null 2>&1 \
     && python3 -m dpbench.claims.ledger --results-dir "$part" --tag "$tag" --experiment "experiments/$exp.yaml" \
     > /dev/null 2>&1 && tar czf "$out/$exp-partial.tgz" -C "$part" "$tag" && head -16 "$part/$tag/claims.md"
   rm -rf "$part"

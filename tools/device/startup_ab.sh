@@ -9,7 +9,7 @@
 set -uo pipefail
 out=${1:?usage: startup_ab.sh OUT_DIR OLD_SRC [ROUNDS]} old=${2:?old src} rounds=${3:-3}
 py=python3
-[ -f data/cifar-10-batches-py/test_batch ] || PYTHONPATH=$PWD/src "$py" -m dpbench.cifar_pack .carry/cifar10-jpeg.npz data > /dev/null || exit 3
+[ -f data/cifar-10-batches-py/test_batch ] || PYTHONPATH=$PWD/src "$py" -m dpbench.run.cifar_pack .carry/cifar10-jpeg.npz data > /dev/null || exit 3
 mkdir -p "$out/runs"
 for r in $(seq 1 "$rounds"); do
   for variant in single ddp; do
@@ -19,7 +19,7 @@ for r in $(seq 1 "$rounds"); do
       cfg="{\"variant\":\"$variant\",\"gpus\":1,\"dataset\":\"cifar10\",\"data_root\":\"data\",\"feed\":\"gpu\",\"global_batch\":512,\"max_steps\":20,\"warmup_steps\":5,\"repeat\":$r}"
       dir="$out/runs/$tree-$variant-$r"
       t0=$(date +%s%N)
-      PYTHONPATH=$src "$py" -m dpbench.launch --config "$cfg" --out "$dir" > "$dir.log" 2>&1
+      PYTHONPATH=$src "$py" -m dpbench.run.launch --config "$cfg" --out "$dir" > "$dir.log" 2>&1
       ms=$(( ($(date +%s%N) - t0) / 1000000 ))
       echo "$tree $variant $r $((ms / 1000)).$(printf %03d $((ms % 1000)))" >> "$out/process_s.txt"
     done

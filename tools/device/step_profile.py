@@ -34,9 +34,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from dpbench.measure import StepClock  # noqa: E402
-from dpbench.model import resnet18  # noqa: E402
-from dpbench.variants import Variant  # noqa: E402
+from dpbench.run.measure import StepClock  # noqa: E402
+from dpbench.run.model import resnet18  # noqa: E402
+from dpbench.run.variants import Variant  # noqa: E402
 
 RECIPES = {"fp32": (False, False), "fp32_cl": (False, True), "bf16_cl": (True, True)}
 DDP_KNOBS = {

@@ -108,8 +108,8 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
     """Two training steps under the allocator's history; each device's peak, by category."""
     import torch
 
-    from dpbench.model import resnet18
-    from dpbench.variants import Variant
+    from dpbench.run.model import resnet18
+    from dpbench.run.variants import Variant
 
     gc.collect()
     # cuBLAS keeps its workspaces from an earlier width alive: freed here, they are allocated

@@ -83,8 +83,8 @@ class _Trial:
     def __call__(self, batch: int) -> bool:
         import torch
 
-        from dpbench.model import resnet18
-        from dpbench.variants import Variant
+        from dpbench.run.model import resnet18
+        from dpbench.run.variants import Variant
 
         for d in self.devices:
             torch.cuda.reset_peak_memory_stats(d)

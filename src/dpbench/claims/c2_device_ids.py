@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
-from dpbench.claims.records import ProbeRecord, obs as observation
+from dpbench.claims.records import ProbeRecord
+from dpbench.claims.records import obs as observation
 
 # Builds the model on `model_dev`, wraps it with `ids`, runs one forward; reports where it broke.
 _WRAP = """
 import json, torch, torch.nn as nn
 from dpbench.claims.common import error_text
-from dpbench.model import resnet18
+from dpbench.run.model import resnet18
 r = {{"visible": torch.cuda.device_count(),
       "uuids": [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]}}
 m = resnet18().to({model_dev!r})

@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from dpbench.claims import NUANCE, REFUTED
 from dpbench.claims.common import error_text, gpus_visible, needs, record
-from dpbench.claims.records import Observation, ProbeRecord, obs as observation
+from dpbench.claims.records import Observation, ProbeRecord
+from dpbench.claims.records import obs as observation
 
 
 def _model_and_opt(device: str):

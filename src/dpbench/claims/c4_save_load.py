@@ -10,8 +10,9 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import error_text, gpus_visible, needs, record
-from dpbench.claims.records import Observation, ProbeRecord, obs as observation
-from dpbench.model import resnet18
+from dpbench.claims.records import Observation, ProbeRecord
+from dpbench.claims.records import obs as observation
+from dpbench.run.model import resnet18
 
 
 def trained_like(seed: int = 0) -> nn.Module:

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
 from dpbench.claims.common import gpus_visible, needs, record, run_python
-from dpbench.claims.records import ProbeRecord, obs as observation
+from dpbench.claims.records import ProbeRecord
+from dpbench.claims.records import obs as observation
 
 ARTICLE_TEXT = ("Was asked to gather along dimension 0, but all input tensors were scalars; "
                 "will instead unsqueeze and return a vector.")

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record
-from dpbench.claims.records import ProbeRecord, obs as observation
-from dpbench.model import resnet18
-from dpbench.variants import Variant
+from dpbench.claims.records import ProbeRecord
+from dpbench.claims.records import obs as observation
+from dpbench.run.model import resnet18
+from dpbench.run.variants import Variant
 
 ARTICLE_LOSSES = [0.3, 0.2, 0.8]
 # (global batch, replicas): CIFAR-10's full and final (50000 % 128 = 80) batches, plus even splits
@@ -81,7 +82,7 @@ def _batch(n: int, device: str = "cpu"):
 
 def dataparallel_first_step(model: nn.Module, batch: int, gpus: int) -> dict:
     """First-step gradients of dp_mean and dp_sum against one device, BatchNorm in eval mode,
-    through the engine's own variants (dpbench.variants), so the probe checks what training runs."""
+    through the engine's own variants (dpbench.run.variants), so the probe checks what training runs."""
     x, y = _batch(batch, "cuda:0")
     single = _flat_grad(model, F.cross_entropy(model(x), y))
     out = {"batch": batch, "gpus": gpus, "chunks": chunk_sizes(batch, gpus)}

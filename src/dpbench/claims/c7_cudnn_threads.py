@@ -18,10 +18,11 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
+from dpbench.analysis.tables import Estimate, ratio_ci
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
-from dpbench.claims.records import Observation, ProbeRecord, dp_step_id, obs as observation
-from dpbench.tables import Estimate, ratio_ci
+from dpbench.claims.records import Observation, ProbeRecord, dp_step_id
+from dpbench.claims.records import obs as observation
 
 ITERS = 10
 SHAPE = (256, 64, 32, 32)  # batch 256 through layer1's 3x3, 64 -> 64 conv

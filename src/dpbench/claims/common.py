@@ -11,8 +11,7 @@ import torch
 
 from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
 from dpbench.claims.records import Observation, ProbeRecord
-from dpbench.errors import error_text  # noqa: F401  (the probes report errors as the engine does)
-
+from dpbench.results.errors import error_text  # noqa: F401  (the probes report errors as the engine does)
 
 TIMEOUT_S = 600   # one probe subprocess; the pipeline's jobs have their own limits
 

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import comm
 
 from dpbench.claims.records import SINGLE_STAGES, STAGES
-from dpbench.model import resnet18
-from dpbench.variants import Variant
+from dpbench.run.model import resnet18
+from dpbench.run.variants import Variant
 
 WARMUP = 3
 # Stock DataParallel with cudnn.benchmark on takes most of a second a step: fewer timed steps.

@@ -4,7 +4,7 @@ with their intervals, C7 step time with cudnn.benchmark on and off, C8 speed-up 
 global batch with the crossover marked, and where a DataParallel step's time goes.
 
 Every figure is always written (the pipeline declares them as outputs); a claim that was not
-measured gets a figure that says why. The look is dpbench.figstyle's, as dpbench.plots'.
+measured gets a figure that says why. The look is dpbench.report.figstyle's, as dpbench.report.plots'.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from dpbench import results
 from dpbench.claims.records import STAGES
-from dpbench.figstyle import new_figure, palette, placeholder, save, style
+from dpbench.report.figstyle import new_figure, palette, placeholder, save, style
 
 Section = Any   # dpbench.claims.records.Section, or a plain dict of its fields
 

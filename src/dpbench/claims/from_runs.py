@@ -16,15 +16,15 @@ from typing import Any
 import pandas as pd
 
 from dpbench import DP_VARIANTS
-from dpbench.collect import model_mib
-from dpbench.tables import ratio_ci
-from dpbench.config import RunConfig
+from dpbench.analysis.collect import model_mib
+from dpbench.analysis.tables import ratio_ci
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.from_probes import c1_max_batch, probe_finding
 from dpbench.claims.records import SINGLE_STAGES, STAGES, Finding, ProbeRecord, dp_step_id
+from dpbench.plan.config import RunConfig
 
 MIB = 2 ** 20
-FEATURES = 512             # ResNet18's penultimate width (dpbench.model.FEATURES)
+FEATURES = 512             # ResNet18's penultimate width (dpbench.run.model.FEATURES)
 BACKBONE_PARAMS = 11_168_832   # ResNet18-CIFAR without its output layer; tests check both against the model
 NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator granularity, not evidence
 # Bytes of one parameter (and so of its gradient) per run precision: bf16 is autocast, which

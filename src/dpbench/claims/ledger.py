@@ -15,11 +15,11 @@ from typing import Any
 import pandas as pd
 
 from dpbench import results
-from dpbench.markdown import md_table
 from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
 from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
 from dpbench.claims.settings import claim_groups, experiment_groups
+from dpbench.report.markdown import md_table
 
 DEFAULT_EXPERIMENT = "experiments/claims.yaml"
 # Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence

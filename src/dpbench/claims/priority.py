@@ -26,8 +26,8 @@ import yaml
 
 from dpbench import results
 from dpbench.claims.settings import claim_groups
-from dpbench.config import RunConfig
-from dpbench.plan import Plan
+from dpbench.plan.config import RunConfig
+from dpbench.plan.matrix import Plan
 
 FIRST_PROBES = ("C7",)
 
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         for rid in drop_cut_off(args.runs_dir, args.since):
             print(f"cut off by the limit, trains again next call: {rid}")
         return 0
-    from dpbench.pipeline import load_experiment, make_plan
+    from dpbench.plan.pipeline import load_experiment, make_plan
     config = {**(yaml.safe_load(Path("config.yaml").read_text()) or {}), "experiment": args.experiment}
     plan = make_plan(load_experiment(config, "."))
     if args.command == "stale":

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from dpbench import results
-from dpbench.config import RunConfig
+from dpbench.plan.config import RunConfig
 
 
 def experiment_groups(experiment_path: Path | str) -> dict[str, dict[str, Any]]:

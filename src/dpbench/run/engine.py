@@ -1,7 +1,7 @@
 """The engine of one run: set-up, the training loop, evaluation and the record.
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
-in `dpbench.launch`; `python -m dpbench.train ...` is the same command (it forwards there).
+in `dpbench.run.launch`; `python -m dpbench.run.engine ...` is the same command (it forwards there).
 One process here is a `single` or `dp*` run, or one DDP rank.
 """
 from __future__ import annotations
@@ -18,14 +18,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import DP_VARIANTS, gpu_lease, measure, provenance, results
-from .config import RunConfig
-from .data import load_dataset, make_feed
-from .errors import error_text
-from .runlog import CHECKPOINT, log, since_launch
-from .skips import skip_reason
-from .model import resnet18
-from .variants import Variant
+from dpbench import DP_VARIANTS, results
+from dpbench.host import gpu_lease
+from dpbench.plan.config import RunConfig
+from dpbench.plan.skips import skip_reason
+from dpbench.results.errors import error_text
+from dpbench.run import device_facts, measure, provenance
+from dpbench.run.data import load_dataset, make_feed
+from dpbench.run.model import resnet18
+from dpbench.run.runlog import CHECKPOINT, log, since_launch
+from dpbench.run.variants import Variant
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
 EVAL_BATCH = 1000
@@ -76,7 +78,7 @@ class Record:
             memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
             wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
-            provenance=provenance.collect(self.dataset, cfg))
+            provenance=device_facts.collect(self.dataset, cfg))
         if self.steps:
             results.write_csv(self.out / results.STEPS, results.STEP_COLUMNS, self.steps)
         results.write_json(self.out / results.METRICS, rec)  # last: marks the run finished
@@ -435,7 +437,7 @@ def _failed(rec: Record, warn: measure.WarningRecorder, exc: Exception, distribu
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .launch import main as launch_main
+    from dpbench.run.launch import main as launch_main
     return launch_main(argv)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .nvml import nvml
+from dpbench.host.nvml import nvml
 
 MIB = 1024 * 1024
 

@@ -1,6 +1,6 @@
 """Seaborn figures of one tag, drawn from the tidy csv tables only.
 
-    python -m dpbench.plots --results-dir results --tag TAG
+    python -m dpbench.report.plots --results-dir results --tag TAG
 
 Every figure of results.FIGURE_NAMES is always written, because the pipeline declares them as
 outputs:
@@ -8,7 +8,7 @@ when there is nothing to draw, the figure says why in its centre. Panels come fr
 present (an option set or GPU count without ok runs gets no panel, and a line under the figure
 names the cells that have runs but no ok one), titles say the option set in words, and each
 panel's y range holds all of its points. The look (sizes, colours, grids, notes) is
-dpbench.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.tables'.
+dpbench.report.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.analysis.tables'.
 """
 from __future__ import annotations
 
@@ -27,13 +27,46 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dpbench import results
-from dpbench.figstyle import (REFERENCE_COLOR, add_legend, color, data_gid, figure_title, fit_y,
-                              footnote, palette, panel_grid, panel_title, place_notes, placeholder,
-                              reference_gid, save, style, thousands)
-from dpbench.tables import (NONE, STRONG, WEAK, describe, estimate_fields, gpus_label, label_order,
-                            labels, level_text, load_table, median_ci, ok_runs, only_ok, ordered,
-                            ratio_ci, reference_batch, single_pools, variant_order, with_efficiency,
-                            without_batch)
+from dpbench.analysis.tables import (
+    NONE,
+    STRONG,
+    WEAK,
+    describe,
+    estimate_fields,
+    gpus_label,
+    label_order,
+    labels,
+    level_text,
+    load_table,
+    median_ci,
+    ok_runs,
+    only_ok,
+    ordered,
+    ratio_ci,
+    reference_batch,
+    single_pools,
+    variant_order,
+    with_efficiency,
+    without_batch,
+)
+from dpbench.report.figstyle import (
+    REFERENCE_COLOR,
+    add_legend,
+    color,
+    data_gid,
+    figure_title,
+    fit_y,
+    footnote,
+    palette,
+    panel_grid,
+    panel_title,
+    place_notes,
+    placeholder,
+    reference_gid,
+    save,
+    style,
+    thousands,
+)
 
 __all__ = ["DRAW", "draw_all", "load_tables"]
 

@@ -32,7 +32,7 @@ ran what the comparison runs, with as many repeats. A cell bound by the host (ea
 small batch: -17% between two one-H200 machines, where fp32 cells moved 1%) wobbles more than
 the pool; learn from launches of the same experiment, which hold such cells and widen the pool.
 
-No I/O here: dpbench.compare loads the launches and applies the floors.
+No I/O here: dpbench.analysis.compare loads the launches and applies the floors.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Turn the finished runs' records into the tidy tables (one row per observation).
 
-    python -m dpbench.collect --results-dir results --tag TAG     # writes results/TAG/*.csv
-    python -m dpbench.collect --runs-dir some/folder --print      # a quick table of any runs
+    python -m dpbench.analysis.collect --results-dir results --tag TAG     # writes results/TAG/*.csv
+    python -m dpbench.analysis.collect --runs-dir some/folder --print      # a quick table of any runs
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from statistics import fmean
 
-from . import results
-from .errors import error_text
+from dpbench import results
+from dpbench.results.errors import error_text
 
 # Config keys that do not make a different setup: the run's identity, its batch (what strong and
 # weak scaling vary) and DistributedDataParallel's knobs, which single runs ignore.
@@ -129,10 +129,10 @@ def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
 
 
 def cell_rows(summary: list[dict]) -> list[dict]:
-    """Medians and ratios with their intervals per cell (dpbench.tables does the statistics)."""
+    """Medians and ratios with their intervals per cell (dpbench.analysis.tables does the statistics)."""
     import pandas as pd
 
-    from . import tables as T
+    from dpbench.analysis import tables as T
     frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
     return T.cell_rows(T.cells(T.with_run_defaults(T.typed(frame))))
 

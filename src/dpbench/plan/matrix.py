@@ -7,7 +7,7 @@ gave (pipeline.load_experiment keeps those); the same run ids are kept, what can
 recorded as skipped with its reason, and its timed runs take one `cpu_timing` slot each, so that
 no two of them share the machine.
 
-Which runs are skipped is `dpbench.skips.skip_reason`, asked with the GPUs the plan is made for;
+Which runs are skipped is `dpbench.plan.skips.skip_reason`, asked with the GPUs the plan is made for;
 the launcher asks it again with the GPUs it sees, no more than the plan's (`--planned-gpus`).
 
 Planning imports no torch: GPUs are counted through NVML and the tag comes from torch's
@@ -19,16 +19,16 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from . import results
-from .config import RunConfig
-from .skips import skip_reason
+from dpbench import results
+from dpbench.plan.config import RunConfig
+from dpbench.plan.skips import skip_reason
 
 
 def visible_gpus() -> int:
     """CUDA devices this process may use, counted through NVML (no torch, no CUDA context):
     CUDA_VISIBLE_DEVICES when set (a scheduler's grant), else every GPU the driver shows."""
-    from .gpu_lease import pool
-    from .nvml import gpu_count
+    from dpbench.host.gpu_lease import pool
+    from dpbench.host.nvml import gpu_count
     return len(pool()) if gpu_count() else 0
 
 
@@ -232,7 +232,7 @@ class Plan:
 
 def environment_fingerprint() -> str:
     """What decides results besides the config: a change reruns the runs (Snakemake params)."""
-    from .nvml import gpu_names
+    from dpbench.host.nvml import gpu_names
     torch = torch_version()
     gpus = sorted(set(gpu_names()))
     return (f"torch={torch['version']} git={torch['git']} cuda={torch['cuda']} "

@@ -3,8 +3,8 @@ asked by the plan (with the GPUs it is made for, without torch), by the launcher
 its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted)."""
 from __future__ import annotations
 
-from . import DP_VARIANTS
-from .config import RunConfig
+from dpbench import DP_VARIANTS
+from dpbench.plan.config import RunConfig
 
 
 def skip_reason(cfg: RunConfig, visible: int) -> str | None:

@@ -33,7 +33,7 @@ def pool() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
-    from .nvml import gpu_count
+    from dpbench.host.nvml import gpu_count
     return [str(i) for i in range(gpu_count())]
 
 

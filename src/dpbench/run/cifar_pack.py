@@ -1,6 +1,6 @@
 """Rebuild CIFAR-10 in the official on-disk layout from a pack of its images as JPEG bytes.
 
-    python -m dpbench.cifar_pack PACK.npz ROOT    ->  ROOT/cifar-10-batches-py/
+    python -m dpbench.run.cifar_pack PACK.npz ROOT    ->  ROOT/cifar-10-batches-py/
                                                       data_batch_1..5, test_batch, batches.meta
 
 For machines that can neither download the dataset nor receive the official archive. The pack
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .results import write_atomic
+from dpbench.results import write_atomic
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -124,7 +124,7 @@ def rebuild(pack: Path, root: Path, log=print) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m dpbench.cifar_pack",
+        prog="python -m dpbench.run.cifar_pack",
         description="Rebuild ROOT/cifar-10-batches-py (the official layout) from a CIFAR-10 JPEG pack.")
     p.add_argument("pack", type=Path, help="the .npz pack of JPEG bytes")
     p.add_argument("root", type=Path, help="where cifar-10-batches-py goes (dpbench's data_root: data)")
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         folder = rebuild(args.pack, args.root)
     except PackError as exc:
-        print(f"dpbench.cifar_pack: error: {exc}", file=sys.stderr)
+        print(f"dpbench.run.cifar_pack: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {folder} (JPEG pixels: its md5 sums differ from the official release, "
           f"and runs record checksum: mismatch)")

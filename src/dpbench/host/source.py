@@ -1,19 +1,13 @@
-"""Where a result came from: versions, devices, topology, flags, code revision, how its processes
-were started. Only `collect` imports torch: a skipped run's record is written without it."""
+"""The project's source as git knows it: the revision a run came from, and one digest of the files
+that decide what a run computes, on disk or at a commit (what a reference is checked against)."""
 from __future__ import annotations
 
 import hashlib
 import io
 import os
-import platform
-import re
-import socket
 import subprocess
 import tarfile
 from pathlib import Path
-
-from . import gpu_lease
-from .nvml import driver_version
 
 
 def _run(cmd: list[str], cwd: str | None = None) -> str | None:
@@ -22,11 +16,6 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _plain(text: str | None) -> str | None:
-    """nvidia-smi underlines its header with terminal escapes even into a pipe."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", text) if text else text
 
 
 def git_sha() -> str | None:
@@ -42,7 +31,7 @@ def git_sha() -> str | None:
     return sha
 
 
-PROJECT = Path(__file__).resolve().parents[2]   # the repository root, in a checkout
+PROJECT = Path(__file__).resolve().parents[3]   # the repository root, in a checkout
 
 
 def is_source(path: str) -> bool:
@@ -92,58 +81,3 @@ def source_digest_at(sha: str, root: Path | None = None) -> str | None:
     return digest(files)
 
 
-def launch_facts(hosts: list[str]) -> dict:
-    """How the run's processes were started: world size, nodes and hosts (multi-node DDP), and
-    whether the run held every GPU of its machine (exclusive timing: no other run beside it)."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    return {"launcher": "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ or "LOCAL_RANK" in os.environ
-            else "local", "world_size": world, "nodes": max(1, world // max(local, 1)),
-            "hosts": sorted(set(hosts)), "exclusive": os.environ.get(gpu_lease.EXCLUSIVE_ENV) == "1"}
-
-
-def host_facts(cfg=None) -> dict:
-    """What is known without importing torch: torch's version (its version.py, read as text),
-    the host, the code revision and the environment switches."""
-    from .plan import torch_version
-    torch = torch_version()
-    return {
-        "torch": torch["version"],
-        "torch_git": torch["git"],
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "compile": getattr(cfg, "compile", None),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "hostname": socket.gethostname(),
-        "git_sha": git_sha(),
-        "source_digest": source_digest(),
-    }
-
-
-def collect(dataset: dict | None = None, cfg=None) -> dict:
-    """Versions, devices and the numerics switches in force (`cfg`: the run's RunConfig)."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    nccl = None
-    if cuda and torch.distributed.is_nccl_available():
-        nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    return {
-        **host_facts(cfg),
-        "torch": torch.__version__,   # the imported torch's own word over its version.py's
-        "torch_git": torch.version.git_version,
-        "cuda": torch.version.cuda if cuda else None,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
-        "nccl": nccl,
-        "driver": driver_version() if cuda else None,
-        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "topology": _plain(_run(["nvidia-smi", "topo", "-m"])) if cuda else None,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "cpu_threads": torch.get_num_threads(),
-        "dataset": dataset,
-    }

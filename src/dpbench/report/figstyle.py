@@ -1,4 +1,4 @@
-"""One figure style for the pipeline's figures (dpbench.plots) and the claims ledger's
+"""One figure style for the pipeline's figures (dpbench.report.plots) and the claims ledger's
 (dpbench.claims.figures): sizes, colours, panel grids, titles that fit their panel, notes and
 footnotes sized from their drawn text, legends, placeholders and byte-stable PNG output.
 

@@ -1,6 +1,6 @@
 """Regression check between two result sets (e.g. the same benchmark on two PyTorch versions).
 
-    python -m dpbench.compare --results-dir results --baseline A --candidate B \\
+    python -m dpbench.analysis.compare --results-dir results --baseline A --candidate B \\
         [--fail-on-regression] [--fail-on new-warnings,diverged-curves]
 
 writes results/compare/A_vs_B.{md,json}. Every row of the report carries a `severity`:
@@ -21,7 +21,7 @@ A change counts only beyond the noise measured for it:
       otherwise                                                 -> "regression" / "improvement"
   The repeats of one launch do not see the shift between two launches (another day, another
   boot, another neighbour on the node); the noise floor stands for it. With A/A launches
-  (--noise-from, dpbench.noise) that floor is learned instead: the comparison's common shift
+  (--noise-from, dpbench.analysis.noise) that floor is learned instead: the comparison's common shift
   must exceed what launches of the same code showed, or a cell must depart from the other cells
   by more than cells did there; Welch's test is then reported but not needed.
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
@@ -49,10 +49,10 @@ from typing import Any
 
 import numpy as np
 
-from dpbench import noise
 from dpbench import results as R
-from dpbench.errors import error_text
-from dpbench.markdown import md_table
+from dpbench.analysis import noise
+from dpbench.report.markdown import md_table
+from dpbench.results.errors import error_text
 
 GROUP = ["variant", "gpus", "options"]
 PROVENANCE_KEYS = ["torch", "torch_git", "cuda", "cudnn", "nccl", "driver", "gpu_names",
@@ -323,7 +323,7 @@ def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: f
 
 
 def _launch_noise_verdict(row: dict, x: np.ndarray, y: np.ndarray, th: Thresholds, launch: dict) -> str:
-    """The verdict against noise learned from A/A launches (dpbench.noise): a change counts when
+    """The verdict against noise learned from A/A launches (dpbench.analysis.noise): a change counts when
     the whole comparison shifted beyond what launches of the same code do, or when this cell
     departs from the other cells by more than cells did between those launches."""
     change = row["change"]
@@ -974,7 +974,7 @@ def _launch_noise_md(launch: dict) -> list[str]:
     rows = [[t, _signed(v, "%", 100)] for t, v in launch["shifts"].items()]
     return ["", "## Launch noise (A/A)", "",
             f"Learned from {len(launch['launches'])} launches of the same experiment on "
-            f"{launch['cells']} cells that ran in all of them (`dpbench.noise`). A cell's median moves "
+            f"{launch['cells']} cells that ran in all of them (`dpbench.analysis.noise`). A cell's median moves "
             f"around its launch's common shift by sd {_pct2(launch['sigma_cell'])} "
             f"({launch['df_cell']} df); a launch's mean over cells moves by sd "
             f"{_pct2(launch['launch_mean_sd'])} ({launch['df_launch']} df). This comparison's common "
@@ -1034,10 +1034,10 @@ def main(argv: list[str] | None = None) -> int:
             R.write_atomic(md_path, text)
             R.write_json(json_path, report)
     except InputError as exc:
-        print(f"dpbench.compare: error: {exc}", file=sys.stderr)
+        print(f"dpbench.analysis.compare: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # never a traceback, never exit 1: the checker broke, not the code
-        print(f"dpbench.compare: error: cannot compare {args.baseline!r} with {args.candidate!r}: "
+        print(f"dpbench.analysis.compare: error: cannot compare {args.baseline!r} with {args.candidate!r}: "
               f"{error_text(exc)}", file=sys.stderr)
         return 2
     if report["provenance"]["warning"]:

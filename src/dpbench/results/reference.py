@@ -1,6 +1,6 @@
 """Turn a finished result set into a committed reference: small, and from a clean commit.
 
-    python -m dpbench.reference results/<tag> results/reference/<name>
+    python -m dpbench.results.reference results/<tag> results/reference/<name>
 
 A reference is evidence: every run in it must name the commit that made it. A run whose
 provenance says `+dirty` or has no git sha stops the copy (exit 2), naming the runs; rerun them
@@ -19,7 +19,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from . import provenance, results
+from dpbench import results
+from dpbench.host.source import source_digest_at
 
 # A commit, in full or abbreviated as git prints it (7 hex digits or more); no "+dirty".
 CLEAN_SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -48,7 +49,7 @@ def mislabelled_runs(src: Path) -> list[str]:
         if not made or not CLEAN_SHA.match(sha):
             continue
         if sha not in at:
-            at[sha] = provenance.source_digest_at(sha)
+            at[sha] = source_digest_at(sha)
         if at[sha] is not None and at[sha] != made:
             bad.append(f"{rec.get('run_id', '?')} ({sha})")
     return bad

@@ -50,7 +50,7 @@ class TorchvisionMismatch(RuntimeError):
 
 # The first line of an error becomes a failed run's reason, so each message below says what
 # happened, which file, and what to do, before its first line break.
-REBUILD = "python -m dpbench.cifar_pack PACK.npz {root}"
+REBUILD = "python -m dpbench.run.cifar_pack PACK.npz {root}"
 
 
 def _ways_out(folder: Path) -> str:

@@ -1,6 +1,6 @@
 """The resolved configuration of one training run, and the schema that defines its keys.
 
-The experiment schema (experiments/schema.yaml, shipped in the package as dpbench/schema.yaml)
+The experiment schema (experiments/schema.yaml, shipped in the package as dpbench/plan/schema.yaml)
 is the one source of the run options, their allowed values and limits: the pipeline validates
 experiment files against it, and RunConfig.validate checks a run against its `train` definition.
 RunConfig is what one run actually uses, stored whole in the run's metrics.json.
@@ -23,7 +23,7 @@ PLAN_KEYS = ("variant", "gpus", "repeat", "options", "max_cpu_ranks")
 @functools.lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     """The experiment schema, as shipped in the package."""
-    return yaml.safe_load((resources.files("dpbench") / SCHEMA_FILE).read_text())
+    return yaml.safe_load((resources.files("dpbench.plan") / SCHEMA_FILE).read_text())
 
 
 def train_schema() -> dict[str, dict[str, Any]]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, 
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
 
-    from .config import RunConfig
+    from dpbench.plan.config import RunConfig
 
 METRICS = "metrics.json"
 STEPS = "steps.csv"
@@ -443,7 +443,7 @@ def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
 STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
 
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of
-# dpbench.measure.throughput with no steps, and no compile time.
+# dpbench.run.measure.throughput with no steps, and no compile time.
 NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
                  "step_ms_mean": None, "compile_s": None}
 

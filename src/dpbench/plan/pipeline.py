@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from . import results
-from .config import schema
-from .plan import Plan, environment_fingerprint, plan_gpus
+from dpbench import results
+from dpbench.plan.config import schema
+from dpbench.plan.matrix import Plan, environment_fingerprint, plan_gpus
 
 SCHEMA = "experiments/schema.yaml"   # where a user reads the keys (the package ships the same file)
 # The working forms of command-line values, shown when one does not validate.

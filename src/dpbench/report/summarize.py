@@ -1,9 +1,9 @@
 """results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
 and weak scaling, medians over repeats, start-up times (from the run records), skipped and failed
 runs, and warnings, all from the tidy tables and provenance.json. The statistics are
-dpbench.tables', shared with the figures.
+dpbench.analysis.tables', shared with the figures.
 
-    python -m dpbench.summarize --results-dir results --tag TAG
+    python -m dpbench.report.summarize --results-dir results --tag TAG
 """
 from __future__ import annotations
 
@@ -17,10 +17,27 @@ from typing import Any
 import pandas as pd
 
 from dpbench import DP_VARIANTS, results
-from dpbench.markdown import md_table
-from dpbench.tables import (CONFIDENCE, NO_INTERVAL, STRONG, WEAK, Estimate, cell_estimate, cells,
-                            gpus_label, interval_text, label, label_order, level_text, load_table,
-                            ok_runs, range_coverage, ratio_repeats_for, repeats_for, variant_order)
+from dpbench.analysis.tables import (
+    CONFIDENCE,
+    NO_INTERVAL,
+    STRONG,
+    WEAK,
+    Estimate,
+    cell_estimate,
+    cells,
+    gpus_label,
+    interval_text,
+    label,
+    label_order,
+    level_text,
+    load_table,
+    ok_runs,
+    range_coverage,
+    ratio_repeats_for,
+    repeats_for,
+    variant_order,
+)
+from dpbench.report.markdown import md_table
 
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
                    ("driver", "driver"), ("gpu_names", "GPUs"), ("python", "Python"),

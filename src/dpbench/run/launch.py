@@ -1,18 +1,18 @@
 """The command line of one run: where it runs, how it starts, what it cannot do here.
 
-    python -m dpbench.launch --config run.json --out results/<tag>/runs/<run_id>
-    python -m dpbench.launch --config '{"variant": "ddp", "gpus": 2}' --out /tmp/run
+    python -m dpbench.run.launch --config run.json --out results/<tag>/runs/<run_id>
+    python -m dpbench.run.launch --config '{"variant": "ddp", "gpus": 2}' --out /tmp/run
 
-`--config` is a JSON file or inline JSON with `dpbench.config.RunConfig` keys. This module takes
+`--config` is a JSON file or inline JSON with `dpbench.plan.config.RunConfig` keys. This module takes
 the run's GPUs (the pipeline's lease), sends its output to the run's log, records runs that
 cannot run here as skipped, sets the process-wide switches that must precede CUDA
 (deterministic mode), and starts the `ddp` variant's ranks under torchrun (standalone
-rendezvous: a free port, so two runs never collide). The training itself is `dpbench.train`.
+rendezvous: a free port, so two runs never collide). The training itself is `dpbench.run.engine`.
 
 On several nodes, start it under torchrun yourself, on every node (`gpus` = the world size):
 
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m dpbench.launch --config run.json --out /shared/results/run
+        -m dpbench.run.launch --config run.json --out /shared/results/run
 
 Whatever happens, the folder ends with metrics.json (status ok / failed / skipped, and why),
 written last so a half-written run is never mistaken for a finished one.
@@ -29,10 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-from . import gpu_lease, provenance, results
-from .config import RunConfig
-from .runlog import CHECKPOINT, log, mark_launch
-from .skips import skip_reason
+from dpbench import results
+from dpbench.host import gpu_lease
+from dpbench.plan.config import RunConfig
+from dpbench.plan.skips import skip_reason
+from dpbench.run import provenance
+from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 
 CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
 
@@ -63,7 +65,7 @@ def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
 
 
 def torch_is_cuda_build() -> bool:
-    from .plan import torch_version   # torch's version facts, read without importing it
+    from dpbench.plan.matrix import torch_version  # torch's version facts, read without importing it
     return bool(torch_version()["cuda"])
 
 
@@ -91,7 +93,7 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
     """Start `gpus` ranks under torchrun; write a failed record if none was written. `counted`:
     the GPUs counted without torch, which the ranks check (None: torch counted them here)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-           f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.launch",
+           f"--nproc-per-node={cfg.gpus}", "-m", "dpbench.run.launch",
            "--config", json.dumps(cfg.to_dict()), "--out", str(out)]
     env = dict(os.environ)
     env.pop(gpu_lease.LEASED_ENV, None)
@@ -113,7 +115,7 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
         or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
     rec = results.read_metrics(out)
     if rec is None:
-        from .train import Record   # not before: importing torch here costs every DDP run seconds
+        from dpbench.run.engine import Record  # not before: importing torch here costs every DDP run seconds
         fallback = Record(cfg, out)
         fallback.started = started
         fallback.write(results.STATUS_FAILED, reason)
@@ -208,7 +210,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
         die_with_parent()
-        from .train import run_process
+        from dpbench.run.engine import run_process
         return run_process(cfg, out)
     clear_stale(out)
     mark_launch()   # with its GPUs held: what follows is the run's own start-up
@@ -221,7 +223,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         return record_skip(cfg, out, reason, planned, visible)
     if cfg.variant == "ddp":
         return launch_ddp(cfg, out, visible, counted)
-    from .train import run_process
+    from dpbench.run.engine import run_process
     return run_process(cfg, out)
 
 

@@ -1,0 +1,2 @@
+"""Small facts about the host, without torch: NVML's view of the GPUs, the GPU lock files, the
+project's source as git knows it."""
