@@ -51,11 +51,11 @@ def setup_key(cfg: dict) -> str:
 
 
 def planning(rec: dict) -> dict:
-    """How the run was planned and seeded (results.RunRecord reads records written before these
-    keys existed), and its setup."""
-    run = results.RunRecord.from_json(rec)
-    return {"scaling": run.scaling, "per_gpu_batch": run.per_gpu_batch, "seed": run.seed,
-            "deterministic": run.deterministic, "setup": setup_key(run.config) if run.config else ""}
+    """How the run was planned and seeded (the reader's upgrade() fills these in older
+    records), and its setup."""
+    cfg = rec.get("config") or {}
+    return {"scaling": rec["scaling"], "per_gpu_batch": rec["per_gpu_batch"], "seed": rec["seed"],
+            "deterministic": rec["deterministic"], "setup": setup_key(cfg) if cfg else ""}
 
 
 def summary_row(rec: dict) -> dict:
@@ -134,7 +134,7 @@ def cell_rows(summary: list[dict]) -> list[dict]:
 
     from dpbench.analysis import tables as T
     frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
-    return T.cell_rows(T.cells(T.with_run_defaults(T.typed(frame))))
+    return T.cell_rows(T.cells(T.with_run_defaults(results.SCHEMAS["summary"].typed(frame))))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:
@@ -202,10 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.tag:
         p.error("--tag is required with --results-dir")
-    collect(args.results_dir, args.tag, args.runs or None)
-    if args.print:
-        print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
-                      else find_runs(results.runs_dir(args.results_dir, args.tag)))
+    try:
+        collect(args.results_dir, args.tag, args.runs or None)
+        if args.print:
+            print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
+                          else find_runs(results.runs_dir(args.results_dir, args.tag)))
+    except results.RecordFormatError as exc:   # a newer dpbench's record: no damage, no crash
+        p.exit(2, f"collect: {exc}\n")
     return 0
 
 

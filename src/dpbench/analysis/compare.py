@@ -163,40 +163,13 @@ COLUMNS = {
     "warnings": (["run_id", *GROUP, "category", "message"], ["gpus", "count"]),
     "steps": (["run_id", *GROUP, "repeat", "epoch", "step"], ["gpus", "repeat", "epoch", "step", "loss_global"]),
 }
-NUMBER_WORDS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
-
 
 def _read_table(root: Path | str, tag: str, name: str):
-    import pandas as pd
-
-    path = R.table_path(root, tag, name)
-    try:
-        df = R.read_table(root, tag, name)
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{path} is empty (not even a header line)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{path} is not a readable CSV table ({_first_line(exc)})") from None
     text, numeric = COLUMNS[name]
-    missing = [c for c in dict.fromkeys(text + numeric) if c not in df.columns]
-    if missing:
-        raise InputError(f"{path} has no column {missing[0]!r}"
-                         + (f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
-    for col in numeric:
-        if pd.api.types.is_numeric_dtype(df[col]):
-            continue
-        values = pd.to_numeric(df[col], errors="coerce")
-        raw = df[col].astype(str).str.strip()
-        bad = values.isna() & df[col].notna() & ~raw.str.lower().isin(NUMBER_WORDS | {""})
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"{path}: column {col!r} holds a non-numeric value {raw.iloc[i]!r} "
-                             f"(line {i + 2})")
-        df[col] = values
-    for col in ("gpus", "repeat", "epoch", "step", "device"):
-        if col in numeric and df[col].isna().any():
-            i = int(np.flatnonzero(df[col].isna().to_numpy())[0])
-            raise InputError(f"{path}: column {col!r} is empty at line {i + 2}")
-    return df
+    try:
+        return R.read_table(root, tag, name, require=text + numeric)
+    except R.TableError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -219,20 +219,6 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(keys, key=_sort_key, kind="stable").reset_index(drop=True)
 
 
-def typed(df: pd.DataFrame) -> pd.DataFrame:
-    """results.TEXT_COLUMNS as str ('' for empty), deterministic as bool, the rest numeric:
-    read_table types only the text columns, and a table with no rows reads back untyped."""
-    df = df.copy()
-    for col in df.columns:
-        if col in results.TEXT_COLUMNS:
-            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
-        elif col == "deterministic":
-            df[col] = df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
-        else:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    return df
-
-
 def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
     """Fills what tables written before strong/weak scaling lack, by results.RunRecord's rules
     for records without those fields: such runs are strong, their per-GPU batch is global/gpus,
@@ -261,7 +247,7 @@ def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
 
 def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
     """A tidy table, typed and sorted; the summary with the defaults of with_run_defaults."""
-    df = typed(results.read_table(results_dir, tag, name))
+    df = results.SCHEMAS[name].typed(results.read_table(results_dir, tag, name))
     if name == "summary":
         df = with_run_defaults(df)
     return sort(df)
