@@ -182,4 +182,4 @@ rule compare:
     conda:
         ENVFILE
     shell:
-        "set -o pipefail; {params.py} -m dpbench.analysis.compare {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log}"

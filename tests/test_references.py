@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from fakes import empty_panels, is_placeholder, notes_over_data, outside_points, overlapping_texts
 
-from dpbench import results
-from dpbench.analysis import collect, compare
+from dpbench import compare_cli, results
+from dpbench.analysis import collect
 from dpbench.report import plots, summarize
 from dpbench.report.figstyle import save, style
 from dpbench.results import reference
@@ -129,7 +129,7 @@ def test_comparison_reports_reproduce(tmp_path, stem):
     argv += ["--noise-from", ",".join(launches)] if launches else []
     argv += ["--fail-on", ",".join(report["fail_on"])] if report["fail_on"] else []
     argv += [a for k, v in report["thresholds"].items() for a in (f"--{k.replace('_', '-')}", repr(v))]
-    assert compare.main(argv) in (0, 1)
+    assert compare_cli.main(argv) in (0, 1)
     made_md, made_js = results.compare_paths(tmp_path, report["baseline"], report["candidate"])
     a, b = js.read_bytes(), made_js.read_bytes()
     assert a == b, first_difference(a, b, js.name)

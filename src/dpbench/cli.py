@@ -28,7 +28,7 @@ COMMANDS = {
     "summary": ("dpbench.report.summarize", "summary.md of one result set"),
     "claims": ("dpbench.claims.ledger", "the claims ledger (claims.md, claims.json)"),
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
-    "compare": ("dpbench.analysis.compare", "the regression check of two result sets"),
+    "compare": ("dpbench.compare_cli", "the regression check of two result sets"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
 }
 
