@@ -120,7 +120,7 @@ def test_a_record_from_a_newer_format_is_a_clear_error_naming_the_file(tmp_path,
     with pytest.raises(results.RecordFormatError):
         rs.metrics("ddp-g2-r0")
     with pytest.raises(compare.InputError, match="newer than this dpbench"):
-        compare._records(tmp_path, "t")
+        compare.loading._records(tmp_path, "t")
     with pytest.raises(SystemExit) as stop:
         collect.main(["--results-dir", str(tmp_path), "--tag", "t"])
     assert stop.value.code == 2 and "metrics.json" in capsys.readouterr().err
