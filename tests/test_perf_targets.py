@@ -451,3 +451,14 @@ def test_an_unmeasured_cell_reads_its_reason_without_the_detail_and_recipes_name
               "train_size": None, "ips_est": None} for fused, ips in ((True, 55146.0), (False, 45526.0))]
     recipes = [r["recipe"] for r in perf_targets.fastest_rows(cells)]
     assert len(set(recipes)) == 2 and "fused SGD" in recipes[0] and "fused SGD" not in recipes[1]
+
+
+def test_the_perf_experiment_alone_makes_its_targets_as_pipeline_targets():
+    """Snakemake's perf_targets rule writes what perf.sh copies out; no other experiment has it."""
+    plan = _plan("perf", 2)
+    files = pipeline.perf_target_files(plan)
+    assert set(files) == {"md", "json", "figure", "sweep_figure"}
+    assert set(files.values()) <= set(pipeline.final_targets(plan))
+    assert [Path(f).name for f in files.values()] == ["targets.md", "targets.json", "recipe_steps.png",
+                                                     "bucket_sweep.png"]
+    assert pipeline.perf_target_files(_plan(experiment_time.DEFAULT_EXPERIMENT, 2)) == {}

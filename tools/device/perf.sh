@@ -33,6 +33,8 @@ if [ "${BENCH_LIMIT:-60}" -gt 0 ]; then
   echo "step benchmarks: $(( $(date +%s) - start )) s"
   grep -E "^test_one|passed|failed|skipped|error" "$out/benchmarks.log" | cut -c1-110 | tail -n 16
 fi
+# Snakemake's perf_targets rule wrote them already when it finished; again here for a stopped
+# call's runs, and with DEFAULT_SET's whole-experiment time
 "$py" -m dpbench.cli perf-targets "results/$tag" ${DEFAULT_SET:+--default-experiment "$DEFAULT_SET"} \
   --md "results/$tag/targets.md" --json "results/$tag/targets.json" \
   --figure "results/$tag/figures/recipe_steps.png" --sweep-figure "results/$tag/figures/bucket_sweep.png"
