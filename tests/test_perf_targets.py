@@ -250,8 +250,9 @@ def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments
     overlay = yaml.safe_load((ROOT / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
     assert overlay and all(g == perf[g["name"]] for g in overlay)
     train = perf_targets.experiment_train()
-    cells = [{"settings": {**train, **g.get("options", {}), "variant": v,
-                           "gpus": (g.get("gpus") or [1])[0]}} for g in overlay for v in g["variants"]]
+    cells = [perf_targets.Cell(g["name"], {**train, **g.get("options", {}), "variant": v,
+                                           "gpus": (g.get("gpus") or [1])[0]})
+             for g in overlay for v in g["variants"]]
     ddp_targets = [t for t in perf_targets.TARGETS if t[0].startswith("ddp")]
     for name, _, numerator, baseline, *_ in ddp_targets:
         assert any(perf_targets.matches(c, numerator) for c in cells), name
@@ -445,10 +446,11 @@ def test_the_wall_time_line_of_every_device_script_is_read():
 def test_an_unmeasured_cell_reads_its_reason_without_the_detail_and_recipes_name_fused_sgd():
     reason = ("needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset; "
               "the plan was made for 1 GPU(s))")   # launch's reason, with a nested parenthesis
-    assert perf_targets.why_unmeasured({"status": ["skipped"], "reasons": [reason]}) == "skipped: needs 2 GPUs, 1 visible"
+    skipped = perf_targets.Cell("ddp-g2", {}, status=["skipped"], reasons=[reason])
+    assert perf_targets.why_unmeasured(skipped) == "skipped: needs 2 GPUs, 1 visible"
     base = {"variant": "single", "precision": "bf16", "channels_last": True, "global_batch": 512, "feed": "gpu"}
-    cells = [{"settings": {**base, "fused_sgd": fused}, "images_per_s": ips, "compile_s": None,
-              "train_size": None, "ips_est": None} for fused, ips in ((True, 55146.0), (False, 45526.0))]
+    cells = [perf_targets.Cell(f"single-{fused}", {**base, "fused_sgd": fused}, ips=[ips], images_per_s=ips)
+             for fused, ips in ((True, 55146.0), (False, 45526.0))]
     recipes = [r["recipe"] for r in perf_targets.fastest_rows(cells)]
     assert len(set(recipes)) == 2 and "fused SGD" in recipes[0] and "fused SGD" not in recipes[1]
 

@@ -8,13 +8,16 @@ A cell is found by its run's settings (its metrics.json config; without one, the
 experiment's `train` block as the plan resolves it and the run's options); a cell of several
 repeats counts with its median and the interval dpbench.analysis.tables gives it. An epoch is
 the training split the runs' records name. A target whose cell (or baseline) has no
-measurement reads "not measured (<why>)", never a verdict.
+measurement reads "not measured (<why>)", never a verdict. The rows carry short labels (a
+cell's knobs, why it was not measured, a verdict) since targets.json holds them; the prose
+and the figures are dpbench.report.perf_targets'.
 """
 from __future__ import annotations
 
 import math
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpbench import results
@@ -132,58 +135,71 @@ def _cell_key(row: dict) -> tuple:
                  for k in tables.CELL_KEYS)
 
 
-def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> list[dict]:
-    """One entry per cell (run id without its repeat): its settings, its runs' statuses and
-    reasons, and from its ok runs images/s (median and interval), the median p50 step time,
-    the training split's size, the compile time, the torch versions, and the efficiency
-    against gpus x single of the same setup at the per-GPU batch (dpbench.analysis.tables.cells).
-    `pytorch_bucket` says DDP's default bucket size, asked only where a DDP run left it unset."""
+@dataclass
+class Cell:
+    """One cell (a run id without its repeat): its settings, its runs' statuses and the reasons
+    of those not ok, and what its ok runs measured."""
+    cell: str
+    settings: dict
+    status: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    ips: list[float] = field(default_factory=list)   # images/s, one per ok run
+    images_per_s: float | None = None                 # their median (None: no ok run)
+    ips_est: tables.Estimate = tables.NONE            # the median with its interval
+    p50_ms: float | None = None                       # the median of the runs' p50 step times
+    train_size: int | None = None                     # None where repeats name different splits
+    compile_s: float | None = None
+    torch: tuple[str, ...] = ()                       # the torch versions the ok runs used
+    efficiency: tables.Estimate = tables.NONE         # against gpus x single (tables.cells)
+    efficiency_reference: str = ""
+    pytorch_bucket: tuple[float | None, str] = (None, "")   # DDP's default, where the runs left it unset
+
+
+def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> list[Cell]:
+    """The result set's cells, in the summary's order. `pytorch_bucket` says DDP's default
+    bucket size, asked only where a DDP run left it unset."""
     rs = results.ResultSet.at(folder)
     summary = tables.load_table(rs.root, rs.tag, "summary")
     estimated = {_cell_key(c): c for c in tables.cells(summary).to_dict("records")}
     train = experiment_train()
-    cells: dict[str, dict] = {}
+    groups: dict[str, list[tuple[dict, results.RunRecord | None]]] = {}
     for row in summary.to_dict("records"):
         parts = results.parse_run_id(row["run_id"])
-        rec = read_record(rs, row["run_id"])
-        cell = cells.setdefault(parts.cell if parts else row["run_id"], {
-            "cell": parts.cell if parts else row["run_id"], "ips": [], "p50": [], "status": [],
-            "reasons": [], "sizes": set(), "compiles": [], "torch": set(),
-            "settings": settings(row, rec, train),
-            "tables": estimated.get(_cell_key(row))})
-        cell["status"].append(row["status"])
-        ips = _num(row["images_per_s"])
-        if row["status"] == results.STATUS_OK and ips:
-            cell["ips"].append(ips)
-            cell["p50"].append(_num(row["step_ms_p50"]))
-            raw = rec.raw if rec is not None else {}
-            prov, throughput = raw.get("provenance") or {}, raw.get("throughput") or {}
-            if _num((prov.get("dataset") or {}).get("train_size")):
-                cell["sizes"].add(int(prov["dataset"]["train_size"]))
-            if _num(throughput.get("compile_s")) is not None:
-                cell["compiles"].append(float(throughput["compile_s"]))
-            if prov.get("torch"):
-                cell["torch"].add(str(prov["torch"]))
-        elif row.get("reason"):
-            cell["reasons"].append(row["reason"])
-    for cell in cells.values():
-        est = tables.median_ci(cell["ips"])
-        cell["ips_est"] = est
-        cell["images_per_s"] = est.value if cell["ips"] else None
-        p50 = [p for p in cell["p50"] if p]
-        cell["p50_ms"] = statistics.median(p50) if p50 else None
-        # repeats that name different training splits have no one epoch
-        cell["train_size"] = next(iter(cell["sizes"])) if len(cell["sizes"]) == 1 else None
-        cell["compile_s"] = statistics.median(cell["compiles"]) if cell["compiles"] else None
-        row = cell.pop("tables")
-        cell["efficiency"] = tables.cell_estimate(row, "efficiency_weak") if row else tables.NONE
-        cell["efficiency_reference"] = row["weak_reference"] if row else ""
-    unset = [c for c in cells.values() if c["settings"].get("variant") == "ddp"
-             and c["settings"].get("bucket_cap_mb") is None]
+        groups.setdefault(parts.cell if parts else row["run_id"], []).append((row, read_record(rs, row["run_id"])))
+    cells = [_cell(name, runs, train, estimated.get(_cell_key(runs[0][0]))) for name, runs in groups.items()]
+    unset = [c for c in cells if c.settings.get("variant") == "ddp" and c.settings.get("bucket_cap_mb") is None]
     default = _bucket_default(pytorch_bucket) if unset else (None, "")
     for cell in unset:
-        cell["pytorch_bucket"] = default
-    return list(cells.values())
+        cell.pytorch_bucket = default
+    return cells
+
+
+def _ok(row: dict) -> bool:
+    return row["status"] == results.STATUS_OK and bool(_num(row["images_per_s"]))
+
+
+def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], train: dict,
+          table_row: dict | None) -> Cell:
+    """A cell from its runs' summary rows and records (its settings are its first run's) and its
+    row of tables.cells (its efficiency)."""
+    ok = [(row, rec.raw if rec is not None else {}) for row, rec in runs if _ok(row)]
+    provs = [raw.get("provenance") or {} for _, raw in ok]
+    sizes = {int(p["dataset"]["train_size"]) for p in provs if _num((p.get("dataset") or {}).get("train_size"))}
+    compiles = [float(t["compile_s"]) for t in ((raw.get("throughput") or {}) for _, raw in ok)
+                if _num(t.get("compile_s")) is not None]
+    p50 = [p for p in (_num(row["step_ms_p50"]) for row, _ in ok) if p]
+    ips = [_num(row["images_per_s"]) for row, _ in ok]
+    est = tables.median_ci(ips)
+    return Cell(
+        cell=name, settings=settings(*runs[0], train), status=[row["status"] for row, _ in runs],
+        reasons=[row["reason"] for row, _ in runs if not _ok(row) and row.get("reason")],
+        ips=ips, images_per_s=est.value if ips else None, ips_est=est,
+        p50_ms=statistics.median(p50) if p50 else None,
+        train_size=next(iter(sizes)) if len(sizes) == 1 else None,
+        compile_s=statistics.median(compiles) if compiles else None,
+        torch=tuple(sorted({str(p["torch"]) for p in provs if p.get("torch")})),
+        efficiency=tables.cell_estimate(table_row, "efficiency_weak") if table_row else tables.NONE,
+        efficiency_reference=table_row["weak_reference"] if table_row else "")
 
 
 def _bucket_default(pytorch_bucket: BucketDefault | None) -> tuple[float | None, str]:
@@ -195,29 +211,31 @@ def _bucket_default(pytorch_bucket: BucketDefault | None) -> tuple[float | None,
         return None, f"torch does not import here ({exc})"
 
 
-def matches(cell: dict, selector: dict) -> bool:
-    s = cell["settings"]
+def matches(cell: Cell, selector: dict) -> bool:
+    s = cell.settings
     return all(s.get(k) == v for k, v in selector.items())
 
 
-def epoch_estimate(cell: dict) -> tables.Estimate:
+def epoch_estimate(cell: Cell) -> tables.Estimate:
     """The epoch's time, the training split over images/s (the interval's ends swap over)."""
-    size, ips = cell["train_size"], cell["ips_est"]
-    if not size or cell["images_per_s"] is None:
+    size, ips = cell.train_size, cell.ips_est
+    if not size or cell.images_per_s is None:
         return tables.NONE
     return tables.Estimate(size / ips.value, size / ips.high, size / ips.low, ips.level)
 
 
-def effective_bucket(cell: dict) -> tuple[float | None, str]:
+# -- DDP's knobs: the bucket size in effect, and the labels a row carries --------------------------
+
+def effective_bucket(cell: Cell) -> tuple[float | None, str]:
     """(MB, note): the run's bucket_cap_mb, or PyTorch's default (the note says so, and which
     torch said it where the runs used another); MB is None when neither is known."""
-    mb = cell["settings"].get("bucket_cap_mb")
+    mb = cell.settings.get("bucket_cap_mb")
     if mb is not None:
         return float(mb), ""
-    default, here = cell["pytorch_bucket"]
+    default, here = cell.pytorch_bucket
     if default is None:
         return None, f"PyTorch's default, unknown: {here}"
-    ran = sorted(cell["torch"])
+    ran = sorted(cell.torch)
     note = "PyTorch's default" + (f" in torch {here}; the runs used {', '.join(ran)}" if ran and ran != [here] else "")
     return default, note
 
@@ -230,42 +248,42 @@ def knobs_words(settings: dict) -> str:
     return words + (", no buffer sync" if settings.get("broadcast_buffers") is False else "")
 
 
-def bucket_words(cell: dict) -> str:
+def bucket_words(cell: Cell) -> str:
     mb, note = effective_bucket(cell)
     return (f"bucket {mb:g} MB" if mb is not None else "bucket size unknown") + (f" ({note})" if note else "")
 
 
-def knobs_label(cell: dict) -> str:
+def knobs_label(cell: Cell) -> str:
     """'bucket 25 MB, views + static graph' for a DDP cell; '' for the others."""
-    if cell["settings"].get("variant") != "ddp":
+    if cell.settings.get("variant") != "ddp":
         return ""
-    return f"{bucket_words(cell)}, {knobs_words(cell['settings'])}"
+    return f"{bucket_words(cell)}, {knobs_words(cell.settings)}"
 
 
 def layout_words(settings: dict) -> str:
     return f"{settings['precision']}{' + channels_last' if settings.get('channels_last') else ''}"
 
 
-# -- the tables -------------------------------------------------------------------------------------
+# -- the targets ------------------------------------------------------------------------------------
 
-def why_unmeasured(cell: dict) -> str:
+def why_unmeasured(cell: Cell) -> str:
     """'skipped: needs 2 GPUs, 1 visible': the cell's status and first reason, without the
     reason's trailing detail in parentheses."""
-    status = "/".join(sorted(set(cell["status"]) - {"ok"})) or "no images/s recorded"
+    status = "/".join(sorted(set(cell.status) - {"ok"})) or "no images/s recorded"
     # the detail is the first " (" on: it may nest parentheses of its own ("for 1 GPU(s))")
-    reason = cell["reasons"][0].split(" (", 1)[0].strip() if cell["reasons"] else ""
+    reason = cell.reasons[0].split(" (", 1)[0].strip() if cell.reasons else ""
     if len(reason) > 80:
         reason = reason[:77].rstrip() + "..."
     return f"{status}: {reason}" if reason else status
 
 
-def repeats_note(cell: dict) -> str:
+def repeats_note(cell: Cell) -> str:
     """' (1 of 2 repeats)' when some repeats of a measured cell did not finish ok."""
-    n = len(cell["status"])
-    return f" ({len(cell['ips'])} of {n} repeats)" if len(cell["ips"]) < n else ""
+    n = len(cell.status)
+    return f" ({len(cell.ips)} of {n} repeats)" if len(cell.ips) < n else ""
 
 
-def target_rows(cells: list[dict]) -> list[dict]:
+def target_rows(cells: list[Cell]) -> list[dict]:
     """One row per target and numerator cell. `outcome` is pass, FAIL or not measured; `verdict`
     says it in words (why a cell was not measured, how many repeats counted, or that the goal
     lies inside the measurement's interval)."""
@@ -284,22 +302,22 @@ def target_rows(cells: list[dict]) -> list[dict]:
             rows.append({**base, "outcome": NOT_MEASURED, "verdict": f"{NOT_MEASURED} ({why})"})
             continue
         den_cell = dens[0] if dens else None
-        den = den_cell["images_per_s"] if den_cell else None
-        for c in sorted(nums, key=lambda c: -(c["images_per_s"] or 0)):
-            row = {**base, "setting": knobs_label(c), "images_per_s": c["images_per_s"],
-                   "baseline_images_per_s": den, "cell": c["cell"]}
-            why = (why_unmeasured(c) if c["images_per_s"] is None else
+        den = den_cell.images_per_s if den_cell else None
+        for c in sorted(nums, key=lambda c: -(c.images_per_s or 0)):
+            row = {**base, "setting": knobs_label(c), "images_per_s": c.images_per_s,
+                   "baseline_images_per_s": den, "cell": c.cell}
+            why = (why_unmeasured(c) if c.images_per_s is None else
                    f"baseline {why_unmeasured(den_cell)}" if den_cell is not None and den is None else
-                   "its records name no training split" if kind == "epoch" and not c["train_size"] else None)
+                   "its records name no training split" if kind == "epoch" and not c.train_size else None)
             if why:
                 rows.append({**row, "outcome": NOT_MEASURED, "verdict": f"{NOT_MEASURED} ({why})"})
                 continue
             if kind == "epoch":
-                est, n = epoch_estimate(c), len(c["ips"])
+                est, n = epoch_estimate(c), len(c.ips)
                 outcome = "pass" if est.value <= target else "FAIL"
             else:
-                est = tables.ratio_ci(c["ips"], den_cell["ips"], factor)
-                n = min(len(c["ips"]), len(den_cell["ips"]))
+                est = tables.ratio_ci(c.ips, den_cell.ips, factor)
+                n = min(len(c.ips), len(den_cell.ips))
                 outcome = "pass" if est.value >= target else "FAIL"
             inside = (_num(est.low) is not None) and min(est.low, est.high) < target < max(est.low, est.high)
             verdict = (outcome + repeats_note(c)
@@ -313,39 +331,39 @@ def target_rows(cells: list[dict]) -> list[dict]:
 
 # -- the DDP cells, the single-GPU recipes, the agreement of images/s and p50 -----------------------
 
-def sweep_rows(cells: list[dict]) -> list[dict]:
+def sweep_rows(cells: list[Cell]) -> list[dict]:
     """Every measured ddp cell, by GPUs, layout and scaling: its bucket size in effect, the other
     knobs, compile mode and time, images/s, and its efficiency against gpus x single of the same
     setup at the per-GPU batch (dpbench.analysis.tables; None where no such single run was measured)."""
     out = []
     for c in cells:
-        s = c["settings"]
-        if s.get("variant") != "ddp" or c["images_per_s"] is None:
+        s = c.settings
+        if s.get("variant") != "ddp" or c.images_per_s is None:
             continue
         mb, note = effective_bucket(c)
-        ips, eff = c["ips_est"], c["efficiency"]
-        out.append({"cell": c["cell"], "gpus": s["gpus"], "layout": layout_words(s),
+        ips, eff = c.ips_est, c.efficiency
+        out.append({"cell": c.cell, "gpus": s["gpus"], "layout": layout_words(s),
                     "scaling": "weak" if s.get("per_gpu_batch") else "strong",
                     "global_batch": s["global_batch"], "per_gpu_batch": s["global_batch"] // s["gpus"],
                     "bucket_mb": mb, "bucket_note": note, "knobs": knobs_words(s), "setting": knobs_label(c),
-                    "compile": s.get("compile", "none"), "compile_s": c["compile_s"],
+                    "compile": s.get("compile", "none"), "compile_s": c.compile_s,
                     "images_per_s": ips.value, "images_per_s_low": _num(ips.low),
                     "images_per_s_high": _num(ips.high),
-                    "epoch_s": c["train_size"] / ips.value if c["train_size"] else None,
+                    "epoch_s": c.train_size / ips.value if c.train_size else None,
                     "efficiency": _num(eff.value), "efficiency_low": _num(eff.low),
                     "efficiency_high": _num(eff.high),
-                    "efficiency_interval": tables.interval_text(eff, "{:.3f}", len(c["ips"]))
-                    if (_num(eff.value) is not None) else "", "reference": c["efficiency_reference"]})
+                    "efficiency_interval": tables.interval_text(eff, "{:.3f}", len(c.ips))
+                    if (_num(eff.value) is not None) else "", "reference": c.efficiency_reference})
     return sorted(out, key=lambda r: (r["gpus"], r["layout"], r["scaling"], r["compile"], r["knobs"],
                                       r["bucket_mb"] or 0))
 
 
-def fastest_rows(cells: list[dict]) -> list[dict]:
+def fastest_rows(cells: list[Cell]) -> list[dict]:
     """Every single-GPU cell, fastest first: epoch time, compile time and what it turned on."""
     out = []
     for c in cells:
-        s = c["settings"]
-        if s.get("variant") != "single" or c["images_per_s"] is None:
+        s = c.settings
+        if s.get("variant") != "single" or c.images_per_s is None:
             continue
         recipe = [s["precision"], "channels_last" if s.get("channels_last") else "contiguous",
                   f"batch {s['global_batch']}", f"feed {s['feed']}"]
@@ -355,24 +373,24 @@ def fastest_rows(cells: list[dict]) -> list[dict]:
             recipe.append("fused SGD")
         if s.get("compile", "none") != "none":
             recipe.append(f"compile {s['compile']}")
-        out.append({"recipe": ", ".join(recipe), "images_per_s": c["images_per_s"],
-                    "epoch_s": _num(epoch_estimate(c).value), "compile_s": c["compile_s"]})
+        out.append({"recipe": ", ".join(recipe), "images_per_s": c.images_per_s,
+                    "epoch_s": _num(epoch_estimate(c).value), "compile_s": c.compile_s})
     return sorted(out, key=lambda r: -r["images_per_s"])
 
 
-def agreement_rows(cells: list[dict]) -> list[dict]:
+def agreement_rows(cells: list[Cell]) -> list[dict]:
     """images/s against global batch / p50: equal when every timed step takes the median time."""
     out = []
     for c in cells:
-        if c["images_per_s"] is None or not c["p50_ms"]:
+        if c.images_per_s is None or not c.p50_ms:
             continue
-        from_p50 = c["settings"]["global_batch"] / (c["p50_ms"] / 1e3)
-        out.append({"cell": c["cell"], "images_per_s": c["images_per_s"], "from_p50": from_p50,
-                    "gap": c["images_per_s"] / from_p50 - 1})
+        from_p50 = c.settings["global_batch"] / (c.p50_ms / 1e3)
+        out.append({"cell": c.cell, "images_per_s": c.images_per_s, "from_p50": from_p50,
+                    "gap": c.images_per_s / from_p50 - 1})
     return sorted(out, key=lambda r: -abs(r["gap"]))
 
 
-# -- the recipe figure ---------------------------------------------------------------------------
+# -- the recipe ladder (recipe_steps.png draws it) ------------------------------------------------
 
 # The fast single-GPU recipe, one step at a time (label, selector); the compile steps follow.
 RECIPE = [
@@ -388,19 +406,19 @@ CEILINGS = {"+ channels_last": ("ceiling: one fixed batch (fp32)", single(FP32_C
 COMPILE_MODES = ("default", "max-autotune", "reduce-overhead")
 
 
-def _one(cells: list[dict], selector: dict) -> dict | None:
+def _one(cells: list[Cell], selector: dict) -> Cell | None:
     found = [c for c in cells if matches(c, selector)]
     return found[0] if len(found) == 1 else None
 
 
-def recipe_rows(cells: list[dict]) -> list[dict]:
+def recipe_rows(cells: list[Cell]) -> list[dict]:
     """The recipe ladder top to bottom: kind "step" (a step of the recipe) or "ceiling" (the
     fixed-batch run of the step above). A step's gain is over the measured step it builds on:
     the one before it, except a compiled run without cudnn.benchmark, which builds on
     bf16 + channels_last. Steps without a cell in the result set are left out; steps whose
     cell was not measured stay, with `why`."""
     steps = list(RECIPE)
-    for mode in sorted({c["settings"].get("compile") for c in cells} - {None, "none"},
+    for mode in sorted({c.settings.get("compile") for c in cells} - {None, "none"},
                        key=lambda m: (COMPILE_MODES.index(m) if m in COMPILE_MODES else 99, m)):
         name = "" if mode == "default" else f" {mode}"
         tuned = single(BF16_CL, 512, cudnn_benchmark=True, compile=mode)
@@ -413,12 +431,12 @@ def recipe_rows(cells: list[dict]) -> list[dict]:
         cell = _one(cells, selector)
         if cell is None:
             continue
-        ips = cell["images_per_s"]
+        ips = cell.images_per_s
         over = "bf16 + channels_last" if "cudnn.benchmark off" in label else None
         if over not in measured:
             over = next(reversed(measured), None)
-        row = {"kind": "step", "label": label, "cell": cell["cell"], "images_per_s": ips,
-               "epoch_s": _num(epoch_estimate(cell).value), "compile_s": cell["compile_s"], "over": over,
+        row = {"kind": "step", "label": label, "cell": cell.cell, "images_per_s": ips,
+               "epoch_s": _num(epoch_estimate(cell).value), "compile_s": cell.compile_s, "over": over,
                "gain": ips / measured[over] - 1 if ips and over else None,
                "why": None if ips else why_unmeasured(cell)}
         rows.append(row)
@@ -427,10 +445,10 @@ def recipe_rows(cells: list[dict]) -> list[dict]:
         if label in CEILINGS:
             ceiling_label, ceiling_sel = CEILINGS[label]
             ceiling = _one(cells, ceiling_sel)
-            if ceiling is not None and ceiling["images_per_s"]:
-                cips = ceiling["images_per_s"]
-                rows.append({"kind": "ceiling", "label": ceiling_label, "cell": ceiling["cell"],
+            if ceiling is not None and ceiling.images_per_s:
+                cips = ceiling.images_per_s
+                rows.append({"kind": "ceiling", "label": ceiling_label, "cell": ceiling.cell,
                              "images_per_s": cips, "epoch_s": _num(epoch_estimate(ceiling).value),
-                             "compile_s": ceiling["compile_s"], "over": label,
+                             "compile_s": ceiling.compile_s, "over": label,
                              "reached": ips / cips if ips else None, "why": None})
     return rows

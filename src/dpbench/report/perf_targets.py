@@ -20,7 +20,7 @@ from pathlib import Path
 from dpbench import results
 from dpbench.analysis import tables
 from dpbench.analysis.experiment_time import default_experiment_row
-from dpbench.analysis.perf_targets import (NOT_MEASURED, BucketDefault, agreement_rows, fastest_rows,
+from dpbench.analysis.perf_targets import (NOT_MEASURED, BucketDefault, Cell, agreement_rows, fastest_rows,
                                            load_cells, recipe_rows, sweep_rows, target_rows,
                                            why_unmeasured)
 from dpbench.host.source import PROJECT
@@ -37,9 +37,11 @@ def find_result_set(given: str | None) -> Path:
     return found[-1].parent
 
 
-def epoch_words(cells: list[dict]) -> str:
+# -- targets.md -------------------------------------------------------------------------------------
+
+def epoch_words(cells: list[Cell]) -> str:
     """'epoch = 50,000 images', or what the cells' training splits are when they differ."""
-    sizes = sorted({c["train_size"] for c in cells if c["train_size"]})
+    sizes = sorted({c.train_size for c in cells if c.train_size})
     if len(sizes) == 1:
         return f"epoch = {sizes[0]:,} images"
     return "epoch = each run's training split" if sizes else "no run names its training split"
@@ -59,7 +61,7 @@ GOAL = {"epoch": "<= {:g} s", "ratio": ">= {:g}", "wall": "<= {:g} min"}
 MEASURED = {"epoch": ".2f", "ratio": ".3f", "wall": ".1f"}
 
 
-def markdown(folder: Path, cells: list[dict], targets: list[dict]) -> str:
+def markdown(folder: Path, cells: list[Cell], targets: list[dict]) -> str:
     lines = [f"# Performance targets: {folder.name}", "", f"Targets: {outcome_counts(targets)}.", "",
              "| target | goal | DDP knobs | measured | interval | images/s | baseline images/s | verdict |",
              "|---|---|---|---|---|---|---|---|"]
@@ -94,17 +96,17 @@ def markdown(folder: Path, cells: list[dict], targets: list[dict]) -> str:
         lines += ["", f"images/s against batch / p50 step time: worst gap {worst['gap']:+.1%} "
                       f"({worst['cell']}: {worst['images_per_s']:,.0f} vs {worst['from_p50']:,.0f}); "
                       f"{sum(abs(r['gap']) > 0.03 for r in agree)} of {len(agree)} cells beyond 3%"]
-    skipped = [c for c in cells if c["images_per_s"] is None]
+    skipped = [c for c in cells if c.images_per_s is None]
     if skipped:
         lines += ["", "Cells without a measurement:"]
-        lines += [f"- {c['cell']}: {', '.join(sorted(set(c['status'])))}"
-                  f"{': ' + c['reasons'][0][:160] if c['reasons'] else ''}" for c in skipped]
+        lines += [f"- {c.cell}: {', '.join(sorted(set(c.status)))}"
+                  f"{': ' + c.reasons[0][:160] if c.reasons else ''}" for c in skipped]
     return "\n".join(lines) + "\n"
 
 
-def ddp_unmeasured_words(cells: list[dict]) -> str:
+def ddp_unmeasured_words(cells: list[Cell]) -> str:
     """' (10 cells skipped: needs 2 GPUs, 1 visible)': why the DDP cells have no measurement."""
-    ddp = [c for c in cells if c["settings"].get("variant") == "ddp" and c["images_per_s"] is None]
+    ddp = [c for c in cells if c.settings.get("variant") == "ddp" and c.images_per_s is None]
     if not ddp:
         return ""
     whys = sorted({why_unmeasured(c) for c in ddp})
@@ -123,6 +125,7 @@ def machine_words(folder: Path) -> str:
     return words or folder.name
 
 
+# -- the recipe figure ---------------------------------------------------------------------------
 
 def _speed_words(images_per_s: float, epoch_s: float | None) -> str:
     return f"{images_per_s:,.0f} img/s" + (f" · {epoch_s:.2f} s/epoch" if epoch_s is not None else "")
@@ -166,7 +169,7 @@ def _bars(ax, rows: list[dict], labels: list[str], words: list[str], colors: lis
     return max(value / max(0.2, 1 - 0.02 - CHAR_FRACTION * len(w)) for value, w in zip(values + [top], words + [""]))
 
 
-def recipe_figure(folder: Path, cells: list[dict]):
+def recipe_figure(folder: Path, cells: list[Cell]):
     """Horizontal bars, one per recipe step (and fixed-batch ceiling); a second panel with the
     measured DDP cells when there are any."""
     import seaborn as sns
@@ -181,7 +184,7 @@ def recipe_figure(folder: Path, cells: list[dict]):
     fig = Figure(figsize=(11.5, 1.5 + 0.42 * sum(heights) + (0.6 if sweep else 0)), dpi=figstyle.DPI,
                  layout="constrained")
     axes = fig.subplots(len(heights), 1, squeeze=False, height_ratios=heights)[:, 0]
-    some = next((c["settings"] for c in cells if c["settings"].get("variant") == "single"), {})
+    some = next((c.settings for c in cells if c.settings.get("variant") == "single"), {})
     ax = axes[0]
     if ladder:
         colors, hatches, labels, words, i, above = [], [], [], [], 0, None
@@ -242,7 +245,7 @@ def sweep_panels(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
             for k, v in sorted(panels.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2] != "weak"))}
 
 
-def sweep_figure(folder: Path, cells: list[dict]):
+def sweep_figure(folder: Path, cells: list[Cell]):
     """DDP's images/s against its bucket size (log scale): one panel per GPU count, layout and
     scaling (each its own images/s scale), one line per knobs setting (one colour each across
     panels); open markers where the size is PyTorch's default, bars where repeats give an
@@ -299,7 +302,7 @@ def sweep_figure(folder: Path, cells: list[dict]):
     return fig
 
 
-def write_figure(draw, folder: Path, cells: list[dict], path: Path) -> None:
+def write_figure(draw, folder: Path, cells: list[Cell], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     from dpbench.report import figstyle
@@ -311,7 +314,8 @@ def write_figure(draw, folder: Path, cells: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None, pytorch_bucket: BucketDefault | None = None) -> int:
     """The command; `pytorch_bucket` says DDP's default bucket size (dpbench.cli hands in the
     torch one's: this layer never imports torch)."""
-    p = argparse.ArgumentParser(description="The performance targets, read off the perf experiment's results.")
+    p = argparse.ArgumentParser(prog="dpbench perf-targets",
+                                description="The performance targets, read off the perf experiment's results.")
     p.add_argument("results", nargs="?", help="the perf result set (folder or its summary.csv)")
     p.add_argument("--default-experiment", type=Path,
                    help="the default experiment's result set, for the whole-experiment time (default: the perf set)")
