@@ -131,6 +131,26 @@ rule summary:
         "{params.py} -m dpbench.report.summarize {params.where} > {log} 2>&1"
 
 
+if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets name its cells
+
+    rule perf_targets:
+        input:
+            *TABLES.values(),   # first: the result set is input[0]'s folder
+            str(RS.provenance_path),
+        output:
+            **pipeline.perf_target_files(PLAN),
+        log:
+            str(RS.log_path("perf_targets")),
+        params:
+            where=lambda w, input: str(Path(input[0]).parent),
+            **PY,
+        conda:
+            ENVFILE
+        shell:
+            "{params.py} -m dpbench.cli perf-targets {params.where:q} --md {output.md:q} --json {output.json:q} "
+            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
+
+
 rule probe:
     output:
         str(RS.probe_path("{claim}")),

@@ -8,6 +8,7 @@
     dpbench probe C2 --out results/TAG/claims/C2.json    (one claim probe)
     dpbench compare --baseline TAG --candidate TAG       (the regression check)
     dpbench reference results/TAG results/reference/NAME (a committed reference)
+    dpbench perf-targets results/TAG --md F --json F     (the perf experiment's targets)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
@@ -42,6 +43,16 @@ def tag_main(argv: list[str]) -> int:
     return 0
 
 
+def perf_targets_main(argv: list[str]) -> int:
+    from dpbench.report import perf_targets
+
+    def ddp_default_bucket():   # torch only where a DDP run left bucket_cap_mb unset
+        from dpbench.run.device_facts import ddp_default_bucket_mb
+        return ddp_default_bucket_mb()
+
+    return perf_targets.main(argv, pytorch_bucket=ddp_default_bucket)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(
@@ -51,12 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("tag", help="the default results tag here (torch-<version>)", add_help=False)
+    sub.add_parser("perf-targets", help="the perf experiment's targets (targets.md, targets.json, figures)",
+                   add_help=False)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "tag":
         return tag_main(rest)
+    if command == "perf-targets":
+        return perf_targets_main(rest)
     if command not in COMMANDS:
         parser.parse_args([command])   # argparse's own message and exit status 2
     module = importlib.import_module(COMMANDS[command][0])

@@ -191,9 +191,20 @@ def probe_files(plan: Plan) -> list[str]:
     return [str(plan.results.probe_path(claim)) for claim in plan.config["probes"]]
 
 
+def perf_target_files(plan: Plan) -> dict[str, str]:
+    """What `dpbench perf-targets` writes for the perf experiment (its option -> file); none for
+    the others, whose cells the targets do not name."""
+    if plan.config["experiment"] != "perf":
+        return {}
+    rs = plan.results
+    return {"md": str(rs.dir / "targets.md"), "json": str(rs.dir / "targets.json"),
+            "figure": str(rs.figures_dir / "recipe_steps.png"),
+            "sweep_figure": str(rs.figures_dir / "bucket_sweep.png")}
+
+
 def final_targets(plan: Plan) -> list[str]:
     targets = list(table_files(plan).values()) + list(figure_files(plan).values())
-    targets += [str(plan.results.summary_md)]
+    targets += [str(plan.results.summary_md)] + list(perf_target_files(plan).values())
     if plan.config["probes"]:
         targets += [str(plan.results.claims_md), str(plan.results.claims_json)]
     return targets
@@ -235,5 +246,5 @@ def compare_args(config: dict, tag: str) -> str:
 
 
 __all__ = ["ConfigError", "load_experiment", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
-           "claim_figure_files", "probe_files", "final_targets", "tag_args", "compare_args",
+           "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]
