@@ -129,10 +129,10 @@ def settings(row: dict, rec: results.RunRecord | None, train: dict) -> dict:
 
 
 def _cell_key(row: dict) -> tuple:
-    """A summary row's cell as dpbench.analysis.tables.cells groups it (CELL_KEYS; NaN as None,
-    so that two rows of one cell find each other)."""
+    """A summary row's cell as dpbench.analysis.tables.cells groups it (the cell key and its
+    facts, tables.CELL_IDENT; NaN as None, so that two rows of one cell find each other)."""
     return tuple(None if _num(row[k]) is None and not isinstance(row[k], str) else row[k]
-                 for k in tables.CELL_KEYS)
+                 for k in tables.CELL_IDENT)
 
 
 @dataclass
