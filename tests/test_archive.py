@@ -52,10 +52,10 @@ def test_every_run_record_reads(name):
     records = {rid: rs.record(rid) for rid in rids}
     assert rids and all(records.values()), f"{name}: records missing: {[r for r, v in records.items() if not v]}"
     assert {r.status for r in records.values()} <= {results.STATUS_OK, results.STATUS_FAILED, results.STATUS_SKIPPED}
-    rows = collect.tables(collect.find_runs(rs.runs_dir))["summary"]
-    assert sorted(r["run_id"] for r in rows) == rids
-    damaged = [r["run_id"] for r in rows if "is damaged" in str(r.get("reason"))]
+    runs = collect.find_runs(rs.runs_dir)
+    damaged = [rdir.name for rec, rdir in runs if rec.get("damaged")]
     assert not damaged, f"{name}: collect cannot read {damaged}"
+    assert sorted(r["run_id"] for r in collect.tables(runs)["summary"]) == rids
 
 
 @pytest.mark.parametrize("name", TABLE_SETS)

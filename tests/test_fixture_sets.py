@@ -43,6 +43,8 @@ def _sorted(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 @pytest.mark.parametrize("table", list(results.TABLES))
 @pytest.mark.parametrize("fixture,tag", SETS, ids=[t for _, t in SETS])
 def test_each_table_holds_what_the_reference_holds_for_its_runs(fixture_results, fixture, tag, table):
+    if not results.table_path(REFERENCE, tag, table).is_file():
+        pytest.skip(f"the reference has no {table}.csv to hold against")
     root = fixture_results(fixture)
     made = results.read_table(root, tag, table)
     kept = results.read_table(REFERENCE, tag, table)
@@ -69,12 +71,15 @@ def test_provenance_names_what_the_reference_names(fixture_results, fixture, tag
     # A key the reference's runs disagree on is a list of their values: the fixture's runs take
     # some of them (the gpu fixture has no deterministic run).
     differ = {k: (made[k], v) for k, v in kept.items()
-              if made[k] != v and not (isinstance(v, list) and set(map(str, made[k] if isinstance(made[k], list)
-                                                                      else [made[k]])) <= set(map(str, v)))}
+              if made[k] != v and not (isinstance(v, list) and _values(made[k]) <= _values(v))}
     assert not differ
 
 
-def test_the_gpu_set_summary_reads_its_tables(fixture_results, snapshot):
+def _values(v) -> set[str]:
+    return {str(x) for x in (v if isinstance(v, list) else [v])}
+
+
+def test_the_gpu_set_summary_is_its_snapshot(fixture_results, snapshot):
     root = fixture_results("gpu")
     snapshot("summary.md", summarize.render_summary(root, H200))
     summary = results.read_table(root, H200, "summary")

@@ -5,6 +5,7 @@ same: tests of evidence compare these, never the report's bytes.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from dpbench import results
@@ -30,8 +31,8 @@ def compare_verdicts(report: dict) -> dict:
     return out
 
 
-def run_compare(tmp_path: Path, root: Path, baseline: str, candidate: str, noise_from: list[str] = (),
-                fail_on: list[str] = (), thresholds: dict | None = None) -> tuple[int, dict, Path]:
+def run_compare(tmp_path: Path, root: Path, baseline: str, candidate: str, noise_from: Sequence[str] = (),
+                fail_on: Sequence[str] = (), thresholds: dict | None = None) -> tuple[int, dict, Path]:
     """compare's CLI on result sets under root, linked into tmp_path (where the report goes);
     returns (exit status, the report's JSON, the markdown report's path)."""
     for tag in dict.fromkeys([baseline, candidate, *noise_from]):
