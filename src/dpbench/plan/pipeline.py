@@ -204,7 +204,7 @@ def probe_files(plan: Plan) -> list[str]:
 
 def final_targets(plan: Plan) -> list[str]:
     targets = list(table_files(plan).values()) + list(figure_files(plan).values())
-    targets += [str(plan.results.summary_md)]
+    targets += [str(plan.results.summary_md), str(plan.results.plan_path)]
     if plan.config["probes"]:
         targets += [str(plan.results.claims_md), str(plan.results.claims_json)]
     return targets
