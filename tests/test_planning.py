@@ -86,8 +86,8 @@ def test_the_figure_names_are_the_ones_the_figures_modules_draw():
 def test_every_run_config_field_is_a_schema_option_and_back():
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     options = set(config.train_schema())
-    assert fields - set(config.PLAN_KEYS) == options
-    assert set(config.PLAN_KEYS) <= fields
+    assert fields - set(config.plan_schema()) == options
+    assert set(config.plan_schema()) <= fields
     assert config.variants() == VARIANTS
 
 

@@ -71,7 +71,7 @@ elif [ "$exp" = claims ]; then
   part=$(mktemp -d)
   tar cf - --exclude='*.pt' -C results "$tag" | tar xf - -C "$part"
   python3 -m dpbench.analysis.collect --results-dir "$part" --tag "$tag" > /dev/null 2>&1 \
-    && python3 -m dpbench.claims.ledger --results-dir "$part" --tag "$tag" --experiment "experiments/$exp.yaml" \
+    && python3 -m dpbench.claims.ledger --results-dir "$part" --tag "$tag" \
     > /dev/null 2>&1 && tar czf "$out/$exp-partial.tgz" -C "$part" "$tag" && head -16 "$part/$tag/claims.md"
   rm -rf "$part"
 else

@@ -187,6 +187,12 @@ class ResultSet:
         return self.dir / PROVENANCE
 
     @property
+    def plan_path(self) -> Path:
+        """plan.json: the experiment as planned (groups -> run configs -> run ids), written
+        by the Snakefile's plan rule and read by the probes and the ledger."""
+        return self.dir / "plan.json"
+
+    @property
     def summary_md(self) -> Path:
         return self.dir / SUMMARY_MD
 

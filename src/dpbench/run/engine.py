@@ -27,6 +27,7 @@ from dpbench.run import device_facts, measure, provenance
 from dpbench.run.data import load_dataset, make_feed
 from dpbench.run.model import resnet18
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
+from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
@@ -276,12 +277,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             group["lr"] = lr
                         if cfg.channels_last:
                             x = x.contiguous(memory_format=torch.channels_last)
-                        with autocast():
-                            losses = variant.losses(x, y, n_global)
-                        opt.zero_grad(set_to_none=True)
-                        losses.optimised.backward()
-                        opt.step()
-                        ep.add(losses, n_global, lr)
+                        ep.add(train_step(variant, opt, x, y, n_global, autocast), n_global, lr)
                         step += 1
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
