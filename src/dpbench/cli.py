@@ -9,6 +9,7 @@
     dpbench compare --baseline TAG --candidate TAG       (the regression check)
     dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
+    dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
 its exit status is the command's. Modules load only when their subcommand runs, so that
@@ -30,6 +31,7 @@ COMMANDS = {
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
     "compare": ("dpbench.analysis.compare", "the regression check of two result sets"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
+    "check-workload": ("dpbench.workloads.check", "a workload's factory: one CPU forward and backward, its sizes"),
 }
 
 
