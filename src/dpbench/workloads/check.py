@@ -42,9 +42,9 @@ def _run(what: str, fn, *args):
 
 def check(spec, seed: int = 0) -> list[str]:
     """The report's lines; raises WorkloadError naming what is wrong."""
-    import torch
     name = resolve(spec)[0]
     w = build(spec)
+    import torch   # after build: a factory that cannot be found is named without importing torch
     inputs, targets = _run("the batch maker", w.batch, torch.Generator().manual_seed(seed), BATCH)
     for role, t in (("inputs", inputs), ("targets", targets)):
         if not isinstance(t, torch.Tensor):
@@ -79,7 +79,7 @@ def check(spec, seed: int = 0) -> list[str]:
             f"{sizes['gradient_bytes'] / 2**20:,.1f} MiB; SGD momentum {sizes['sgd_state_bytes'] / 2**20:,.1f} MiB, "
             f"Adam {sizes['adam_state_bytes'] / 2**20:,.1f} MiB)",
             f"model FLOPs per sample (forward + backward) {sizes['flops_per_sample']:.4g}; "
-            f"a sample is {w.units_per_sample} {w.sample_unit}",
+            f"throughput counts {w.sample_unit}, {w.units_per_sample} a sample",
             f"batch of {BATCH}: inputs {_shape(inputs)}, targets {_shape(targets)}; "
             f"loss per sample {[round(v, 4) for v in loss.tolist()]}",
             f"dataset {w.dataset or 'synthetic only'}; batch_first {w.batch_first}; shard_modules "

@@ -135,9 +135,9 @@ def load_factory(ref: str):
 def build(spec: str | Mapping[str, Any] | None, **ctx):
     """The workload's WorkloadSpec: its factory imported and called with its args; ctx are
     arguments the run sets over them (a run's num_classes, say)."""
-    from dpbench.workloads.spec import WorkloadSpec   # torch: only when a workload is built
     name, ref, args = resolve(spec)
     factory = load_factory(ref)
+    from dpbench.workloads.spec import WorkloadSpec   # torch: only once a factory is found
     try:
         built = factory(**{**args, **ctx})
     except Exception as exc:

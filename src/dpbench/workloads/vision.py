@@ -12,10 +12,13 @@ from dpbench.workloads.spec import WorkloadSpec
 BLOCKS = (tvm.resnet.BasicBlock, tvm.resnet.Bottleneck, tvm.vision_transformer.EncoderBlock,
           tvm.convnext.CNBlock, tvm.swin_transformer.SwinTransformerBlock,
           tvm.efficientnet.MBConv, tvm.efficientnet.FusedMBConv)
+AUX_LOGITS = ("googlenet", "inception_v3")
 
 
 def build(model: str = "resnet50", resolution: int = 224, num_classes: int = 1000) -> WorkloadSpec:
-    net = tvm.get_model(model, weights=None, num_classes=num_classes)
+    # googlenet and inception_v3 return their auxiliary heads' logits too while training
+    extra = {"aux_logits": False} if model in AUX_LOGITS else {}
+    net = tvm.get_model(model, weights=None, num_classes=num_classes, **extra)
     present = {type(m) for m in net.modules()}
 
     def batch(generator: torch.Generator, n: int):
