@@ -35,11 +35,11 @@ import torch.nn.functional as F
 from dpbench.workloads.spec import WorkloadSpec
 
 
-def build(hidden=8, loss="per-sample", features=4, returns="spec"):
+def build(hidden=8, loss="per-sample", features=4, returns="spec", seeded=True):
     model = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 3))
 
     def batch(generator, n):
-        return (torch.randn(n, features, generator=generator),
+        return (torch.randn(n, features, generator=generator if seeded else None),
                 torch.randint(0, 3, (n,), generator=generator))
 
     def per_sample(outputs, targets):
@@ -143,10 +143,11 @@ def test_a_mapping_on_the_command_line_passes_its_args(user_file, capsys):
     ('{{factory: "{file}:build", args: {{returns: dict}}}}', ["returned a dict, not a dpbench.workloads.spec.WorkloadSpec"]),
     ('{{factory: "{file}:build", args: {{loss: scalar}}}}', ["the loss has shape ()", "per-sample"]),
     ('{{factory: "{file}:build", args: {{features: 5}}}}', ["does the batch match the model?", "RuntimeError"]),
+    ('{{factory: "{file}:build", args: {{seeded: false}}}}', ["the batch maker is not deterministic"]),
     ('{{factory: "{file}:build", args: {{widht: 3}}}}', ["its factory failed: TypeError", "widht"]),
     ("no-such-workload", ["no workload named 'no-such-workload'", "transformer-lm"]),
 ], ids=["not-importable", "syntax-error", "no-function", "wrong-return", "scalar-loss", "batch-mismatch",
-        "bad-arg", "unknown-name"])
+        "unseeded-batch", "bad-arg", "unknown-name"])
 def test_check_workload_names_a_broken_factory_in_one_line(case, words, user_file, tmp_path, capsys):
     broken = tmp_path / "broken.py"
     broken.write_text("def build(:\n")

@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-from dpbench.workloads.registry import WorkloadError, build, resolve
+from dpbench.workloads.registry import WorkloadError, build, first_line, resolve
 
 BATCH = 2
 
@@ -36,8 +36,7 @@ def _run(what: str, fn, *args):
     try:
         return fn(*args)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [""])[0]
-        raise WorkloadError(f"{what} failed: {type(exc).__name__}: {first}") from exc
+        raise WorkloadError(f"{what} failed: {first_line(exc)}") from exc
 
 
 def check(spec, seed: int = 0) -> list[str]:
@@ -45,7 +44,10 @@ def check(spec, seed: int = 0) -> list[str]:
     name = resolve(spec)[0]
     w = build(spec)
     import torch   # after build: a factory that cannot be found is named without importing torch
-    inputs, targets = _run("the batch maker", w.batch, torch.Generator().manual_seed(seed), BATCH)
+    drawn = _run("the batch maker", w.batch, torch.Generator().manual_seed(seed), BATCH)
+    if not (isinstance(drawn, (tuple, list)) and len(drawn) == 2):
+        raise WorkloadError(f"the batch maker returned a {type(drawn).__name__}, not (inputs, targets)")
+    inputs, targets = drawn
     for role, t in (("inputs", inputs), ("targets", targets)):
         if not isinstance(t, torch.Tensor):
             raise WorkloadError(f"the batch maker's {role} are a {type(t).__name__}, not a tensor")
@@ -95,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lines = check(parse(args.spec), args.seed)
     except Exception as exc:   # any problem, WorkloadError or not, is one line and status 2
-        message = str(exc) if isinstance(exc, WorkloadError) else f"{type(exc).__name__}: {exc}"
-        print(f"dpbench check-workload: {(message.splitlines() or [''])[0]}", file=sys.stderr)
+        message = str(exc) if isinstance(exc, WorkloadError) else first_line(exc)
+        print(f"dpbench check-workload: {message}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0

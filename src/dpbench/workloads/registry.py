@@ -97,7 +97,8 @@ def describe(spec: str | Mapping[str, Any] | None) -> dict:
     return {key: name, "args": args, "source_sha256": digest}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and its message's first line."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
@@ -117,12 +118,12 @@ def load_factory(ref: str):
             loader_spec.loader.exec_module(module)
         except Exception as exc:
             sys.modules.pop(module_name, None)
-            raise WorkloadError(f"workload factory {ref!r}: cannot import {path}: {_first_line(exc)}") from exc
+            raise WorkloadError(f"workload factory {ref!r}: cannot import {path}: {first_line(exc)}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except Exception as exc:
-            raise WorkloadError(f"workload factory {ref!r}: cannot import {target}: {_first_line(exc)} "
+            raise WorkloadError(f"workload factory {ref!r}: cannot import {target}: {first_line(exc)} "
                                 "(is its package installed, or its folder on PYTHONPATH?)") from exc
     factory = getattr(module, function, None)
     if factory is None:
@@ -141,7 +142,7 @@ def build(spec: str | Mapping[str, Any] | None, **ctx):
     try:
         built = factory(**{**args, **ctx})
     except Exception as exc:
-        raise WorkloadError(f"workload {name!r}: its factory failed: {_first_line(exc)}") from exc
+        raise WorkloadError(f"workload {name!r}: its factory failed: {first_line(exc)}") from exc
     if not isinstance(built, WorkloadSpec):
         raise WorkloadError(f"workload {name!r}: its factory returned a {type(built).__name__}, not a "
                             "dpbench.workloads.spec.WorkloadSpec (return WorkloadSpec(model=..., loss=..., batch=...))")

@@ -82,7 +82,7 @@ def counted_flops(model: nn.Module, inputs: torch.Tensor) -> float:
     model.eval()
     try:
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-            model(inputs)
+            model(inputs.to(next(model.parameters(), inputs).device))
     finally:
         model.train(was_training)
     return 3.0 * counter.get_total_flops()
