@@ -10,6 +10,7 @@
     dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench perf-targets results/TAG --md F --json F     (the perf experiment's targets)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
+    dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
 its exit status is the command's. Modules load only when their subcommand runs, so that
@@ -31,6 +32,7 @@ COMMANDS = {
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
     "compare": ("dpbench.compare_cli", "the regression check of two result sets"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
+    "check-workload": ("dpbench.workloads.check", "a workload's factory: one CPU forward and backward, its sizes"),
 }
 
 
