@@ -13,7 +13,8 @@
     dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
-its exit status is the command's. Modules load only when their subcommand runs, so that
+its exit status is the command's (2, with one line naming the folder, where a result set's folder
+is not writable). Modules load only when their subcommand runs, so that
 `dpbench collect` or `dpbench tag` never imports torch.
 """
 from __future__ import annotations
@@ -76,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         return perf_targets_main(rest)
     if command not in COMMANDS:
         parser.parse_args([command])   # argparse's own message and exit status 2
+    from dpbench.results.files import NotWritable
     module = importlib.import_module(COMMANDS[command][0])
     prog, sys.argv[0] = sys.argv[0], f"dpbench {command}"   # the module's argparse names itself so
     try:
         code = module.main(rest)
+    except NotWritable as exc:   # a read-only result set: one line naming the folder, no traceback
+        print(f"dpbench {command}: error: {exc}", file=sys.stderr)
+        return 2
     finally:
         sys.argv[0] = prog
     return 0 if code is None else int(code)

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             text = compare_report.render_markdown(report)
             R.write_atomic(md_path, text)
             R.write_json(json_path, report)
-    except compare.InputError as exc:
+    except (compare.InputError, R.NotWritable) as exc:
         print(f"dpbench.compare_cli: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # never a traceback, never exit 1: the checker broke, not the code

@@ -44,6 +44,32 @@ def _provenance_md(p: dict) -> list[str]:
     return out
 
 
+def _cells_text(cells: list[dict]) -> str:
+    shown = ", ".join(f"`{_run_group(c)}`" for c in cells[:8])
+    return shown + (f" and {len(cells) - 8} more" if len(cells) > 8 else "")
+
+
+def _sets_md(sets: dict | None) -> list[str]:
+    """What the two sides are: one set compared with itself, or two experiments' sets."""
+    if not sets:   # a report from before `sets` was written
+        return []
+    out = []
+    if sets["same_set"]:
+        out += [f"> **The baseline and the candidate are the same result set ({sets['same_because']}):** "
+                "nothing below can differ; this compares no two launches.", ""]
+    exp = sets["experiments"]
+    if exp["differ"]:
+        text = (f"> **The experiments differ:** the baseline has {counted(exp['baseline']['cells'], 'cell')}, "
+                f"the candidate {exp['candidate']['cells']}; they share {sets['shared_cells']}, and only "
+                "shared cells are compared.")
+        if sets["only_baseline"]:
+            text += f" Only in the baseline: {_cells_text(sets['only_baseline'])}."
+        if sets["only_candidate"]:
+            text += f" Only in the candidate: {_cells_text(sets['only_candidate'])}."
+        out += [text, ""]
+    return out
+
+
 def _loss_rows(report: dict) -> list[list[Any]]:
     rows = []
     for r in report["loss"]:
@@ -87,6 +113,7 @@ def render_markdown(report: dict) -> str:
            f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
            "loss differs (Welch, Holm). One baseline repeat means the noise is unknown: no divergence "
            "is called.", ""]
+    out += _sets_md(report.get("sets"))
     out += _provenance_md(report["provenance"])
     fails = (", ".join(f"{k} ({counts[k]})" for k in fail_on) if fail_on else
              "nothing (no --fail-on given)")

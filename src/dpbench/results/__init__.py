@@ -28,7 +28,7 @@ from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMN
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
-from dpbench.results.files import read_json, write_atomic, write_csv, write_json  # noqa: F401
+from dpbench.results.files import NotWritable, read_json, write_atomic, write_csv, write_json  # noqa: F401
 
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
@@ -442,8 +442,14 @@ def provenance_values(provenance: dict[str, Any], key: str) -> list[Any]:
         return []
     value = provenance[key]
     if key in LIST_VALUED_PROVENANCE:
-        return list(value) if value and all(isinstance(v, list) for v in value) else [value]
-    return list(value) if isinstance(value, list) else [value]
+        if not isinstance(value, list):
+            return []
+        # Runs that disagreed: a list of lists, where a run that did not learn it wrote null
+        # (an older collect kept those: [null, []]); nulls say nothing and are left out.
+        if any(v is None or isinstance(v, list) for v in value):
+            return [v for v in value if isinstance(v, list)]
+        return [value]
+    return [v for v in value if v is not None] if isinstance(value, list) else [value]
 
 
 def gpu_models(provenance: dict[str, Any]) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -10,12 +11,32 @@ from pathlib import Path
 from typing import Any, Iterable
 
 
+class NotWritable(PermissionError):
+    """A result file cannot be written because its folder is not writable (permissions, a
+    read-only filesystem); the message names the folder and the way out."""
+
+
+def _not_writable(path: Path, exc: OSError) -> NotWritable:
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:   # the folder that refused: the
+        folder = folder.parent                               # nearest one that exists
+    return NotWritable(f"cannot write {path.name}: folder {folder} is not writable "
+                       f"({exc.strerror or type(exc).__name__}); make it writable for this user, "
+                       f"or copy the result set to a writable place and run there")
+
+
 def write_atomic(path: Path | str, text: str | bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over the target."""
+    """Write to a temporary file in the same folder, then rename over the target. A folder that
+    cannot be written raises NotWritable, naming it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(text, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            raise _not_writable(path, exc) from None
+        raise
     try:
         # mkstemp makes the file 0600; results are for the group too (a shared filesystem),
         # as far as the user's umask allows.

@@ -37,7 +37,9 @@ A change counts only beyond the noise measured for it:
 
 The command line is dpbench.compare_cli, the markdown dpbench.report.compare_report; this
 package is numbers and verdicts only: loading, stats, throughput, loss, aspects, provenance,
-verdict, thresholds.
+verdict, thresholds. The report's `sets` says when the two sides are one result set (the same
+folder, or identical records) and when they ran different experiments (other cells), with the
+number of cells they share; neither changes the exit status.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ from dpbench.analysis.cells import cell_fields
 from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
 from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
 from dpbench.analysis.compare.loss import compare_loss
-from dpbench.analysis.compare.provenance import compare_provenance
+from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, pooled_cv, welch_p
 from dpbench.analysis.compare.thresholds import FAIL_ON, Thresholds
 from dpbench.analysis.compare.throughput import load_launch_noise, throughput_verdicts, compare_throughput
@@ -77,6 +79,7 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
         "baseline": baseline, "candidate": candidate,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
+        "sets": compare_sets(results_dir, baseline, candidate, base, cand),
         "provenance": prov,
         "status": [asdict(r) for r in compare_status(base, cand)],
         "noise": None if model is None else {

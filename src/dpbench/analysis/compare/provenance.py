@@ -3,6 +3,7 @@ config keys that differ between runs of the same run id."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from dpbench import results as R
@@ -56,9 +57,42 @@ def compare_provenance(base: dict, cand: dict) -> dict[str, Any]:
     for k in PROVENANCE_KEYS:
         va, vb = prov_value(base, k), prov_value(cand, k)
         keys[k] = {"baseline": va, "candidate": vb, "differs": va != vb}
-    hardware = [k for k in HARDWARE_KEYS if keys[k]["differs"]]
+    # Hardware differs only where both sides know it: a side whose runs never saw a device
+    # (all skipped, or failed before) says nothing about its machine.
+    hardware = [k for k in HARDWARE_KEYS if keys[k]["differs"]
+                and keys[k]["baseline"] is not None and keys[k]["candidate"] is not None]
     return {"keys": keys, "differs": [k for k, v in keys.items() if v["differs"]],
             "config_differs": compare_configs(base["records"], cand["records"]),
             "hardware_differs": bool(hardware),
             "warning": HARDWARE_WARNING.format(keys=", ".join(hardware)) if hardware else None,
             "severity": "finding" if hardware else "info"}
+
+
+def _cells(rs: dict) -> set[tuple[str, int, str]]:
+    """The (variant, gpus, options) cells a set planned: every summary row, whatever its status."""
+    summary = rs["tables"]["summary"]
+    return {(str(v), int(g), str(o)) for v, g, o in zip(summary["variant"], summary["gpus"], summary["options"])}
+
+
+def _cell(key: tuple[str, int, str]) -> dict[str, Any]:
+    return {"variant": key[0], "gpus": key[1], "options": key[2]}
+
+
+def compare_sets(results_dir: Path | str, baseline: str, candidate: str, base: dict, cand: dict) -> dict[str, Any]:
+    """Whether the two sides are one result set (the same folder, or the same records under two
+    tags: nothing can differ) and whether they ran the same experiment (the same cells), with
+    the cells they share and those only one side has."""
+    same_folder = R.tag_dir(results_dir, baseline).resolve() == R.tag_dir(results_dir, candidate).resolve()
+    ra, rb = base["records"], cand["records"]
+    same_records = bool(ra) and ra.keys() == rb.keys() and all(ra[k].raw == rb[k].raw for k in ra)
+    ca, cb = _cells(base), _cells(cand)
+    return {
+        "same_set": same_folder or same_records,
+        "same_because": "same folder" if same_folder else "identical records" if same_records else None,
+        "experiments": {"baseline": {"cells": len(ca), "runs": len(base["tables"]["summary"])},
+                        "candidate": {"cells": len(cb), "runs": len(cand["tables"]["summary"])},
+                        "differ": ca != cb},
+        "shared_cells": len(ca & cb),
+        "only_baseline": [_cell(k) for k in sorted(ca - cb)],
+        "only_candidate": [_cell(k) for k in sorted(cb - ca)],
+    }
