@@ -103,3 +103,127 @@ def test_the_workloads_experiment_plans():
 def test_a_run_config_checks_its_workload():
     with pytest.raises(ValueError, match="no workload named"):
         RunConfig.from_dict({"workload": "nope"})
+
+
+# -- steps 2-4: the engine builds the workload ------------------------------------------------
+
+TINY = {"synthetic_size": 14, "synthetic_test_size": 8, "global_batch": 7, "epochs": 1, "max_steps": 2,
+        "warmup_steps": 0, "log_every": 1000, "eval_each_epoch": False, "lr": 0.05}
+USER_MODEL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from dpbench.workloads.spec import WorkloadSpec
+
+def build(width=6, classes=3, batch_first=True):
+    model = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, classes))
+    def batch(generator, n):
+        return torch.randn(n, width, generator=generator), torch.randint(0, classes, (n,), generator=generator)
+    def loss(outputs, targets):
+        return F.cross_entropy(outputs, targets, reduction="none")
+    return WorkloadSpec(model=model, loss=loss, batch=batch, batch_first=batch_first)
+
+def broken(**kw):
+    raise ValueError("the user's model cannot be built")
+'''
+
+
+@pytest.fixture
+def user_factory(tmp_path) -> Path:
+    path = tmp_path / "mymodel.py"
+    path.write_text(USER_MODEL)
+    return path
+
+
+def run(out: Path, **overrides) -> tuple[dict, list[float]]:
+    from dpbench.run.launch import main
+    assert main(["--config", json.dumps(dict(TINY, **overrides)), "--out", str(out)]) == 0
+    rec = results.read_json(out / results.METRICS)
+    steps = (out / results.STEPS).read_text().splitlines() if (out / results.STEPS).exists() else []
+    col = steps[0].split(",").index("loss_global") if steps else 0
+    return rec, [float(line.split(",")[col]) for line in steps[1:]]
+
+
+def workloads(user: Path) -> dict:
+    return {"lm": LM,
+            "torchvision": {"name": "torchvision", "args": {"model": "resnet18", "resolution": 16, "num_classes": 5}},
+            "user": {"factory": f"{user}:build", "args": {"width": 5}}}
+
+
+@pytest.mark.parametrize("which", ["lm", "user", pytest.param("torchvision", marks=pytest.mark.slow)])
+def test_ddp_on_2_and_3_gloo_ranks_follows_singles_curve(which, user_factory, tmp_path):
+    """Global batch 7 splits 4/3 and 3/3/1: the same global batches and the same global loss."""
+    workload = workloads(user_factory)[which]
+    extra = {"batchnorm": "eval"} if which == "torchvision" else {}
+    single, s_curve = run(tmp_path / "single", variant="single", workload=workload, **extra)
+    assert single["status"] == "ok", single["reason"]
+    assert len(s_curve) == 2 and s_curve[0] != s_curve[1]   # it trained
+    for ranks in (2, 3):
+        ddp, d_curve = run(tmp_path / f"ddp{ranks}", variant="ddp", gpus=ranks, max_cpu_ranks=ranks,
+                           workload=workload, **extra)
+        assert ddp["status"] == "ok", ddp["reason"]
+        assert d_curve == pytest.approx(s_curve, rel=1e-5, abs=1e-6)
+
+
+def test_a_record_carries_the_workload_its_sizes_and_rates(user_factory, tmp_path):
+    lm, _ = run(tmp_path / "lm", variant="single", workload=LM)
+    assert lm["workload"]["name"] == "transformer-lm" and lm["workload"]["args"] == LM["args"]
+    assert len(lm["workload"]["source_sha256"]) == 64
+    assert lm["parameters"] > 0 and lm["param_bytes"] == 4 * lm["parameters"]
+    assert lm["flops_per_sample"] > 0 and lm["sample_unit"] == "tokens"
+    tp = lm["throughput"]
+    assert tp["images_per_s"] is None and tp["tokens_per_s"] == pytest.approx(8 * tp["samples_per_s"])
+    user, _ = run(tmp_path / "user", variant="single", workload=f"{user_factory}:build")
+    assert user["workload"]["factory"] == f"{user_factory}:build" and user["sample_unit"] == "images"
+    assert user["throughput"]["images_per_s"] == user["throughput"]["samples_per_s"] > 0
+    assert user["accuracy"] == []   # synthetic-only: no test pass
+
+
+def test_the_default_workloads_record_names_it_and_keeps_its_run_id(tmp_path):
+    rec, _ = run(tmp_path / "d", variant="single", max_steps=1)
+    assert rec["run_id"] == "single-g1-r0" and rec["options"] == {}
+    assert rec["workload"]["name"] == "resnet18-cifar10" and rec["parameters"] == 11_173_962
+    assert rec["throughput"]["images_per_s"] == rec["throughput"]["samples_per_s"]
+
+
+def test_dataparallel_of_outputs_that_are_not_batch_first_is_skipped_with_the_reason(user_factory, tmp_path,
+                                                                                      monkeypatch):
+    from dpbench.run import engine
+    monkeypatch.setattr(engine, "skip_reason", lambda *a: None)   # DataParallel's own skip comes first on a CPU
+    workload = {"factory": f"{user_factory}:build", "args": {"batch_first": False}}
+    cfg = RunConfig.from_dict(dict(TINY, variant="dp", gpus=1, workload=workload, device="cpu"))
+    assert engine.unsupported(cfg, engine.build_workload(cfg)).startswith("nn.DataParallel gathers")
+    ok = RunConfig.from_dict(dict(TINY, variant="single", workload=workload))
+    assert engine.unsupported(ok, engine.build_workload(ok)) is None
+
+
+def test_a_factory_that_fails_is_a_failed_record_with_its_one_line(user_factory, tmp_path):
+    rec, _ = run(tmp_path / "f", variant="single", workload=f"{user_factory}:broken")
+    assert rec["status"] == "failed"
+    assert "its factory failed: ValueError: the user's model cannot be built" in rec["reason"]
+    assert "\n" not in rec["reason"] and rec["workload"]["factory"].endswith(":broken")
+
+
+def test_the_workload_feed_splits_the_global_batch_like_the_other_feeds():
+    import torch
+
+    from dpbench.run.data import WorkloadFeed, shard
+
+    def make(generator, n):
+        return torch.randn(n, 2, generator=generator), torch.arange(n)
+    whole = [x for x, _, _ in WorkloadFeed(make, 14, 7, 3, torch.device("cpu")).epoch(0)]
+    for world in (2, 3):
+        parts = [list(WorkloadFeed(make, 14, 7, 3, torch.device("cpu"), world, r).epoch(0)) for r in range(world)]
+        for step in range(2):
+            assert torch.equal(torch.cat([p[step][0] for p in parts]), whole[step])
+            assert [len(p[step][1]) for p in parts] == [len(range(7)[shard(7, world, r)]) for r in range(world)]
+    assert not torch.equal(whole[0], whole[1])
+    assert len(list(WorkloadFeed(make, 14, 7, 3, torch.device("cpu"), total=1).epoch(0))) == 1
+
+
+def test_an_old_record_reads_as_the_default_workload():
+    from dpbench.results.formats import upgrade
+    old = {"format": 2, "run_id": "single-g1-r0", "config": {}, "throughput": {"images_per_s": 5.0}}
+    new = upgrade(old)
+    assert new["workload"] == {"name": "resnet18-cifar10", "args": {}, "source_sha256": None}
+    assert new["throughput"]["samples_per_s"] == 5.0 and new["parameters"] is None

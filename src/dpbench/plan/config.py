@@ -154,7 +154,12 @@ class RunConfig:
         return "weak" if self.per_gpu_batch is not None else "strong"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The run's settings; the default workload is left out, so that a default run's config
+        (in its record, its setup hash, compare's config check) reads as before workloads."""
+        out = dataclasses.asdict(self)
+        if out["workload"] == train_schema()["workload"]["default"]:
+            del out["workload"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, 
 # the atomic writers (files.py).
 from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, RecordFormatError, upgrade  # noqa: F401
 from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
+from dpbench.results.formats import workload_name  # noqa: F401
 from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
