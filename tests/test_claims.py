@@ -432,7 +432,7 @@ def test_observation_ids_are_unique_in_a_record():
 
 
 def test_param_count_follows_the_output_width():
-    from dpbench.run.model import FEATURES, resnet18
+    from dpbench.workloads.resnet import FEATURES, resnet18
     assert FEATURES == from_runs.FEATURES
     with torch.device("meta"):
         for classes in (10, 1000, 32768):

@@ -8,7 +8,7 @@ import torch
 from conftest import write_official_cifar
 
 from dpbench.run import data
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 
 
 def test_resnet18_cifar_has_the_reference_parameter_count():

@@ -48,7 +48,7 @@ def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
 
 def _weights_init():
     torch.manual_seed(0)
-    from dpbench.run.model import resnet18
+    from dpbench.workloads.resnet import resnet18
     return resnet18().state_dict()
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from dpbench import DP_VARIANTS, VARIANTS
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 

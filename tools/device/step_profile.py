@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from dpbench.run.measure import StepClock  # noqa: E402
-from dpbench.run.model import resnet18  # noqa: E402
+from dpbench.workloads.resnet import resnet18  # noqa: E402
 from dpbench.run.step import train_step  # noqa: E402
 from dpbench.run.variants import Variant  # noqa: E402
 

@@ -70,7 +70,7 @@ def summary_row(rec: dict) -> dict:
             "final_loss": rec["final_loss"], "test_acc": acc, "wall_s": rec["wall_s"],
             "timed_steps": tp["timed_steps"], "global_batch": cfg["global_batch"],
             "precision": cfg["precision"], "feed": cfg["feed"], "dataset": cfg["dataset"],
-            "device_type": rec["device_type"], **planning(rec)}
+            "device_type": rec["device_type"], **planning(rec), "workload": results.workload_name(rec)}
 
 
 # What a run's steps.csv must hold for its curve to be read (the writer writes all of STEP_COLUMNS).

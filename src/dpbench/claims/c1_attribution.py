@@ -108,7 +108,7 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
     """Two training steps under the allocator's history; each device's peak, by category."""
     import torch
 
-    from dpbench.run.model import resnet18
+    from dpbench.workloads.resnet import resnet18
     from dpbench.run.variants import Variant
 
     gc.collect()

@@ -83,7 +83,7 @@ class _Trial:
     def __call__(self, batch: int) -> bool:
         import torch
 
-        from dpbench.run.model import resnet18
+        from dpbench.workloads.resnet import resnet18
         from dpbench.run.variants import Variant
 
         for d in self.devices:

@@ -14,7 +14,7 @@ from dpbench.claims.records import obs as observation
 _WRAP = """
 import json, torch, torch.nn as nn
 from dpbench.claims.common import error_text
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 r = {{"visible": torch.cuda.device_count(),
       "uuids": [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]}}
 m = resnet18().to({model_dev!r})

@@ -12,7 +12,7 @@ from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import error_text, gpus_visible, needs, record
 from dpbench.claims.records import Observation, ProbeRecord
 from dpbench.claims.records import obs as observation
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 
 
 def trained_like(seed: int = 0) -> nn.Module:

@@ -17,7 +17,7 @@ from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record
 from dpbench.claims.records import ProbeRecord
 from dpbench.claims.records import obs as observation
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 from dpbench.run.variants import Variant
 
 ARTICLE_LOSSES = [0.3, 0.2, 0.8]

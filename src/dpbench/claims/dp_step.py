@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import comm
 
 from dpbench.claims.records import SINGLE_STAGES, STAGES
-from dpbench.run.model import resnet18
+from dpbench.workloads.resnet import resnet18
 from dpbench.run.variants import Variant
 
 WARMUP = 3

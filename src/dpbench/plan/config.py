@@ -18,6 +18,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dpbench.workloads.registry import WorkloadError, resolve
+
 SCHEMA_FILE = "schema.yaml"
 
 
@@ -118,6 +120,7 @@ class RunConfig:
     max_cpu_ranks: int = plan_schema()["max_cpu_ranks"]["default"]   # without CUDA, ddp on more gloo processes is skipped
     log_every: int = _option("log_every")
     save_checkpoint: bool = _option("save_checkpoint")  # write the final weights (bare model) to model.pt
+    workload: str | dict[str, Any] = _option("workload")   # what it trains: a name, a factory, or {name|factory, args}
 
     def validate(self) -> None:
         """Problems a run cannot recover from, named with the way out. Allowed values and limits
@@ -139,6 +142,10 @@ class RunConfig:
                 f"per_gpu_batch x gpus = {self.per_gpu_batch * self.gpus} (weak scaling), or drop per_gpu_batch")
         if self.batchnorm == "sync" and self.variant != "ddp":
             bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
+        try:   # torch-free: the factory is found, not imported (the run builds it)
+            resolve(self.workload)
+        except WorkloadError as exc:
+            raise ValueError(f"run config: {exc}") from None
 
     @property
     def scaling(self) -> str:
@@ -147,7 +154,12 @@ class RunConfig:
         return "weak" if self.per_gpu_batch is not None else "strong"
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The run's settings; the default workload is left out, so that a default run's config
+        (in its record, its setup hash, compare's config check) reads as before workloads."""
+        out = dataclasses.asdict(self)
+        if out["workload"] == train_schema()["workload"]["default"]:
+            del out["workload"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":

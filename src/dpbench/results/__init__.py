@@ -15,6 +15,8 @@ the column names. The module-level functions are the same answers for callers th
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, 
 # the atomic writers (files.py).
 from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, RecordFormatError, upgrade  # noqa: F401
 from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
+from dpbench.results.formats import workload_name  # noqa: F401
 from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
@@ -54,7 +57,8 @@ STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None = None) -> str:
     """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options."""
     parts = [variant, f"g{gpus}"]
-    parts += [f"{k}{_slug(v)}" for k, v in sorted((options or {}).items())]
+    parts += [f"w{_slug(workload_label(v))}" if k == "workload" else f"{k}{_slug(v)}"
+              for k, v in sorted((options or {}).items())]
     parts.append(f"r{repeat}")
     return "-".join(parts)
 
@@ -86,7 +90,30 @@ def parse_run_id(rid: str) -> RunId | None:
 
 def options_label(options: dict[str, Any] | None) -> str:
     """A stable, readable key for the swept options ('' when nothing is swept)."""
-    return ",".join(f"{k}={v}" for k, v in sorted((options or {}).items()))
+    return ",".join(f"{k}={workload_label(v) if k == 'workload' else v}" for k, v in sorted((options or {}).items()))
+
+
+def workload_label(workload: Any) -> str:
+    """A swept workload's short stable spelling in run ids and labels: a built-in's or plugin's
+    name (`transformer-lm`), a factory's module and function (`models_build`), and, when args
+    are given or it is a factory, 8 hex digits of the sha256 of the workload as written
+    (`transformer-lm-1c2d3e4f`): the args themselves are in the record's options."""
+    if isinstance(workload, str):
+        workload = {"factory": workload} if ":" in workload else {"name": workload}
+    if not isinstance(workload, dict):
+        return str(workload)
+    args = workload.get("args") or {}
+    if "factory" in workload:
+        target, _, function = str(workload["factory"]).rpartition(":")
+        module = Path(target).stem if target.endswith(".py") or "/" in target else target.rpartition(".")[2]
+        base = f"{module}_{function}"
+    else:
+        base = str(workload.get("name"))
+    if not args and "factory" not in workload:
+        return base
+    canonical = json.dumps({k: v for k, v in workload.items() if k != "args"} | {"args": args},
+                           sort_keys=True, default=str)
+    return f"{base}-{hashlib.sha256(canonical.encode()).hexdigest()[:8]}"
 
 
 def _slug(value: Any) -> str:

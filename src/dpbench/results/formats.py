@@ -7,7 +7,9 @@ through it.
     format 1  records without a `format` key: may lack seed,
               deterministic, scaling, per_gpu_batch, launch (or its exclusive), start_s,
               startup, throughput.compile_s and the memory rows' data_mib
-    format 2  every field that record_fields writes, and `format`
+    format 2  every field that record_fields writes, and `format`; those written before
+              workloads (issue 25) lack workload, parameters, param_bytes, flops_per_sample,
+              sample_unit and throughput's samples_per_s and tokens_per_s (upgrade fills them)
 """
 from __future__ import annotations
 
@@ -25,8 +27,31 @@ STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
 
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of
 # dpbench.run.measure.throughput with no steps, and no compile time.
-NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
-                 "step_ms_mean": None, "compile_s": None}
+NO_THROUGHPUT = {"images_per_s": None, "samples_per_s": None, "tokens_per_s": None, "timed_steps": 0,
+                 "step_ms_p50": None, "step_ms_p95": None, "step_ms_mean": None, "compile_s": None}
+
+# What a record says of its workload (issue 25): `workload` (name or factory, args, the digest
+# of the factory's source file: dpbench.workloads.registry.describe) and its sizes, None where
+# the run never built it. Records from before workloads trained the default.
+DEFAULT_WORKLOAD = "resnet18-cifar10"
+WORKLOAD_SIZES = ("parameters", "param_bytes", "flops_per_sample", "sample_unit")
+
+
+def plain_workload(workload: Any) -> dict[str, Any]:
+    """registry.describe's layout without its digest (the factory's file is not read): what a
+    record names when the run never built its workload (a launcher's skipped record, an old record)."""
+    if workload is None:
+        workload = DEFAULT_WORKLOAD
+    if isinstance(workload, str):
+        workload = {"factory": workload} if ":" in workload else {"name": workload}
+    key = "factory" if "factory" in workload else "name"
+    return {key: workload.get(key), "args": dict(workload.get("args") or {}), "source_sha256": None}
+
+
+def workload_name(record: dict[str, Any]) -> str:
+    """A record's workload in one word: its name or factory (the summary's workload column)."""
+    w = record.get("workload") or {}
+    return str(w.get("name") or w.get("factory") or DEFAULT_WORKLOAD)
 
 
 class RecordFormatError(ValueError):
@@ -69,6 +94,19 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     rec = dict(record)
     if version == 1:
         rec = _from_1(rec)
+    return _workload_fields(rec)
+
+
+def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    """Records from before workloads (format 2 without them, and format 1): the workload their
+    config names (the default: ResNet18 on CIFAR-10), sizes unknown, samples/s = images/s."""
+    if "workload" not in rec:
+        rec["workload"] = plain_workload((rec.get("config") or {}).get("workload"))
+    for key in WORKLOAD_SIZES:
+        rec.setdefault(key, None)
+    if isinstance(rec.get("throughput"), dict) and "samples_per_s" not in rec["throughput"]:
+        tp = rec["throughput"]
+        rec["throughput"] = {**tp, "samples_per_s": tp.get("images_per_s"), "tokens_per_s": None}
     return rec
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpbench.results import METRICS, STEPS, run_id
 from dpbench.results.files import write_csv, write_json
-from dpbench.results.formats import FORMAT, NO_THROUGHPUT
+from dpbench.results.formats import FORMAT, NO_THROUGHPUT, WORKLOAD_SIZES, plain_workload
 from dpbench.results.schema import STEP_COLUMNS
 
 if TYPE_CHECKING:
@@ -25,9 +25,11 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
                   memory: list[dict[str, Any]] | None = None, warnings: list[dict[str, Any]] | None = None,
                   accuracy: list[dict[str, Any]] | None = None, final_loss: float | None = None,
                   steps: int = 0, wall_s: float = 0.0, start_s: float | None = None,
-                  startup: dict[str, float] | None = None) -> dict[str, Any]:
+                  startup: dict[str, float] | None = None, workload: dict[str, Any] | None = None,
+                  sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
-    the launcher's skipped ones (none)."""
+    the launcher's skipped ones (none). workload: registry.describe() of the run's workload
+    (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one."""
     return {
         "format": FORMAT,
         "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
@@ -40,6 +42,8 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
         "memory": memory or [], "warnings": warnings or [], "accuracy": accuracy or [],
         "final_loss": final_loss, "steps": steps, "wall_s": wall_s, "start_s": start_s,
         "startup": dict(startup or {}), "provenance": provenance,
+        "workload": workload or plain_workload(cfg.workload),
+        **{key: (sizes or {}).get(key) for key in WORKLOAD_SIZES},
     }
 
 
@@ -66,6 +70,8 @@ class Record:
         self.hosts: list[str] = [socket.gethostname()]
         self.start_s: float | None = None            # from the launch to the first training step
         self.startup: dict[str, float] = {}          # phase -> seconds since the launch when it ended
+        self.workload: dict[str, Any] | None = None  # registry.describe() of the run's workload
+        self.sizes: dict[str, Any] = {}              # WORKLOAD_SIZES, once the workload is built
 
     def write(self, status: str, reason: str = "", *, launch: dict[str, Any], provenance: dict[str, Any],
               throughput: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -76,6 +82,7 @@ class Record:
             self.cfg, status, reason, device_type=self.device_type, launch=launch, provenance=provenance,
             throughput=throughput, memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
-            wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup)
+            wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
+            workload=self.workload, sizes=self.sizes)
         write_record(self.out, rec, self.steps)
         return rec

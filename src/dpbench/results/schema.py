@@ -21,6 +21,8 @@ SUMMARY_COLUMNS = [
     # how the run was planned and seeded; setup: a hash of the run's config without its
     # identity and batch fields, so runs that differ only in batch size share it
     "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
+    # what the run trained: its workload's name or factory (records before workloads: the default)
+    "workload",
 ]
 # data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
 # to compare what the model and optimizer cost per device.
@@ -39,7 +41,7 @@ CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch"
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type")
+                "dataset", "device_type", "workload")
 # Columns that hold True/False (written by csv as the words).
 FLAG_COLUMNS = ("deterministic",)
 # Numeric columns that count or index something: empty is never a value there.

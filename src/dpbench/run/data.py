@@ -435,6 +435,43 @@ class FixedBatchFeed(DeviceFeed):
         return iter([self._batch] * len(self))
 
 
+class WorkloadFeed:
+    """A workload's synthetic batches (WorkloadSpec.batch): global step i's batch drawn whole by a
+    generator seeded by (seed, i), then split as every feed splits a global batch (`shard`), so
+    single, dp* and ddp on any number of ranks see the same global batches. An epoch is
+    `samples` samples in global batches (the last may be short); its batches are drawn and
+    copied to the device when epoch() is called, before its step clock starts, and no more of
+    them than the run's `total` steps take. fixed=True: global step 0's batch every step."""
+
+    def __init__(self, make_batch, samples: int, batch: int, seed: int, device: torch.device,
+                 world: int = 1, rank: int = 0, total: int | None = None, fixed: bool = False):
+        self.make_batch, self.samples, self.batch, self.seed = make_batch, samples, batch, seed
+        self.device, self.world, self.rank, self.fixed = device, world, rank, fixed
+        self.total = total
+        self.resident_bytes = 0
+
+    def __len__(self) -> int:
+        return steps_per_epoch(self.samples, self.batch)
+
+    def global_batch(self, step: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global step `step`'s batch of n samples, on the CPU, whole."""
+        return self.make_batch(torch.Generator().manual_seed(self.seed * 1_000_003 + step), n)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+        first = epoch * len(self)
+        out = []
+        for i, pos in enumerate(global_batches(self.samples, self.batch)):
+            step = first + i
+            if self.total is not None and step >= self.total:
+                break
+            n = pos.stop - pos.start
+            x, y = self.global_batch(0 if self.fixed else step, self.batch if self.fixed else n)
+            part = shard(len(x), self.world, self.rank)
+            out.append((x[part].to(self.device), y[part].to(self.device), len(x)))
+        self.resident_bytes = max(self.resident_bytes, sum(x.nbytes + y.nbytes for x, y, _ in out))
+        return iter(out)
+
+
 def make_feed(kind: str, split: Split, batch: int, seed: int, device: torch.device,
               world: int = 1, rank: int = 0, augment: bool = True, workers: int = 2):
     if kind == "gpu":

@@ -24,11 +24,11 @@ from dpbench.plan.skips import skip_reason
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
 from dpbench.run import device_facts, measure, provenance
-from dpbench.run.data import load_dataset, make_feed
-from dpbench.run.model import resnet18
+from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
+from dpbench.workloads import registry
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
 EVAL_BATCH = 1000
@@ -56,6 +56,16 @@ class Measured(Record):
         self.timed_batches: list[int] = []
         self.dataset: dict | None = None
         self.compile_s: float | None = None
+        self.unit, self.units_per_sample = "images", 1   # the workload's, once it is built
+        self.workload = registry.describe(cfg.workload)
+
+    def workload_sizes(self, spec) -> None:
+        """The built workload's sizes (a forward of one sample counts its FLOPs if the factory
+        did not give them) and the unit its throughput counts."""
+        sizes = spec.sizes()
+        self.unit, self.units_per_sample = spec.sample_unit, spec.units_per_sample
+        self.sizes = {"parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"],
+                      "flops_per_sample": sizes["flops_per_sample"], "sample_unit": spec.sample_unit}
 
     def phase_done(self, phase: str) -> None:
         """Mark the end of a start-up phase (results.STARTUP_PHASES), in seconds since the launch."""
@@ -66,7 +76,12 @@ class Measured(Record):
         return super().write(
             status, reason, launch=provenance.launch_facts(self.hosts),
             provenance=device_facts.collect(self.dataset, self.cfg),
-            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches), compile_s=self.compile_s))
+            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches, self.unit,
+                                                self.units_per_sample), compile_s=self.compile_s))
+
+
+class WorkloadSkip(Exception):
+    """A variant the workload cannot run: the run is recorded as skipped with this reason."""
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -175,9 +190,25 @@ def ddp_options(cfg: RunConfig) -> dict:
     return opts
 
 
-def build_model(cfg: RunConfig, ctx: Context) -> torch.nn.Module:
-    torch.manual_seed(cfg.seed)   # same initial weights in every variant and rank
-    model = resnet18(num_classes=cfg.num_classes)
+def build_workload(cfg: RunConfig):
+    """The run's WorkloadSpec, its initial weights drawn from the seed (the same in every variant
+    and rank). The default workload's output layer is the run's num_classes wide."""
+    name, _, args = registry.resolve(cfg.workload)
+    extra = {"num_classes": cfg.num_classes} if name == registry.DEFAULT and "num_classes" not in args else {}
+    torch.manual_seed(cfg.seed)
+    return registry.build(cfg.workload, **extra)
+
+
+def unsupported(cfg: RunConfig, spec) -> str | None:
+    """Why the workload cannot run this variant (None when it can)."""
+    if cfg.variant in DP_VARIANTS and not spec.batch_first:
+        return (f"nn.DataParallel gathers outputs on dim 0, and workload {registry.resolve(cfg.workload)[0]!r} "
+                "says its outputs are not batch-first (batch_first=False); use single or ddp")
+    return None
+
+
+def build_model(cfg: RunConfig, ctx: Context, spec) -> torch.nn.Module:
+    model = spec.model
     if cfg.batchnorm == "sync":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
@@ -217,30 +248,45 @@ def _fault_step(ctx: Context) -> int | None:
 
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
     set_numerics(cfg)
-    dataset = load_dataset(cfg)
+    spec = build_workload(cfg)   # a factory that fails is a failed record naming it (WorkloadError)
+    if reason := unsupported(cfg, spec):
+        raise WorkloadSkip(reason)
+    rec.workload_sizes(spec)     # on the CPU, before the model is moved or wrapped
+    # The default workload trains on its dataset (CIFAR-10, or synthetic CIFAR-shaped images) as
+    # before workloads; others on their own synthetic batches.
+    dataset = load_dataset(cfg) if spec.dataset == "cifar10" else None
     rec.phase_done("data")
-    rec.dataset = dataset.provenance()
+    rec.dataset = dataset.provenance() if dataset else {
+        "name": "synthetic", "checksum": "n/a", "detail": f"the workload's batch maker, seed={cfg.seed}",
+        "train_size": cfg.synthetic_size, "test_size": 0}
     warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
-    model = build_model(cfg, ctx)
+    model = build_model(cfg, ctx, spec)
     bf16 = cfg.precision == "bf16"
     variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
-                      autocast_dtype=torch.bfloat16 if bf16 else None)
+                      autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss)
     # fused needs the parameters on a device with the fused kernel (CUDA, or the CPU in torch >= 2.4)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=cfg.weight_decay, **({"fused": True} if cfg.fused_sgd else {}))
     rec.phase_done("model")
-    feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
-                     ctx.world, ctx.rank, augment=True, workers=cfg.workers)
-    test_split = dataset.test
-    if cfg.eval_samples is not None:   # a CPU run would spend most of its time on the test pass
-        test_split = type(test_split)(test_split.images[:cfg.eval_samples], test_split.labels[:cfg.eval_samples])
-    test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, test_split, EVAL_BATCH, cfg.seed, ctx.device,
-                          ctx.world, ctx.rank, augment=False, workers=cfg.workers)
+    test_feed = None
+    if dataset is None:
+        samples_feed = WorkloadFeed(spec.batch, cfg.synthetic_size, cfg.global_batch, cfg.seed, ctx.device,
+                                    ctx.world, ctx.rank, fixed=cfg.feed == "fixed")
+        samples_feed.total = len(samples_feed) * cfg.epochs if cfg.max_steps is None else cfg.max_steps
+        feed = samples_feed
+    else:
+        feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device,
+                         ctx.world, ctx.rank, augment=True, workers=cfg.workers)
+        test_split = dataset.test
+        if cfg.eval_samples is not None:   # a CPU run would spend most of its time on the test pass
+            test_split = type(test_split)(test_split.images[:cfg.eval_samples], test_split.labels[:cfg.eval_samples])
+        test_feed = make_feed("gpu" if cfg.feed == "fixed" else cfg.feed, test_split, EVAL_BATCH, cfg.seed,
+                              ctx.device, ctx.world, ctx.rank, augment=False, workers=cfg.workers)
     rec.phase_done("feed")
     if cfg.compile != "none":
         variant.compile(cfg.compile)
     data_mib = {0: 0.0}
-    if cfg.feed != "torch" and ctx.device.type == "cuda":
+    if cfg.feed != "torch" and ctx.device.type == "cuda" and test_feed is not None:
         data_mib = {0: (feed.resident_bytes + test_feed.resident_bytes) / measure.MIB}
     total = len(feed) * cfg.epochs if cfg.max_steps is None else cfg.max_steps
     epochs = math.ceil(total / len(feed))
@@ -275,7 +321,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         lr = lr_at(cfg, step, total)
                         for group in opt.param_groups:
                             group["lr"] = lr
-                        if cfg.channels_last:
+                        if cfg.channels_last and x.dim() == 4:
                             x = x.contiguous(memory_format=torch.channels_last)
                         ep.add(train_step(variant, opt, x, y, n_global, autocast), n_global, lr)
                         step += 1
@@ -291,7 +337,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                     raise
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
-                if cfg.eval_each_epoch or epoch == epochs - 1:
+                if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
+                    data_mib = {0: max(data_mib[0], feed.resident_bytes / measure.MIB)}
+                if test_feed is not None and (cfg.eval_each_epoch or epoch == epochs - 1):
                     with peaks.left_out() if peaks else nullcontext():
                         acc, loss = evaluate(model, test_feed, ctx, autocast)
                     rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
@@ -382,6 +430,11 @@ def run_process(cfg: RunConfig, out: Path) -> int:
                 rec.phase_done("devices")
                 try:
                     train(cfg, ctx, rec, warn)
+                except WorkloadSkip as exc:   # every rank builds the same workload: all stop here
+                    log(f"skipped: {exc}")
+                    if rank == 0:
+                        rec.write(results.STATUS_SKIPPED, str(exc))
+                    return 0
                 except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
                     return _failed(rec, warn, exc, distributed, rank)
                 if distributed:

@@ -54,13 +54,18 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def throughput(step_ms: list[float], batch_sizes: list[int]) -> dict:
-    """images/s over the timed steps, and the step-time median / p95 / mean."""
+def throughput(step_ms: list[float], batch_sizes: list[int], unit: str = "images",
+               units_per_sample: int = 1) -> dict:
+    """Samples/s over the timed steps, in the workload's unit too (images_per_s for image
+    workloads, as every record before workloads; tokens_per_s = samples x seq_len for token
+    ones), and the step-time median / p95 / mean."""
     if not step_ms:
-        return {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None,
-                "step_ms_p95": None, "step_ms_mean": None}
+        return {"images_per_s": None, "samples_per_s": None, "tokens_per_s": None, "timed_steps": 0,
+                "step_ms_p50": None, "step_ms_p95": None, "step_ms_mean": None}
     total_s = sum(step_ms) / 1e3
-    return {"images_per_s": sum(batch_sizes) / total_s if total_s > 0 else None,
+    samples = sum(batch_sizes) / total_s if total_s > 0 else None
+    return {"images_per_s": samples if unit == "images" else None, "samples_per_s": samples,
+            "tokens_per_s": samples * units_per_sample if unit == "tokens" and samples is not None else None,
             "timed_steps": len(step_ms), "step_ms_p50": percentile(step_ms, 0.5),
             "step_ms_p95": percentile(step_ms, 0.95), "step_ms_mean": statistics.fmean(step_ms)}
 

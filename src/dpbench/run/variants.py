@@ -1,17 +1,20 @@
 """How each variant wraps the model and reduces the loss.
 
 Every variant returns, for one global batch, the loss it optimises and the *global* loss: the
-mean per-sample cross-entropy over the whole global batch, computed the same way everywhere,
-so curves compare step by step whatever the variant reports.
+mean of the workload's per-sample losses (spec.loss; cross-entropy for the default) over the
+whole global batch, computed the same way everywhere, so curves compare step by step whatever
+the variant reports.
 """
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from dpbench.workloads.resnet_cifar import per_sample_cross_entropy   # a Variant's loss without one
 
 
 @dataclass
@@ -19,6 +22,9 @@ class StepLosses:
     optimised: torch.Tensor   # what backward() is called on
     reported: torch.Tensor    # what the variant reports (detached)
     global_sum: torch.Tensor  # sum of per-sample losses over the rank's/replicas' samples (detached)
+
+
+PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class ReplicaLoss(nn.Module):
@@ -30,12 +36,12 @@ class ReplicaLoss(nn.Module):
     that it adds no second warning per step.
     """
 
-    def __init__(self, model: nn.Module, reduction: str):
+    def __init__(self, model: nn.Module, reduction: str, loss: "PerSampleLoss | None" = None):
         super().__init__()
-        self.model, self.reduction = model, reduction
+        self.model, self.reduction, self.loss = model, reduction, loss or per_sample_cross_entropy
 
     def forward(self, x, y):
-        per_sample = F.cross_entropy(self.model(x).float(), y, reduction="none")
+        per_sample = self.loss(self.model(x).float(), y)
         total = per_sample.sum()
         return (per_sample.mean() if self.reduction == "mean" else total), total.detach().unsqueeze(0)
 
@@ -83,18 +89,21 @@ class Autocast(nn.Module):
 class Variant:
     """Wraps a model (already on its first device) for one variant; `losses` runs a forward.
     `autocast_dtype`: the mixed-precision dtype of the run (None: full precision), which the
-    DataParallel replicas must be told themselves."""
+    DataParallel replicas must be told themselves. `loss`: the workload's per-sample loss
+    (outputs, targets) -> one loss per sample (cross-entropy when not given)."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
                  world: int = 1, ddp_options: dict | None = None,
-                 autocast_dtype: torch.dtype | None = None):
+                 autocast_dtype: torch.dtype | None = None, loss: PerSampleLoss | None = None):
         self.name, self.bare, self.devices, self.world = name, model, devices, world
+        self.loss = loss or per_sample_cross_entropy
         ids = [d.index for d in devices]
         replica = Autocast(model, autocast_dtype) if autocast_dtype is not None else model
         if name == "dp":
             self.module = nn.DataParallel(replica, device_ids=ids)
         elif name in ("dp_mean", "dp_sum"):
-            self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_")), device_ids=ids)
+            self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_"), self.loss),
+                                          device_ids=ids)
         elif name == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
             on_cuda = devices[0].type == "cuda"
@@ -121,7 +130,7 @@ class Variant:
             loss = reduce_replica_losses(self.name, reduced, global_batch)
             return StepLosses(loss, loss.detach(), sums.sum())
 
-        per_sample = F.cross_entropy(self.module(x).float(), y, reduction="none")
+        per_sample = self.loss(self.module(x).float(), y)
         total = per_sample.sum()
         if self.name == "ddp":
             # DDP averages gradients over ranks; scaling the local sum by world/N makes that

@@ -1,11 +1,11 @@
-"""The default workload, `resnet18-cifar10`: dpbench.run.model's ResNet18 on 32x32 images, real
+"""The default workload, `resnet18-cifar10`: dpbench.workloads.resnet's ResNet18 on 32x32 images, real
 CIFAR-10 (the engine's loader) or synthetic images here."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from dpbench.run.model import BasicBlock, resnet18
+from dpbench.workloads.resnet import BasicBlock, resnet18
 from dpbench.workloads.spec import WorkloadSpec
 
 LABELS = 10   # CIFAR-10's labels are 0..9 however wide the output layer is
