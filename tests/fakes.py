@@ -209,14 +209,18 @@ def run_snakemake(wd: Path | str, *args: str, cores: int | None = 2, env: dict |
     return proc
 
 
-def load_perf_targets():
-    """tools/device/perf_targets.py as a module (a script, not part of the package)."""
+def load_device_script(name: str):
+    """tools/device/<name>.py as a module (a script, not part of the package)."""
     import importlib.util
-    path = Path(__file__).resolve().parents[1] / "tools" / "device" / "perf_targets.py"
-    spec = importlib.util.spec_from_file_location("perf_targets", path)
+    path = Path(__file__).resolve().parents[1] / "tools" / "device" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_perf_targets():
+    return load_device_script("perf_targets")
 
 
 # -- checks of a drawn figure ----------------------------------------------------------------
