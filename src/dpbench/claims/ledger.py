@@ -135,16 +135,21 @@ def render_md(tag: str, sections: list[Section]) -> str:
            md_table(["id", "claim", "verdict", "evidence"],
                     [[s.id, s.title, s.verdict, s.summary] for s in sections])]
     for s in sections:
-        out += ["", f"## {s.id}: {s.title}", "", f"**Claim.** {s.claim}", "",
-                f"**Verdict: {s.verdict}.**", ""]
-        if s.not_run:
-            out += [f"**Not measured here:** {s.not_run.removeprefix(NOT_RUN + ': ')}", ""]
-        if s.evidence:
-            out += ["**Evidence.**", ""] + [f"- {line}" for line in s.evidence] + [""]
-        out += [f"![{s.id}: {Path(f).stem}]({f})" for f in s.figures] + ([""] if s.figures else [])
-        out += [f"**Measured on.** {'; '.join(s.measured_on) or 'nothing measured here'}", ""]
-        out += [f"**What to do.** {s.advice}", ""]
+        out += ["", render_section(s).rstrip(), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def render_section(s: Section) -> str:
+    """One claim's part of claims.md: claim, verdict, evidence, figures, where measured, advice."""
+    out = [f"## {s.id}: {s.title}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {s.verdict}.**", ""]
+    if s.not_run:
+        out += [f"**Not measured here:** {s.not_run.removeprefix(NOT_RUN + ': ')}", ""]
+    if s.evidence:
+        out += ["**Evidence.**", ""] + [f"- {line}" for line in s.evidence] + [""]
+    out += [f"![{s.id}: {Path(f).stem}]({f})" for f in s.figures] + ([""] if s.figures else [])
+    out += [f"**Measured on.** {'; '.join(s.measured_on) or 'nothing measured here'}", ""]
+    out += [f"**What to do.** {s.advice}", ""]
+    return "\n".join(out)
 
 
 def build_sections(ev: Evidence) -> list[Section]:
