@@ -1256,7 +1256,7 @@ def test_c6_measurable_with_no_seed_to_seed_spread_is_not_confirmed(tmp_path, mo
     """Told apart from zero, but with nothing to weigh its size against (single's spread over
     seeds unknown), the effect's size in practice is unknown: needs nuance, not confirmed."""
     real = c6_verdict.practical_size
-    monkeypatch.setattr(c6_text, "practical_size", lambda loss, sd: real(loss, math.nan))
+    monkeypatch.setattr(c6_verdict, "practical_size", lambda loss, sd: real(loss, math.nan))
     f = c6_text.finding(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
     assert f.data["training"][0]["practical"]["negligible"] is None
     assert f.verdict == NUANCE and "its practical size not weighed" in f.summary

@@ -1,24 +1,13 @@
 """C6's ledger section in words: the probe's arithmetic and gradients, the training runs'
-differences with their intervals, and the verdict they decide.
+differences with their intervals, and what decided the verdict (c6/verdict.py decides it).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
-from dpbench.claims.c6.verdict import (
-    CONFIDENCE,
-    FIRST_STEPS,
-    NEGLIGIBLE,
-    _excludes_zero,
-    c6_training,
-    practical_size,
-    uneven_split,
-)
+from dpbench.claims.c6.verdict import CONFIDENCE, FIRST_STEPS, NEGLIGIBLE, from_training
 from dpbench.claims.findings import probe_finding, with_training
 from dpbench.claims.records import Finding, ProbeRecord
-from dpbench.plan.config import RunConfig
 
 
 def _ci_text(ci: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
@@ -68,35 +57,19 @@ def _c6_summary(p: ProbeRecord) -> str:
 
 def finding(ev) -> Finding:
     f = probe_finding(ev, "C6", _c6_summary)
-    training = c6_training(ev)
-    groups = ev.claim_groups("C6")
-    decisive = [t for t in training if t["uneven"]]
-    decisive = [t for t in decisive if t["bn_eval"]] or decisive  # BN eval isolates the reduction
-    f.evidence += [_c6_line(t) for t in training]
-    f.data["training"] = training
-    if not decisive:
-        need = min((n for g in groups for n in ev.groups[g]["gpus"]
-                    if uneven_split(int(ev.groups[g]["options"].get("global_batch", RunConfig.global_batch)), n)),
-                   default=2)
-        f.evidence.append(f"training runs on an uneven split: {ev.not_run(need, groups)}")
+    v = from_training(ev, f.verdict)
+    f.evidence += [_c6_line(t) for t in v.training]
+    f.data["training"] = v.training
+    if v.decisive is None:
+        f.evidence.append(f"training runs on an uneven split: {ev.not_run(v.need_gpus, ev.claim_groups('C6'))}")
         return f
-    t = decisive[0]
-    loss = t["intervals"]["dp_mean-dp_sum"].get("final_loss", {"n": 0, "mean": math.nan})
-    acc = t["intervals"]["dp_mean-dp_sum"].get("test_acc", {"n": 0, "mean": math.nan})
-    measurable = _excludes_zero(loss) if loss["n"] else False
+    t, loss, acc, size = v.decisive, v.loss, v.acc, v.size
     seeds = t["single_spread"]["final_loss"]
-    size = practical_size(loss, seeds["sd"]) if loss["n"] else practical_size({"n": 0}, math.nan)
-    t["practical"] = size
-    # confirmed: told apart from zero and not negligible against what changing the seed does
-    # (with no seed-to-seed spread to weigh it against, its size in practice is unknown: nuance)
-    verdict = CONFIRMED if measurable and size["negligible"] is False else NUANCE
-    if f.verdict not in (CONFIRMED, NOT_RUN):
-        verdict = f.verdict  # training cannot rescue a probe that saw no bias
     w = t["reweighting"]
     against = (f", {size['share']:+.2f}x [{size['share_lo']:+.2f}, {size['share_hi']:+.2f}] the seed-to-seed sd of "
                f"single's final loss ({seeds['sd']:.3g} over {seeds['n']} seeds)" if size["negligible"] is not None
                else ", no seed-to-seed spread to weigh it against")
-    if not measurable:
+    if not v.measurable:
         call = "no effect told apart from zero at this size"
     elif size["negligible"]:
         call = (f"measurable but negligible in practice: the whole interval within {NEGLIGIBLE:.2g}x of what "
@@ -108,4 +81,4 @@ def finding(ev) -> Finding:
     text = (f"in training ({t['batch']} on {t['gpus']} GPUs, {'/'.join(map(str, w['chunks']))}: weights off by "
             f"{w['max_abs']:.2%}) dp_mean - dp_sum final loss {_ci_text(loss) if loss['n'] else 'n/a'}"
             f"{against if loss['n'] else ''}, test accuracy {_ci_text(acc, 100, ' pp') if acc['n'] else 'n/a'}: {call}")
-    return with_training(ev, f, verdict, text)
+    return with_training(ev, f, v.verdict, text)

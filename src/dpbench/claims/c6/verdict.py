@@ -1,13 +1,17 @@
-"""C6's evidence as numbers: how an uneven split reweights samples, and the training runs' paired
-differences between the reductions with their intervals and practical size.
+"""C6's evidence as numbers: how an uneven split reweights samples, the training runs' paired
+differences between the reductions with their intervals and practical size, and the verdict.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
 import pandas as pd
+
+from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
+from dpbench.plan.config import RunConfig
 
 
 FIRST_STEPS = 5            # steps compared before trajectories drift apart chaotically
@@ -121,3 +125,42 @@ def c6_training(ev) -> list[dict[str, Any]]:
                         "first_steps_gap": {v: median(x["first_steps_max"] for x in gs) for v, gs in gaps.items()},
                         "gaps_first_seed": {v: gs[0] for v, gs in gaps.items()}})
     return out
+
+
+@dataclass
+class C6Training:
+    """What C6's training runs decided, on the uneven split that decides (BN eval first)."""
+    verdict: str                             # the probe's where training did not decide
+    training: list[dict[str, Any]]           # every C6 group on 2+ GPUs, paired by seed
+    decisive: dict[str, Any] | None = None   # the deciding group's entry of `training`
+    loss: dict[str, float] = field(default_factory=dict)   # dp_mean - dp_sum final loss, its interval
+    acc: dict[str, float] = field(default_factory=dict)    # ... and test accuracy's
+    measurable: bool = False                 # the loss interval excludes zero
+    size: dict[str, Any] = field(default_factory=dict)     # practical_size against the seeds' spread
+    need_gpus: int = 2                       # where no uneven split ran: the fewest GPUs that split one
+
+
+def from_training(ev, probe_verdict: str) -> C6Training:
+    training = c6_training(ev)
+    decisive = [t for t in training if t["uneven"]]
+    decisive = [t for t in decisive if t["bn_eval"]] or decisive  # BN eval isolates the reduction
+    if not decisive:
+        groups = ev.claim_groups("C6")
+        need = min((n for g in groups for n in ev.groups[g]["gpus"]
+                    if uneven_split(int(ev.groups[g]["options"].get("global_batch", RunConfig.global_batch)), n)),
+                   default=2)
+        return C6Training(probe_verdict, training, need_gpus=need)
+    t = decisive[0]
+    loss = t["intervals"]["dp_mean-dp_sum"].get("final_loss", {"n": 0, "mean": math.nan})
+    acc = t["intervals"]["dp_mean-dp_sum"].get("test_acc", {"n": 0, "mean": math.nan})
+    measurable = _excludes_zero(loss) if loss["n"] else False
+    seeds = t["single_spread"]["final_loss"]
+    size = practical_size(loss, seeds["sd"]) if loss["n"] else practical_size({"n": 0}, math.nan)
+    t["practical"] = size
+    # confirmed: told apart from zero and not negligible against what changing the seed does
+    # (with no seed-to-seed spread to weigh it against, its size in practice is unknown: nuance)
+    verdict = CONFIRMED if measurable and size["negligible"] is False else NUANCE
+    if probe_verdict not in (CONFIRMED, NOT_RUN):
+        verdict = probe_verdict  # training cannot rescue a probe that saw no bias
+    return C6Training(verdict, training, t, loss, acc, measurable, size)
+

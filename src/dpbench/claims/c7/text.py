@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
-from dpbench.claims.c7.verdict import SLOWDOWN, UNCHANGED, c7_training, dp_step_cause
+from dpbench.claims.c7.verdict import from_training
 from dpbench.claims.findings import fmt_batch, multi_gpu, probe_finding, with_training
 from dpbench.claims.records import SINGLE_STAGES, STAGES, Finding, ProbeRecord
 
@@ -80,27 +79,18 @@ def _c7_summary(p: ProbeRecord) -> str:
 
 def finding(ev) -> Finding:
     f = probe_finding(ev, "C7", _c7_summary)
-    training = c7_training(ev)
+    v = from_training(ev, f.verdict)
     f.evidence += [
         f"training {t['variant']} on {t['gpus']} GPU(s): step p50 {t['p50_on_ms']:.1f} ms with benchmark on "
         f"({t['on_group']}), {t['p50_off_ms']:.1f} ms off ({t['off_group']}): {t['ratio']:.2f}x "
-        f"(over {t['repeats']} repeats {t['ratio_lo']:.2f}-{t['ratio_hi']:.2f}x)" for t in training]
-    f.data["training"] = training
-    cause_on, cause_off = dp_step_cause(ev, "on"), dp_step_cause(ev, "off")
-    f.data["dp_step"] = {"on": cause_on, "off": cause_off}
-    dp = [t for t in training if t["variant"] == "dp" and t["gpus"] > 1]
-    groups = ev.claim_groups("C7")
-    if not dp:
+        f"(over {t['repeats']} repeats {t['ratio_lo']:.2f}-{t['ratio_hi']:.2f}x)" for t in v.training]
+    f.data["training"] = v.training
+    f.data["dp_step"] = {"on": v.cause_on, "off": v.cause_off}
+    t, cause_on = v.slowest, v.cause_on
+    if t is None:
+        groups = ev.claim_groups("C7")
         f.evidence.append(f"training runs: {ev.not_run(multi_gpu(ev, groups), groups)}")
         return f
-    others_slow = any(t["ratio_lo"] > SLOWDOWN for t in training if t["variant"] != "dp")
-    t = max(dp, key=lambda t: t["ratio"])
-    if t["ratio_hi"] <= UNCHANGED:
-        verdict = REFUTED
-    elif t["ratio_lo"] > SLOWDOWN and not others_slow and f.verdict in (CONFIRMED, NOT_RUN):
-        verdict = CONFIRMED
-    else:
-        verdict = NUANCE  # slower, but mildly, within the repeats' spread, not DP's alone, or the thread mechanism not shown
     text = (f"DP on {t['gpus']} GPUs: step p50 {t['p50_on_ms']:.1f} ms benchmark on vs {t['p50_off_ms']:.1f} ms off "
             f"({t['ratio']:.1f}x)")
     if cause_on:
@@ -111,4 +101,4 @@ def finding(ev) -> Finding:
                         f"step's new replica threads ({cause_on['dp_ms']:.0f} ms a step here against "
                         f"{cause_on['dp_persistent_ms']:.0f} ms when the same threads are reused). Or use DDP, whose "
                         f"one process per GPU keeps its thread and its autotuning cache.")
-    return with_training(ev, f, verdict, text)
+    return with_training(ev, f, v.verdict, text)

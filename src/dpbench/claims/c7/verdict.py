@@ -1,12 +1,14 @@
 """C7's evidence as numbers: the C7 probe's DataParallel step breakdowns (each stage against one
 GPU's share of the same work, what persistent replica threads save; C8 names its cause from
-them too), and the training runs' step times with cudnn.benchmark on and off.
+them too), the training runs' step times with cudnn.benchmark on and off, and the verdict.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
+from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.records import STAGES, ProbeRecord, dp_step_id
 
 
@@ -146,3 +148,31 @@ def c7_training(ev) -> list[dict[str, Any]]:
                             "ratio_hi": a["step_ms_p50"].max() / b["step_ms_p50"].min(),
                             "repeats": min(len(a), len(b))})
     return out
+
+
+@dataclass
+class C7Training:
+    """What C7's training runs decided, with the probe's step breakdowns at each setting."""
+    verdict: str                         # the probe's where no DataParallel run on 2+ GPUs decided
+    training: list[dict[str, Any]]       # per variant and GPU count: step p50 on and off
+    cause_on: dict[str, Any] | None      # the C7 probe's breakdown with cudnn.benchmark on
+    cause_off: dict[str, Any] | None
+    slowest: dict[str, Any] | None = None   # the DataParallel entry that decides: the largest ratio
+
+
+def from_training(ev, probe_verdict: str) -> C7Training:
+    training = c7_training(ev)
+    cause_on, cause_off = dp_step_cause(ev, "on"), dp_step_cause(ev, "off")
+    dp = [t for t in training if t["variant"] == "dp" and t["gpus"] > 1]
+    if not dp:
+        return C7Training(probe_verdict, training, cause_on, cause_off)
+    others_slow = any(t["ratio_lo"] > SLOWDOWN for t in training if t["variant"] != "dp")
+    t = max(dp, key=lambda t: t["ratio"])
+    if t["ratio_hi"] <= UNCHANGED:
+        verdict = REFUTED
+    elif t["ratio_lo"] > SLOWDOWN and not others_slow and probe_verdict in (CONFIRMED, NOT_RUN):
+        verdict = CONFIRMED
+    else:
+        verdict = NUANCE  # slower, but mildly, within the repeats' spread, not DP's alone, or the thread mechanism not shown
+    return C7Training(verdict, training, cause_on, cause_off, t)
+

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.c7.text import cause_summary, cause_text, growth_text
-from dpbench.claims.c7.verdict import dp_step_breakdowns, overhead_growth
-from dpbench.claims.c8.verdict import BF16, c8_points, crossovers, replica_dtypes
+from dpbench.claims.c8.verdict import BF16, from_runs
 from dpbench.claims.findings import about, fmt_batch, runs_not_run
 from dpbench.claims.records import Finding
 
@@ -122,19 +120,11 @@ def _c8_advice(curves: list[dict], cause: dict | None, growth: dict | None, dtyp
 
 
 def finding(ev) -> Finding:
-    groups = ev.claim_groups("C8")
-    points = c8_points(ev)
-    dp = [p for p in points if p["variant"] == "dp" and p["gpus"] > 1]
-    if not dp:
-        return runs_not_run(ev, groups)
-    curves = crossovers(points)
-    if all(p["faster"] for p in dp):
-        verdict = CONFIRMED
-    elif all(p["slower"] for p in dp):
-        verdict = REFUTED
-    else:
-        verdict = NUANCE   # faster at some batches, slower at others (or not told apart)
-    dp_curves = [c for c in curves if c["variant"] == "dp" and c["gpus"] > 1]
+    v = from_runs(ev)
+    if v is None:
+        return runs_not_run(ev, ev.claim_groups("C8"))
+    points, curves, dp, dp_curves, cause, growth, dtypes = (v.points, v.curves, v.dp, v.dp_curves, v.cause,
+                                                            v.growth, v.dtypes)
     alone = [p for p in dp if not any(c["series"] == p["series"] and c["gpus"] == p["gpus"] for c in dp_curves)]
     parts = [_curve_text(c) for c in dp_curves]
     parts += [f"DP on {p['gpus']} GPUs, {p['series']} ({p['group']}, batch {p['global_batch']}): {p['speedup']:.2f}x, "
@@ -143,23 +133,19 @@ def finding(ev) -> Finding:
     ddp = [p for p in points if p["variant"] == "ddp" and p["gpus"] > 1]
     if ddp:
         parts.append(f"DDP {min(p['speedup'] for p in ddp):.2f}x-{max(p['speedup'] for p in ddp):.2f}x")
-    breakdowns = dp_step_breakdowns(ev, "off")
-    cause = breakdowns[0] if breakdowns else None
-    growth = overhead_growth(breakdowns)
     if cause:
         parts.append(cause_summary(cause))
     if growth:
         parts.append(growth_text(growth))
     lines = [_point_line(p) for p in points]
     lines += [f"crossover: {_curve_text(c)}" for c in curves if c["variant"] == "ddp" or c["gpus"] == 1]
-    lines += ["where a DataParallel step's time goes (C7 probe): " + cause_text(b) for b in breakdowns]
-    dtypes = replica_dtypes(ev)
+    lines += ["where a DataParallel step's time goes (C7 probe): " + cause_text(b) for b in v.breakdowns]
     note = _bf16_text(dtypes) if any(p["series"].startswith("bf16") for p in dp) else None
     if note:
         lines.append(note)
         parts.append(note)
     measured_on = [ev.measured_on_runs()] + ([ev.measured_on_probe("C7")] if cause or dtypes else [])
-    return Finding(verdict=verdict, summary="; ".join(parts), evidence=lines,
-                   data={"rows": points, "curves": curves, "dp_step": cause, "dp_step_batches": breakdowns,
+    return Finding(verdict=v.verdict, summary="; ".join(parts), evidence=lines,
+                   data={"rows": points, "curves": curves, "dp_step": cause, "dp_step_batches": v.breakdowns,
                          "overhead_growth": growth, "replica_autocast_dtype": dtypes}, runs_used=True,
                    advice=_c8_advice(dp_curves, cause, growth, dtypes), measured_on=measured_on)

@@ -1,13 +1,16 @@
 """C8's evidence as numbers: speed-up over one GPU per group, variant and GPU count with its range
-over repeats, the crossovers along the batch, and the dtype DataParallel's replicas computed in.
+over repeats, the crossovers along the batch, the dtype DataParallel's replicas computed in, the
+cause the C7 probe's step breakdown names, and the verdict.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from dpbench.analysis.tables import ratio_ci
-from dpbench.claims.c7.verdict import BUDGET_KEYS
+from dpbench.claims import CONFIRMED, NUANCE, REFUTED
+from dpbench.claims.c7.verdict import BUDGET_KEYS, dp_step_breakdowns, overhead_growth
 from dpbench.claims.records import ProbeRecord
 
 
@@ -114,3 +117,44 @@ def replica_dtypes(ev) -> dict[str, str]:
     as the training runs build it; {} where not measured."""
     p: ProbeRecord | None = ev.probes.get("C7")
     return p.values("c7.dp_step.replica_autocast_dtype") if p else {}
+
+
+@dataclass
+class C8Speed:
+    """What C8's runs (and the C7 probe's step breakdowns) showed."""
+    verdict: str
+    points: list[dict[str, Any]]        # every speed-up over one GPU (c8_points)
+    curves: list[dict[str, Any]]        # per series, variant and GPU count along the batch (crossovers)
+    breakdowns: list[dict[str, Any]]    # the C7 probe's DataParallel steps taken apart, benchmark off
+    growth: dict[str, Any] | None       # overhead_growth over those
+    dtypes: dict[str, str]              # replica_dtypes
+
+    @property
+    def dp(self) -> list[dict[str, Any]]:
+        return [p for p in self.points if p["variant"] == "dp" and p["gpus"] > 1]
+
+    @property
+    def dp_curves(self) -> list[dict[str, Any]]:
+        return [c for c in self.curves if c["variant"] == "dp" and c["gpus"] > 1]
+
+    @property
+    def cause(self) -> dict[str, Any] | None:
+        """The breakdown at the smallest batch taken apart (the C7 group's)."""
+        return self.breakdowns[0] if self.breakdowns else None
+
+
+def from_runs(ev) -> C8Speed | None:
+    """None where no DataParallel run on 2+ GPUs has a speed-up."""
+    points = c8_points(ev)
+    dp = [p for p in points if p["variant"] == "dp" and p["gpus"] > 1]
+    if not dp:
+        return None
+    if all(p["faster"] for p in dp):
+        verdict = CONFIRMED
+    elif all(p["slower"] for p in dp):
+        verdict = REFUTED
+    else:
+        verdict = NUANCE   # faster at some batches, slower at others (or not told apart)
+    breakdowns = dp_step_breakdowns(ev, "off")
+    return C8Speed(verdict, points, crossovers(points), breakdowns, overhead_growth(breakdowns), replica_dtypes(ev))
+
