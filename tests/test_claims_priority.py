@@ -78,5 +78,5 @@ def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path, prior
     probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
     assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
     script = (ROOT / "tools/device/pipeline_run.sh").read_text()
-    assert "< <(python3 tools/device/priority.py first" in script and "priority cut-off" in script
-    assert "priority stale" in script
+    assert "< <(python3 tools/device/priority.py first" in script and "priority.py cut-off" in script
+    assert "priority.py stale" in script
