@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
-from dpbench.claims.c1.verdict import PARAM_BYTES, from_runs, gathered_cost_onset
+from dpbench.claims.c1.verdict import PARAM_BYTES, decide, from_runs, gathered_cost_onset
 from dpbench.claims.findings import probe_finding, runs_not_run
 from dpbench.claims.records import Finding, ProbeRecord
 
@@ -202,9 +202,10 @@ def _with_max_batch(ev, f: Finding) -> Finding:
         return f
     if f.verdict == NOT_RUN:
         f.evidence.insert(0, f.not_run or NOT_RUN)
-        f.verdict, f.summary, f.not_run = p.verdict, p.summary, None
+        f.summary, f.not_run = p.summary, None
     else:
         f.summary = f"{f.summary}; {p.summary}"
+    f.verdict = decide(f.verdict, p.verdict)
     return f
 
 

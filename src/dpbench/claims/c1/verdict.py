@@ -329,3 +329,11 @@ def from_runs(ev) -> C1Runs | None:
     onsets = [_onset(s) for s in sweeps]
     return C1Runs(_c1_verdict(dp, onsets), cells, dp, sweeps, onsets, ddp_vs_dp_device0(cells))
 
+
+def decide(runs_verdict: str, probe_verdict: str | None) -> str:
+    """C1's verdict: the runs' where they measured memory; the probe's batch search decides only
+    where no run did (None: no probe record)."""
+    if runs_verdict != NOT_RUN or probe_verdict is None:
+        return runs_verdict
+    return probe_verdict
+
