@@ -42,7 +42,7 @@ if "cpu_timing" not in workflow.global_resources and LOCAL:
     workflow.register_resource("cpu_timing", 1)
 
 # Under a cluster executor these read and write small files: no queue wait for them.
-localrules: all, collect, plots, summary, claims, compare
+localrules: all, plan, collect, plots, summary, claims, compare
 
 onstart:
     print(PLAN.banner(), file=sys.stderr)
@@ -78,6 +78,17 @@ rule train:
     shell:
         "{params.py} -m dpbench.run.launch --config {params.run:q} --out $(dirname {output}) "
         "--lease {params.exclusive} --planned-gpus {params.planned} --log {log}"
+
+
+rule plan:
+    # The plan as made here (groups -> run configs -> run ids, the CPU plan's substitutions, the
+    # GPUs planned for): the probes and the ledger read it instead of resolving settings again.
+    output:
+        str(RS.plan_path),
+    params:
+        plan=PLAN.plan_json(),   # a new plan (--config, other GPUs) rewrites it
+    run:
+        Path(output[0]).write_text(params.plan)
 
 
 rule collect:
@@ -131,20 +142,44 @@ rule summary:
         "{params.py} -m dpbench.report.summarize {params.where} > {log} 2>&1"
 
 
+if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets name its cells
+
+    rule perf_targets:
+        input:
+            *TABLES.values(),   # first: the result set is input[0]'s folder
+            str(RS.provenance_path),
+        output:
+            **pipeline.perf_target_files(PLAN),
+        log:
+            str(RS.log_path("perf_targets")),
+        params:
+            where=lambda w, input: str(Path(input[0]).parent),
+            **PY,
+        conda:
+            ENVFILE
+        shell:
+            "{params.py} -m dpbench.cli perf-targets {params.where:q} --md {output.md:q} --json {output.json:q} "
+            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
+
+
 rule probe:
+    input:
+        # C1 and C7 measure at the batches and widths their groups train with. A new plan.json
+        # reruns a probe only when those settings change (not for a new count of GPUs).
+        plan=ancient(str(RS.plan_path)),
     output:
         str(RS.probe_path("{claim}")),
     log:
         str(RS.log_path("probe-{claim}")),
     params:
-        groups=PLAN.matrix_json(),   # C1 and C7 measure at the batches and widths their groups train with
+        groups=PLAN.groups_digest(),
         **PY,
     resources:
         gpu=PLAN.gpus_visible,   # probes start CUDA their own way: alone on the machine
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} --experiment {params.groups:q} "
+        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} --plan {input.plan} "
         "> {log} 2>&1"
 
 
@@ -154,6 +189,7 @@ rule claims:
         str(RS.provenance_path),
         pipeline.probe_files(PLAN),
         *FIGURES.values(),   # claims.md links some of them
+        plan=ancient(str(RS.plan_path)),   # the groups as planned here, --config overrides included
     output:
         md=report(str(RS.claims_md), caption="report/claims.rst", category="Claims"),
         json=str(RS.claims_json),
@@ -163,12 +199,12 @@ rule claims:
         str(RS.log_path("claims")),
     params:
         where=TAG_OF_INPUT,
-        groups=PLAN.matrix_json(),   # the groups as planned here, --config overrides included
+        groups=PLAN.groups_digest(),
         **PY,
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.ledger {params.where} --experiment {params.groups:q} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.ledger {params.where} --plan {input.plan} > {log} 2>&1"
 
 
 rule compare:
@@ -182,4 +218,4 @@ rule compare:
     conda:
         ENVFILE
     shell:
-        "set -o pipefail; {params.py} -m dpbench.analysis.compare {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log}"

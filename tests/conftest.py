@@ -1,5 +1,8 @@
+import difflib
 import json
+import os
 import pickle
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -7,7 +10,12 @@ import numpy as np
 import pytest
 
 from dpbench import results
+from dpbench.analysis import collect
 from dpbench.run.launch import main as train_main
+
+# Small frozen result sets (tests/fixtures/README.md says where each came from).
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SNAPSHOTS = FIXTURES / "snapshots"
 
 # Small enough for 2 CPU cores: a few steps of ResNet18 on a handful of 32x32 images.
 TINY = {"dataset": "synthetic", "synthetic_size": 48, "synthetic_test_size": 16,
@@ -60,3 +68,40 @@ def write_official_cifar(root: Path, per_batch: int = 6, seed: int = 0) -> Path:
     with open(folder / "batches.meta", "wb") as f:
         pickle.dump({"label_names": [str(i) for i in range(10)]}, f)
     return folder
+
+
+@pytest.fixture(scope="session")
+def fixture_results(tmp_path_factory):
+    """name -> a results folder holding a copy of tests/fixtures/<name>, every tag collected
+    (its tables and provenance.json made from its runs' records by today's code). Made once per
+    session; a test must not change it."""
+    made: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in made:
+            root = tmp_path_factory.mktemp(name) / "results"
+            shutil.copytree(FIXTURES / name, root)
+            for tag in sorted(p.name for p in root.iterdir() if (p / "runs").is_dir()):
+                collect.collect(root, tag)
+            made[name] = root
+        return made[name]
+    return make
+
+
+@pytest.fixture
+def snapshot():
+    """check(name, text): text must equal tests/fixtures/snapshots/<name>. Rewrite the
+    snapshots after a deliberate change of wording with
+    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_fixture_sets.py (and commit them)."""
+    def check(name: str, text: str) -> None:
+        path = SNAPSHOTS / name
+        if os.environ.get("DPBENCH_UPDATE_SNAPSHOTS") == "1":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return
+        assert path.is_file(), f"no snapshot {path.name}: make it with DPBENCH_UPDATE_SNAPSHOTS=1"
+        kept = path.read_text()
+        diff = difflib.unified_diff(kept.splitlines(), text.splitlines(), f"snapshot {name}", "made now",
+                                    lineterm="", n=0)
+        assert text == kept, "\n".join(list(diff)[:30]) + "\n(DPBENCH_UPDATE_SNAPSHOTS=1 rewrites it)"
+    return check

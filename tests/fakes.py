@@ -219,10 +219,6 @@ def load_device_script(name: str):
     return module
 
 
-def load_perf_targets():
-    return load_device_script("perf_targets")
-
-
 # -- checks of a drawn figure ----------------------------------------------------------------
 
 def display_points(artist) -> np.ndarray:

@@ -32,11 +32,14 @@ from dpbench.claims.c7 import text as c7_text
 from dpbench.claims.c7 import verdict as c7_verdict
 from dpbench.claims.c8 import text as c8_text
 from dpbench.claims.figures import DRAW
-from dpbench.claims.ledger import FIGURES, Evidence, experiment_groups, write_ledger
+from dpbench.claims.ledger import FIGURES, Evidence, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
+from dpbench.plan.matrix import Plan, read_plan
+from dpbench.plan.pipeline import load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "claims.yaml"
+# The claims experiment as the pipeline plans it for 2 GPUs (plan.json's document).
+PLANNED = Plan(load_experiment({"experiment": "claims"}, ROOT), 2).document()
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path")
 
 
@@ -122,7 +125,7 @@ def test_c6_cpu_emulation_uneven_split_biases_mean_of_means_only():
 @pytest.mark.parametrize("module", [c1_probe, c2_probe, c5_probe, c7_probe])
 def test_gpu_probes_report_not_measured_on_cpu(module):
     claim = next(c for c, name in probe.MODULES.items() if module.__name__.endswith("." + name))
-    rec = module.run(**settings.probe_settings(claim, experiment_groups(EXPERIMENT)))
+    rec = module.run(**settings.probe_settings(claim, read_plan(PLANNED)))
     assert rec.verdict == NOT_RUN == "not measured here"
     assert rec.not_run.startswith("needs ") and "(found 0)" in rec.not_run
     assert rec.ran_on["device_type"] == "cpu" and rec.ran_on["gpus_visible"] == 0
@@ -373,43 +376,54 @@ def test_probe_cli_writes_the_record_with_observations_under_ids(tmp_path, capsy
     assert [o.id for o in rec.observations] == raw["observation_order"]
 
 
+def _groups(**changes):
+    """The claims experiment's groups as planned for 2 GPUs, with some groups' options changed
+    (name -> options; None drops the group)."""
+    config = load_experiment({"experiment": "claims"}, ROOT)
+    matrix = []
+    for g in config["matrix"]:
+        if g["name"] in changes and changes[g["name"]] is None:
+            continue
+        matrix.append({**g, "options": {**g.get("options", {}), **changes.get(g["name"], {})}})
+    return read_plan(Plan({**config, "matrix": matrix}, 2).document())
+
+
 def test_probes_take_their_batches_and_widths_from_the_experiments_groups():
-    groups = experiment_groups(EXPERIMENT)
+    groups = read_plan(PLANNED)
     assert settings.probe_settings("C1", groups) == {"batch": 2048, "classes": [10, 32768]}
     assert settings.probe_settings("C7", groups) == {"batches": [512, 8192]}
     assert settings.probe_settings("C3", groups) == {}
-    groups["c1_out32768"]["options"]["global_batch"] = 1024   # the widest output's batch
-    groups["c7_benchmark_on"]["options"]["global_batch"] = 256
-    for name in [g for g in groups if g.startswith("c8_") and groups[g]["options"].get("global_batch") == 8192]:
-        del groups[name]
+    c8_8192 = {g: None for g in groups if g.startswith("c8_") and groups[g]["options"].get("global_batch") == 8192}
+    groups = _groups(c1_out32768={"global_batch": 1024}, c7_benchmark_on={"global_batch": 256}, **c8_8192)
     assert settings.probe_settings("C1", groups) == {"batch": 1024, "classes": [10, 32768]}
     assert settings.probe_settings("C7", groups) == {"batches": [256, 2048]}
     with pytest.raises(ValueError, match="no C7 group sets cudnn_benchmark: true"):
-        settings.probe_settings("C7", {**groups, "c7_benchmark_on": {**groups["c7_benchmark_on"], "options": {}}})
+        settings.probe_settings("C7", _groups(c7_benchmark_on={"cudnn_benchmark": False}))
     with pytest.raises(ValueError, match="no C1 group \\(c1_...\\).*drop C1 from `probes`"):
         settings.probe_settings("C1", {g: v for g, v in groups.items() if not g.startswith("c1_")})
 
 
-
-def test_a_probe_setting_the_groups_leave_to_the_train_block_comes_from_it():
-    """A width or batch set in the experiment's train block, not in the group, is what its runs
-    train with, so the probe measures at it too (not at RunConfig's default)."""
-    import json
-    spec = {"variants": ["dp"], "gpus": [2], "train": {"num_classes": 100, "global_batch": 1024},
+def test_a_probe_setting_the_groups_leave_to_the_plan_comes_from_it():
+    """A width or batch set in the experiment's train block, or a batch that weak scaling sets,
+    is what the runs train with, so the probe measures at it too (not at RunConfig's default)."""
+    spec = {"experiment": "c1_check", "variants": ["dp"], "gpus": [2],
+            "train": {"num_classes": 100, "global_batch": 1024},
             "matrix": [{"name": "c1_narrow"}, {"name": "c1_wide", "options": {"num_classes": 32768}}]}
-    groups = experiment_groups(json.dumps(spec))
-    assert settings.probe_settings("C1", groups) == {"batch": 1024, "classes": [100, 32768]}
+    plan = lambda spec: read_plan(Plan(load_experiment(spec, ROOT), 2).document())
+    assert settings.probe_settings("C1", plan(spec)) == {"batch": 1024, "classes": [100, 32768]}
+    spec["train"] = {"per_gpu_batch": 300}   # weak scaling: 600 on the 2 GPUs of the dp runs
+    assert settings.probe_settings("C1", plan(spec)) == {"batch": 600, "classes": [10, 32768]}
 
-def test_probe_cli_passes_the_groups_settings_as_the_pipeline_plans_them(tmp_path, monkeypatch):
-    pytest.importorskip("snakemake", reason="the plan's groups go through snakemake's validator")
-    from dpbench.plan.matrix import Plan
-    from dpbench.plan.pipeline import load_experiment
+
+def test_probe_cli_reads_the_plan_the_pipeline_writes(tmp_path, monkeypatch):
     got = {}
     monkeypatch.setattr(c7_probe, "run", lambda **kw: got.update(kw) or c3_probe.run())
-    groups = Plan(load_experiment({"experiment": "claims"}, ROOT), 2).matrix_json()   # what the Snakefile passes
-    probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--experiment", groups])
+    path = tmp_path / "plan.json"
+    path.write_text(Plan(load_experiment({"experiment": "claims"}, ROOT), 2).plan_json())   # the plan rule's output
+    probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--plan", str(path)])
     assert got == {"batches": [512, 8192]}
-    assert "--experiment {params.groups:q}" in (ROOT / "Snakefile").read_text().split("rule probe:")[1].split("rule ")[0]
+    rule = (ROOT / "Snakefile").read_text().split("rule probe:")[1].split("rule ")[0]
+    assert "--plan {input.plan}" in rule and "RS.plan_path" in rule
 
 
 def test_observation_ids_are_unique_in_a_record():
@@ -435,7 +449,7 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
     from dpbench.plan.matrix import Plan
     from dpbench.plan.pipeline import load_experiment
 
-    groups = experiment_groups(EXPERIMENT)
+    groups = read_plan(PLANNED)
     labels = {name: g["label"] for name, g in groups.items()}
     assert {name.split("_")[0].upper() for name in labels} == {"C1", "C6", "C7", "C8"}
     # a label is shared only by groups whose runs are the same runs (same options)
@@ -465,7 +479,7 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
 
 def test_the_cudnn_benchmark_group_has_its_off_leg():
     class Ev:
-        groups = experiment_groups(EXPERIMENT)
+        groups = read_plan(PLANNED)
     assert c7_verdict._twin(Ev, "c7_benchmark_on", "cudnn_benchmark") == "c8_fp32_b512"
 
 
@@ -563,7 +577,7 @@ class FakeTag:
     """A results/<tag> folder: tidy tables, each run's metrics.json (its config), probes, provenance."""
 
     def __init__(self):
-        self.groups = experiment_groups(EXPERIMENT)
+        self.groups = read_plan(PLANNED)
         self.summary, self.memory, self.steps, self.warnings, self.configs, self.records = [], [], [], [], {}, {}
 
     def run(self, group, variant, gpus, repeat=0, status="ok", config=None, record=None, **metrics):
@@ -688,12 +702,12 @@ def gpu_tag(**kw):
 
 def evidence(tmp_path, tag, probes=None):
     tag.write(tmp_path, "t", fake_gpu_probes() if probes is None else probes)
-    return Evidence(tmp_path, "t", EXPERIMENT)
+    return Evidence(tmp_path, "t", PLANNED)
 
 
 def ledger(tmp_path, tag, probes):
     tag.write(tmp_path, "t", probes)
-    md, js = write_ledger(tmp_path, "t", EXPERIMENT)
+    md, js = write_ledger(tmp_path, "t", PLANNED)
     data = results.read_json(js)
     return md.read_text(), {c["id"]: c for c in data["claims"]}
 
@@ -1164,7 +1178,7 @@ def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypa
     monkeypatch.setattr(common, "gpus_visible", lambda: 2)
     monkeypatch.setattr(common, "ran_on", lambda: RAN_ON_GPU)
     monkeypatch.setattr(c1_probe, "variant_json", variant_json)
-    rec = c1_probe.run(**settings.probe_settings("C1", experiment_groups(EXPERIMENT)))
+    rec = c1_probe.run(**settings.probe_settings("C1", read_plan(PLANNED)))
     searches = [a for m, _, a in calls if m == "probe"]
     snapshots = [a for m, _, a in calls if m == "attribution"]
     assert searches == [("--classes", "10", "32768")] * len(c1_probe.VARIANTS)
@@ -1330,7 +1344,7 @@ def test_c1_without_run_configs_places_no_cell_on_the_sweep(tmp_path):
     for rid in list(tag.configs):
         if rid.startswith("dp"):
             rs.metrics_path(rid).unlink()
-    f = c1_text.finding(Evidence(tmp_path, "t", EXPERIMENT))
+    f = c1_text.finding(Evidence(tmp_path, "t", PLANNED))
     assert f.verdict == NUANCE and f.data["conditions"] == []
     assert not any("num_classes" in c for c in f.data["cells"] if c["variant"] == "dp")
 

@@ -8,10 +8,9 @@ import pytest
 from fakes import load_device_script
 
 from dpbench import results
-from dpbench.claims.settings import experiment_groups
+from dpbench.plan.matrix import read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERIMENT = ROOT / "experiments" / "claims.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +31,7 @@ def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown(p
     assert first[-1] == str(plan.results.probe_path("C7"))
     rids = {Path(p).parent.name for p in first[:-1]}
     labels = {results.options_label(plan.runs[r].options) for r in rids}
-    groups = experiment_groups(EXPERIMENT)
+    groups = read_plan(plan.document())
     named = {g for g, spec in groups.items() if spec["label"] in labels}
     assert named == {"c8_fp32_b128", "c8_fp32_b512", "c8_fp32_b2048", "c8_fp32_b8192", "c1_out10", "c1_out32768"}
     assert len(rids) == 4 * 3 * 2 + 2 + 3 * 2   # c1_out10's dp and ddp are c8_fp32_b2048's own runs
@@ -76,7 +75,7 @@ def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path, prior
     dry = run_snakemake(wd, "-n", "-p", "--prioritize", *first, "--config", "experiment=claims", "gpus_available=2",
                         timeout=300, check=True)
     probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
-    assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
+    assert "--plan " in probe_cmd   # the probe measures at the planned groups' settings
     script = (ROOT / "tools/device/pipeline_run.sh").read_text()
     assert "< <(python3 tools/device/priority.py first" in script and "priority.py cut-off" in script
     assert "priority.py stale" in script

@@ -1,4 +1,4 @@
-"""dpbench.analysis.compare on synthetic result sets laid out exactly as collect writes them.
+"""dpbench.analysis.compare (and its command line and markdown) on synthetic result sets laid out exactly as collect writes them.
 
 Nothing here trains: result sets are written with results' own writers and columns, and the
 noise rules are also checked on simulated data (A/A throughput cells, A/A loss curves)."""
@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from dpbench import results as R
+from dpbench import compare_cli
 from dpbench.analysis import compare as cmp
+from dpbench.report import compare_report
 
 BASE_IPS = {("single", 1): 10_000.0, ("dp", 2): 15_000.0, ("ddp", 2): 19_000.0}
 JITTER = (1.0, 1.01, 0.99)  # ~1% spread between the 3 repeats
@@ -138,7 +140,7 @@ def test_identical_sets_report_no_regression_and_exit_0(pair):
     assert {r["verdict"] for r in report["throughput"]} == {"no change"}
     assert {(r["mode"], r["verdict"]) for r in report["loss"]} == {("envelope", "identical")}
     assert report["provenance"]["differs"] == [] and report["provenance"]["config_differs"] == {}
-    assert cmp.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings,diverged-curves")) == 0
+    assert compare_cli.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings,diverged-curves")) == 0
     md, js = R.compare_paths(root, "A", "B")
     assert "no regression beyond noise" in md.read_text()
     assert R.read_json(js) == {**report, "fail_on": ["regressions", "new-warnings", "diverged-curves"]}
@@ -155,7 +157,7 @@ def test_planted_20pct_throughput_drop_is_a_regression_and_fails(pair):
     assert row(report["throughput"], "dp")["verdict"] == "no change"
     assert report["verdict"]["regressions"] == 1
     assert cmp.exit_code(report, []) == 0  # without the flag a regression is reported, not fatal
-    assert cmp.main(argv(root, "--fail-on-regression")) == 1
+    assert compare_cli.main(argv(root, "--fail-on-regression")) == 1
     assert cmp.exit_code(report, ["regressions"]) == 1
     assert "**regression**" in R.compare_paths(root, "A", "B")[0].read_text()
 
@@ -202,7 +204,7 @@ def test_single_repeat_never_claims_a_regression(tmp_path):
     report = cmp.compare(tmp_path, "A", "B")
     assert row(report["throughput"], "ddp")["verdict"] == "too noisy to tell"
     single = row(report["throughput"], "single")
-    assert single["verdict"] == "no change" and "spread unknown" in single["note"]
+    assert single["verdict"] == "no change" and single["p_value"] is None and single["pooled_cv"] is None
 
 
 # -- the throughput rule on simulated A/A data -------------------------------------------
@@ -217,7 +219,7 @@ def test_aa_null_simulation_raises_regressions_at_most_at_the_nominal_rate():
         day = rng.normal(0.0, 0.02)
         cells = {k: (1e4 * np.exp(rng.normal(0, 0.03, 3)),
                      1e4 * np.exp(day + rng.normal(0, 0.01) + rng.normal(0, 0.03, 3))) for k in range(4)}
-        n = sum(v["verdict"] == "regression" for v in cmp.throughput_verdicts(cells, th)[0].values())
+        n = sum(v.verdict == "regression" for v in cmp.throughput_verdicts(cells, th)[0].values())
         cells_flagged += n
         comparisons_flagged += n > 0
     assert cells_flagged / 400 <= th.alpha
@@ -301,7 +303,7 @@ def test_a_shift_the_launches_also_showed_is_no_change(tmp_path):
 def test_the_report_shows_the_launch_noise_and_what_the_launches_differ_in(tmp_path, capsys):
     tags = a_a_launches(tmp_path, provenance={"git_sha": "cafe"})
     write_set(tmp_path, "B", make_runs())
-    assert cmp.main(argv(tmp_path, "--noise-from", ",".join(tags))) == 0
+    assert compare_cli.main(argv(tmp_path, "--noise-from", ",".join(tags))) == 0
     md = R.compare_paths(tmp_path, "A", "B")[0].read_text()
     assert "## Launch noise (A/A)" in md and "**Not a pure A/A:** the launches differ in git_sha" in md
     assert re.search(r"\| ddp g2 +\| +3/3 \|.*\| +[+-]0\.0% \|", md)   # the vs-shift column
@@ -317,7 +319,7 @@ def test_unusable_a_a_launches_exit_2_naming_the_problem(tmp_path, capsys, case,
     tags = a_a_launches(tmp_path, provenance={"gpu_names": ["NVIDIA A100"] * 2} if case == "hardware" else None)
     write_set(tmp_path, "B", make_runs())
     noise_from = {"one": ["A"], "hardware": tags, "missing": ["A", "A9"]}[case]
-    assert cmp.main(argv(tmp_path, "--noise-from", ",".join(noise_from))) == 2
+    assert compare_cli.main(argv(tmp_path, "--noise-from", ",".join(noise_from))) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
     assert not R.compare_paths(tmp_path, "A", "B")[0].exists()
@@ -355,7 +357,7 @@ def test_new_warning_is_a_finding_and_fails_only_when_asked(pair):
     assert (c["count_per_run_baseline"], c["count_per_run_candidate"]) == (98.0, 50.0)
     assert report["verdict"]["regressions"] == 0 and report["verdict"]["findings"] == 1
     assert cmp.exit_code(report, ["regressions", "diverged-curves"]) == 0
-    assert cmp.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings")) == 1
+    assert compare_cli.main(argv(root, "--fail-on-regression", "--fail-on", "new-warnings")) == 1
     assert "Fails the job: regressions (0), new-warnings (1)" in R.compare_paths(root, "A", "B")[0].read_text()
 
 
@@ -412,7 +414,7 @@ def test_hardware_difference_warns_timings_not_comparable(pair, change):
     report = finish(change if isinstance(change, dict) else None)
     assert report["provenance"]["hardware_differs"]
     assert "timings are not comparable" in report["provenance"]["warning"]
-    assert "timings are not comparable" in cmp.render_markdown(report)
+    assert "timings are not comparable" in compare_report.render_markdown(report)
 
 
 # -- loss curves: deterministic runs compare bit for bit ---------------------------------
@@ -439,7 +441,7 @@ def test_one_bit_difference_reports_the_first_differing_step(det_pair):
     assert "not reproducible" in dp["note"]
     assert report["verdict"]["counts"]["diverged-curves"] == 1
     md = R.compare_paths(root, "A", "B")[0]
-    assert cmp.main(argv(root, "--fail-on-regression")) == 1
+    assert compare_cli.main(argv(root, "--fail-on-regression")) == 1
     assert re.search(r"\| dp g2 +\| +3/3 \| exact +\|.*r1 epoch 1, step 7: .*\*\*bits changed\*\*", md.read_text())
 
 
@@ -469,7 +471,7 @@ def test_after_a_software_change_deterministic_curves_still_face_the_envelope(de
     assert ddp["first_diff"]["step"] == 10
     assert (single["verdict"], single["outside_fraction"]) == ("bits changed", 0.0)
     assert report["verdict"]["counts"]["diverged-curves"] == 1
-    assert cmp.main(argv(root, "--fail-on", "diverged-curves")) == 1
+    assert compare_cli.main(argv(root, "--fail-on", "diverged-curves")) == 1
 
 
 def test_unreproducible_bits_count_as_a_diverged_curve(det_pair):
@@ -498,7 +500,7 @@ def test_deterministic_curve_with_a_nan_or_missing_step_is_diverged_and_reported
     first = single["first_diff"]
     assert (first["repeat"], first["step"], first["abs_diff"]) == (1, 5 if how == "nan" else 30, None)
     assert report["verdict"]["counts"]["diverged-curves"] == 1
-    assert cmp.main(argv(root)) == 0
+    assert compare_cli.main(argv(root)) == 0
     md, js = R.compare_paths(root, "A", "B")
     assert js.exists()
     assert re.search(r"\| single g1 +\| +3/3 \| exact +\|.*r1 epoch 1, step \d+: missing or non-finite"
@@ -546,7 +548,7 @@ def test_planted_curve_shift_beyond_the_envelope_is_found_noise_within_is_not(pa
     assert ddp["verdict"] == "diverged" and ddp["severity"] == "finding"
     assert ddp["outside_fraction"] > 0.5 and ddp["first_outside"]["step"] >= 10
     assert cmp.exit_code(report, ["regressions", "new-warnings"]) == 0
-    assert cmp.main(argv(root, "--fail-on", "diverged-curves")) == 1
+    assert compare_cli.main(argv(root, "--fail-on", "diverged-curves")) == 1
 
 
 @pytest.mark.parametrize("model", ["level", "drift"])
@@ -676,7 +678,7 @@ def test_damaged_input_exits_2_with_one_line_naming_file_and_column(pair, capsys
     finish()
     path, column = _damage(root, what)
     capsys.readouterr()
-    assert cmp.main(argv(root, "--fail-on-regression")) == 2
+    assert compare_cli.main(argv(root, "--fail-on-regression")) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
     assert str(path) in err
@@ -689,7 +691,7 @@ def test_damaged_input_exits_2_from_the_command_line(pair):
     root, _, finish = pair
     finish()
     _damage(root, "non-numeric images_per_s")
-    proc = subprocess.run([sys.executable, "-m", "dpbench.analysis.compare", *argv(root, "--fail-on-regression")],
+    proc = subprocess.run([sys.executable, "-m", "dpbench.compare_cli", *argv(root, "--fail-on-regression")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "'images_per_s'" in proc.stderr
@@ -699,7 +701,7 @@ def test_unknown_fail_on_kind_is_a_usage_error(pair, capsys):
     root, _, finish = pair
     finish()
     with pytest.raises(SystemExit) as exc:
-        cmp.main(argv(root, "--fail-on", "regressions,typo"))
+        compare_cli.main(argv(root, "--fail-on", "regressions,typo"))
     assert exc.value.code == 2 and "'typo'" in capsys.readouterr().err
 
 
@@ -718,7 +720,7 @@ def test_markdown_is_a_readable_report(pair):
     _, runs, finish = pair
     for r in find(runs, "ddp"):
         r["images_per_s"] *= 0.8
-    md = cmp.render_markdown(json.loads(json.dumps(finish())))  # works on the json twin too
+    md = compare_report.render_markdown(json.loads(json.dumps(finish())))  # works on the json twin too
     assert md.startswith("# dpbench compare")
     assert "**How noise is judged.**" in md
     assert md.index("## Provenance") < md.index("**Verdict: 1 regression, 0 findings**") < md.index("## Run status")
@@ -741,13 +743,14 @@ def test_counts_read_in_good_english(tmp_path):
     write_set(tmp_path, "A", base)
     write_set(tmp_path, "B", cand, {"gpu_names": ["NVIDIA A100"] * 2})
     report = cmp.compare(tmp_path, "A", "B")
-    assert report["verdict"]["line"] == "0 regressions, 1 finding"
-    md = cmp.render_markdown(report)
+    assert (report["verdict"]["regressions"], report["verdict"]["findings"]) == (0, 1)
+    md = compare_report.render_markdown(report)
     assert "1 baseline run against 2 candidate runs, 1 cell (variant" in md
     assert "**Verdict: 0 regressions, 1 finding**" in md
     write_set(tmp_path, "C", [{**cand[1], "repeat": 0}], {"gpu_names": ["NVIDIA A100"] * 2})
-    line = cmp.compare(tmp_path, "A", "C")["verdict"]["line"]
-    assert line == "1 regression, 1 finding"
+    verdict = cmp.compare(tmp_path, "A", "C")["verdict"]
+    assert (verdict["regressions"], verdict["findings"]) == (1, 1)
+    assert verdict["line"] == "1 regression, 1 finding"   # the one line the command prints
 
 
 def test_a_crash_while_rendering_leaves_neither_report_file(pair, monkeypatch, capsys):
@@ -757,8 +760,8 @@ def test_a_crash_while_rendering_leaves_neither_report_file(pair, monkeypatch, c
     def broken(report):
         raise RuntimeError("cannot render")
 
-    monkeypatch.setattr(cmp, "render_markdown", broken)
-    assert cmp.main(argv(root)) == 2
+    monkeypatch.setattr(compare_report, "render_markdown", broken)
+    assert compare_cli.main(argv(root)) == 2
     assert "RuntimeError: cannot render" in capsys.readouterr().err
     md, js = R.compare_paths(root, "A", "B")
     assert not md.exists() and not js.exists()
@@ -777,7 +780,7 @@ def test_numbers_align_right_in_the_markdown_tables(pair):
     _, runs, finish = pair
     for r in find(runs, "ddp"):
         r["images_per_s"] *= 0.8
-    md = cmp.render_markdown(finish())
+    md = compare_report.render_markdown(finish())
     throughput = md.split("## Throughput")[1].split("\n\n")[2].splitlines()
     rule = [c.strip() for c in throughput[1].strip("|").split("|")]
     headers = [c.strip() for c in throughput[0].strip("|").split("|")]
@@ -795,8 +798,8 @@ def test_internal_errors_read_as_one_line_type_and_first_line(pair, monkeypatch,
     finish()
     exc = ValueError("first line\nsecond line")
     monkeypatch.setattr(cmp, "compare", lambda *a, **k: (_ for _ in ()).throw(exc))
-    assert cmp.main(argv(root)) == 2
-    assert capsys.readouterr().err == f"dpbench.analysis.compare: error: cannot compare 'A' with 'B': {error_text(exc)}\n"
+    assert compare_cli.main(argv(root)) == 2
+    assert capsys.readouterr().err == f"dpbench.compare_cli: error: cannot compare 'A' with 'B': {error_text(exc)}\n"
     reason = collect.damaged(Path("runs/ddp-g2-r0/metrics.json"), exc)["reason"]
     assert f"({error_text(exc)})" in reason and "second line" not in reason
 
@@ -819,7 +822,7 @@ def test_the_pipeline_passes_a_a_launches_to_compare():
     cfg = pipeline.load_experiment({"experiment": "smoke", "baseline": "A",
                                     "compare": {"noise_from": ["A", "A2"], "threshold": "0.03"}},
                                    Path(__file__).parents[1])
-    parsed = cmp._parser().parse_args(shlex.split(pipeline.compare_args(cfg, "B")))
+    parsed = compare_cli._parser().parse_args(shlex.split(pipeline.compare_args(cfg, "B")))
     assert parsed.noise_from == ["A", "A2"] and parsed.threshold == 0.03 and parsed.candidate == "B"
 
 

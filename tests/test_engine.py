@@ -11,6 +11,7 @@ import torch.nn as nn
 from conftest import run_engine
 
 from dpbench import results
+from dpbench.results import files
 from dpbench.host import gpu_lease
 from dpbench.run import engine as train
 from dpbench.run import launch, measure, provenance
@@ -286,7 +287,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(results.os, "replace", broken_replace)
+    monkeypatch.setattr(files.os, "replace", broken_replace)
     with pytest.raises(OSError):
         results.write_json(target, {"status": "failed"})
     assert results.read_json(target) == {"status": "ok"}            # the old file is intact
@@ -295,8 +296,8 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
 
 def test_metrics_is_written_after_the_step_table(tmp_path, monkeypatch):
     order = []
-    real = results.write_atomic
-    monkeypatch.setattr(results, "write_atomic", lambda p, t: (order.append(p.name), real(p, t)))
+    real = files.write_atomic
+    monkeypatch.setattr(files, "write_atomic", lambda p, t: (order.append(p.name), real(p, t)))
     run_engine(tmp_path / "single", variant="single", max_steps=2, global_batch=6, eval_each_epoch=False)
     assert order[-1] == results.METRICS and results.STEPS in order
 

@@ -3,7 +3,7 @@ cause and the way out, and a crash never reads as a finding.
 
 Each case plants one fault (a damaged file, a wrong install, a mistyped option, a killed
 pipeline) and runs what a user runs: `python -m dpbench.run.engine`, `dpbench.analysis.collect`,
-`dpbench.analysis.compare`, `dpbench.run.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
+`dpbench.compare_cli`, `dpbench.run.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
 """
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def two_tags(tmp_path) -> Path:
 
 
 def compare(root: Path, *extra: str) -> subprocess.CompletedProcess:
-    return cli("dpbench.analysis.compare", "--results-dir", str(root), "--baseline", BASELINE,
+    return cli("dpbench.compare_cli", "--results-dir", str(root), "--baseline", BASELINE,
                "--candidate", CANDIDATE, "--fail-on-regression", *extra)
 
 

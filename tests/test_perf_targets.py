@@ -1,5 +1,5 @@
-"""The perf experiment, its overlays and tools/device/perf_targets.py on fake result sets (CPU
-only): what the targets read from the records, the verdicts of cells that were not measured, the
+"""The perf experiment, its overlays and `dpbench perf-targets` (dpbench.analysis.perf_targets,
+analysis.experiment_time, report.perf_targets) on fake result sets (CPU only): what the targets read from the records, the verdicts of cells that were not measured, the
 whole default experiment's time, the recipe ladder and the figures."""
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from fakes import SYNTHETIC_PROVENANCE, fake_result_set, load_perf_targets, write_fake_run
+from fakes import SYNTHETIC_PROVENANCE, fake_result_set, write_fake_run
 
-from dpbench import results
-from dpbench.analysis import tables
+from dpbench import cli, results
+from dpbench.analysis import experiment_time, tables
+from dpbench.analysis import perf_targets
 from dpbench.plan import pipeline
 from dpbench.report import figstyle
+from dpbench.report import perf_targets as words
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"
@@ -31,9 +33,10 @@ LADDER = ["fp32, contiguous", "+ channels_last", "bf16 + channels_last", "+ cudn
 CIFAR = {**SYNTHETIC_PROVENANCE, "dataset": {"name": "cifar10", "train_size": 50000, "test_size": 10000}}
 
 
-@pytest.fixture(scope="module")
-def pt():
-    return load_perf_targets()
+def torch_bucket_default():
+    """DDP's default bucket size as the torch here builds it (what `dpbench perf-targets` asks)."""
+    from dpbench.run.device_facts import ddp_default_bucket_mb
+    return ddp_default_bucket_mb()
 
 
 def _perf_set(tmp_path, ddp_measured: bool = False, provenance: dict = CIFAR):
@@ -70,10 +73,10 @@ def _set_throughput(folder: Path, **fields) -> None:
 
 # -- the targets, the tables and the recipe ladder ----------------------------------------------------
 
-def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path, pt):
+def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path):
     folder = _perf_set(tmp_path)
     md, js, png = tmp_path / "targets.md", tmp_path / "targets.json", tmp_path / "fig" / "recipe.png"
-    assert pt.main([str(folder), "--md", str(md), "--json", str(js), "--figure", str(png)]) == 0
+    assert cli.main(["perf-targets", str(folder), "--md", str(md), "--json", str(js), "--figure", str(png)]) == 0
 
     targets = json.loads(js.read_text())["targets"]
     unmeasured = [r for r in targets if r["measured"] is None]
@@ -88,7 +91,7 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
     assert sum(line.endswith("| not measured (skipped: needs 2 GPUs, 1 visible) |") for line in table) == 2
     assert "No DDP cell was measured (2 cells skipped: needs 2 GPUs, 1 visible)." in md.read_text()
 
-    ladder = pt.recipe_rows(pt.load_cells(folder))
+    ladder = perf_targets.recipe_rows(perf_targets.load_cells(folder))
     assert [r["label"] for r in ladder if r["kind"] == "step"] == LADDER
     kinds = [(r["kind"], r["label"]) for r in ladder]
     assert kinds.index(("ceiling", "ceiling: one fixed batch (fp32)")) == kinds.index(("step", "+ channels_last")) + 1
@@ -99,22 +102,22 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
     assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_epoch_is_the_training_split_the_records_name(tmp_path, pt):
+def test_the_epoch_is_the_training_split_the_records_name(tmp_path):
     """Not CIFAR-10's 50,000 written into the tool: a run on 10,000 images has a five times
     shorter epoch, and a run whose records name no split gets no epoch time at all."""
-    small = pt.load_cells(_perf_set(tmp_path / "small", provenance={
+    small = perf_targets.load_cells(_perf_set(tmp_path / "small", provenance={
         **CIFAR, "dataset": {"name": "synthetic", "train_size": 10000, "test_size": 100}}))
-    epoch = next(r for r in pt.target_rows(small) if r["target"] == "single bf16 + channels_last epoch (s)")
+    epoch = next(r for r in perf_targets.target_rows(small) if r["target"] == "single bf16 + channels_last epoch (s)")
     assert epoch["measured"] == pytest.approx(10000 / 55000) and epoch["outcome"] == "pass"
-    assert pt.epoch_words(small) == "epoch = 10,000 images"
+    assert words.epoch_words(small) == "epoch = 10,000 images"
 
-    unknown = pt.load_cells(_perf_set(tmp_path / "unknown", provenance=SYNTHETIC_PROVENANCE))
-    rows = [r for r in pt.target_rows(unknown) if r["kind"] == "epoch" and "cell" in r]
+    unknown = perf_targets.load_cells(_perf_set(tmp_path / "unknown", provenance=SYNTHETIC_PROVENANCE))
+    rows = [r for r in perf_targets.target_rows(unknown) if r["kind"] == "epoch" and "cell" in r]
     assert rows and {r["verdict"] for r in rows} == {"not measured (its records name no training split)"}
-    assert all(r["epoch_s"] is None for r in pt.fastest_rows(unknown))
+    assert all(r["epoch_s"] is None for r in perf_targets.fastest_rows(unknown))
 
 
-def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path, pt):
+def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
     """Three repeats a side: the fixed-batch ratio is tables.ratio_ci's (value, interval and
     its confidence), and a DDP cell's efficiency is tables.cells' weak efficiency."""
     spec = [dict(options=BF16_CL, images_per_s=[54000.0, 55000.0, 56000.0]),
@@ -122,15 +125,15 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path, pt):
             dict(variant="ddp", gpus=2, options={**DDP_WEAK, "precision": "bf16", "channels_last": True},
                  images_per_s=[99000.0, 100000.0, 101000.0])]
     rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
-    cells = pt.load_cells(rs.root / rs.tag)
-    row = next(r for r in pt.target_rows(cells) if r["target"].startswith("single bf16 + channels_last vs"))
+    cells = perf_targets.load_cells(rs.root / rs.tag)
+    row = next(r for r in perf_targets.target_rows(cells) if r["target"].startswith("single bf16 + channels_last vs"))
     expected = tables.ratio_ci([54000, 55000, 56000], [56000, 57000, 58000])
     assert (row["measured"], row["low"], row["high"]) == pytest.approx(expected[:3])
     assert row["interval"] == tables.interval_text(expected, "{:.3f}", 3) and "CI" in row["interval"]
     # 0.97 lies between 54,000 / 58,000 and 56,000 / 56,000: said, whichever way the median falls
     assert row["verdict"] == "FAIL (the goal lies inside the interval)"
 
-    [ddp] = pt.sweep_rows(cells)
+    [ddp] = perf_targets.sweep_rows(cells)
     cell = tables.cells(rs.table("summary"))
     want = cell[cell["variant"] == "ddp"].iloc[0]
     assert ddp["efficiency"] == pytest.approx(want["efficiency_weak"]) == pytest.approx(100000 / (2 * 55000))
@@ -138,37 +141,37 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path, pt):
         (want["efficiency_weak_ci_low"], want["efficiency_weak_ci_high"]))
 
 
-def test_compile_time_is_a_column_from_the_records(tmp_path, pt):
+def test_compile_time_is_a_column_from_the_records(tmp_path):
     folder = _perf_set(tmp_path, ddp_measured=True)
     _set_throughput(folder, compile_s=12.5)
-    cells = pt.load_cells(folder)
-    assert {r["compile_s"] for r in pt.fastest_rows(cells)} == {12.5}
-    assert pt.sweep_rows(cells)[0]["compile_s"] == 12.5
-    text = pt.markdown(folder, cells, pt.target_rows(cells))
+    cells = perf_targets.load_cells(folder)
+    assert {r["compile_s"] for r in perf_targets.fastest_rows(cells)} == {12.5}
+    assert perf_targets.sweep_rows(cells)[0]["compile_s"] == 12.5
+    text = words.markdown(folder, cells, perf_targets.target_rows(cells))
     assert "| recipe | images/s | epoch (s) | compile (s) |" in text
     assert "| bf16, channels_last, batch 512, feed gpu, compile default | 61,000 | 0.82 | 12.5 |" in text
-    step = next(r for r in pt.recipe_rows(cells) if r["label"].startswith("+ compile"))
-    assert "compiled in 12 s" in pt._bar_words(step, "bf16 + channels_last")
+    step = next(r for r in perf_targets.recipe_rows(cells) if r["label"].startswith("+ compile"))
+    assert "compiled in 12 s" in words._bar_words(step, "bf16 + channels_last")
 
 
-def test_the_bucket_size_in_effect_is_the_runs_or_pytorchs_said_as_such(tmp_path, pt, monkeypatch):
+def test_the_bucket_size_in_effect_is_the_runs_or_pytorchs_said_as_such(tmp_path):
     spec = [dict(options=BF16_CL, images_per_s=55000.0),
             dict(variant="ddp", gpus=2, images_per_s=100000.0,
                  options={"per_gpu_batch": 512, "precision": "bf16", "channels_last": True}),
             dict(variant="ddp", gpus=2, images_per_s=98000.0,
                  options={**DDP_WEAK, "bucket_cap_mb": 5, "precision": "bf16", "channels_last": True})]
     rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
-    monkeypatch.setattr(pt, "pytorch_bucket_mb", lambda: (40.0, "9.9"))
-    rows = {r["bucket_mb"]: r for r in pt.sweep_rows(pt.load_cells(rs.root / rs.tag))}
+    rows = {r["bucket_mb"]: r for r in perf_targets.sweep_rows(perf_targets.load_cells(rs.root / rs.tag, lambda: (40.0, "9.9")))}
     assert set(rows) == {5.0, 40.0}
     assert rows[5.0]["setting"] == "bucket 5 MB, views + static graph" and rows[5.0]["bucket_note"] == ""
     assert rows[40.0]["setting"] == ("bucket 40 MB (PyTorch's default in torch 9.9; the runs used "
                                      f"{CIFAR['torch']}), knobs off")
 
 
-def test_pytorchs_default_bucket_size_is_read_from_torch(pt):
+def test_pytorchs_default_bucket_size_is_read_from_torch():
     import torch
-    mb, version = pt.pytorch_bucket_mb.__wrapped__()   # a DDP built here, on a one-rank gloo group
+    from dpbench.run.device_facts import ddp_default_bucket_mb
+    mb, version = ddp_default_bucket_mb.__wrapped__()   # a DDP built here, on a one-rank gloo group
     assert (mb, version) == (25.0, torch.__version__)   # DDP's documented default, in MB of 2**20 bytes
 
 
@@ -179,7 +182,7 @@ def _plan(experiment: str, gpus: int, **config):
                                                         **config}, ROOT))
 
 
-def test_perf_experiment_plans_every_target_cell_once(tmp_path, pt):
+def test_perf_experiment_plans_every_target_cell_once(tmp_path):
     """Records made from the perf plan on 2 GPUs: every target finds its runs and exactly one
     baseline, and the ratios are what the numbers say."""
     plan = _plan("perf", 2)
@@ -189,9 +192,9 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path, pt):
                        options=rc.options, config=rc.to_dict(), provenance=CIFAR,
                        images_per_s=20000.0 if rc.variant == "single" else 39000.0 * rc.gpus / 2)
     fake = fake_result_set(tmp_path, [], tag="perf")
-    cells = pt.load_cells(fake.root / fake.tag)
-    targets = pt.target_rows(cells)
-    assert {r["target"] for r in targets} == {t[0] for t in pt.TARGETS}
+    cells = perf_targets.load_cells(fake.root / fake.tag)
+    targets = perf_targets.target_rows(cells)
+    assert {r["target"] for r in targets} == {t[0] for t in perf_targets.TARGETS}
     assert all(r["measured"] is not None for r in targets), [r for r in targets if r["measured"] is None]
     strong = [r for r in targets if r["target"].startswith("ddp fp32, 2 GPUs, strong")]
     assert sorted(r["setting"] for r in strong) == ["bucket 100 MB, views + static graph",
@@ -199,14 +202,14 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path, pt):
     assert all(math.isclose(r["measured"], 39000 / 40000) and r["verdict"] == "pass" for r in strong)
     epoch = next(r for r in targets if r["target"].startswith("single bf16") and r["kind"] == "epoch")
     assert math.isclose(epoch["measured"], 2.5) and epoch["verdict"] == "FAIL"
-    sweep = pt.sweep_rows(cells)
+    sweep = perf_targets.sweep_rows(cells)
     assert len(sweep) == sum(rc.variant == "ddp" for rc in plan.runs.values())
     # every cell but the compiled one (its own step budget, a setup of its own) has its baseline
     assert [r["cell"] for r in sweep if r["efficiency"] is None] == [
         next(results.parse_run_id(rid).cell for rid, rc in plan.runs.items() if rc.variant == "ddp" and
              rc.compile != "none")]
-    assert all(abs(r["gap"]) < 1e-9 for r in pt.agreement_rows(cells))
-    assert "| ddp fp32, 2 GPUs, weak" in pt.markdown(fake.root / fake.tag, cells, targets)
+    assert all(abs(r["gap"]) < 1e-9 for r in perf_targets.agreement_rows(cells))
+    assert "| ddp fp32, 2 GPUs, weak" in words.markdown(fake.root / fake.tag, cells, targets)
 
 
 def test_perf_experiment_covers_the_knobs_and_times_alone():
@@ -240,19 +243,20 @@ def test_perf_experiment_on_the_cpu_folds_batches_and_compile_away():
     assert len(plan.runs) < len(_plan("perf", 2).runs)
 
 
-def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments_cells(pt):
+def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments_cells():
     """tools/device/perf_ddp_targets.yaml: a short 2-GPU run. Its groups must be perf.yaml's
     (same names, same cells), and together they must hold every DDP target and its baseline."""
     perf = {g["name"]: g for g in yaml.safe_load((ROOT / "experiments" / "perf.yaml").read_text())["matrix"]}
     overlay = yaml.safe_load((ROOT / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
     assert overlay and all(g == perf[g["name"]] for g in overlay)
-    train = pt.experiment_train()
-    cells = [{"settings": {**train, **g.get("options", {}), "variant": v,
-                           "gpus": (g.get("gpus") or [1])[0]}} for g in overlay for v in g["variants"]]
-    ddp_targets = [t for t in pt.TARGETS if t[0].startswith("ddp")]
+    train = perf_targets.experiment_train()
+    cells = [perf_targets.Cell(g["name"], {**train, **g.get("options", {}), "variant": v,
+                                           "gpus": (g.get("gpus") or [1])[0]})
+             for g in overlay for v in g["variants"]]
+    ddp_targets = [t for t in perf_targets.TARGETS if t[0].startswith("ddp")]
     for name, _, numerator, baseline, *_ in ddp_targets:
-        assert any(pt.matches(c, numerator) for c in cells), name
-        assert any(pt.matches(c, baseline) for c in cells), name
+        assert any(perf_targets.matches(c, numerator) for c in cells), name
+        assert any(perf_targets.matches(c, baseline) for c in cells), name
 
 
 # -- the whole default experiment's time -------------------------------------------------------------
@@ -275,7 +279,7 @@ def _default_set(tmp_path, drop: int = 0, provenance: dict = TWO_H200, log: str 
                  **log_args) -> Path:
     """The default experiment as planned on 2 GPUs, every run recorded (those on 3 and 4 GPUs as
     skipped), with its Snakemake log kept in logs/ (or packed, or nowhere)."""
-    plan = _plan(load_perf_targets().DEFAULT_EXPERIMENT, 2)
+    plan = _plan(experiment_time.DEFAULT_EXPERIMENT, 2)
     rs = results.ResultSet(tmp_path, "default")
     for rid, rc in sorted(plan.runs.items())[drop:]:
         skipped = plan.skipped(rc)
@@ -294,11 +298,11 @@ def _default_set(tmp_path, drop: int = 0, provenance: dict = TWO_H200, log: str 
 
 
 @pytest.mark.parametrize("log", ["logs", "packed"])
-def test_the_default_experiments_time_is_its_snakemake_logs(tmp_path, pt, log):
-    row = pt.default_experiment_row(_default_set(tmp_path, log=log))
+def test_the_default_experiments_time_is_its_snakemake_logs(tmp_path, log):
+    row = experiment_time.default_experiment_row(_default_set(tmp_path, log=log))
     assert row["measured"] == pytest.approx(441 / 60) and row["outcome"] == "pass"
     assert row["verdict"].startswith("pass (the command's wall time, 441 s, from default/")
-    slow = pt.default_experiment_row(_default_set(tmp_path / "slow", seconds=960))
+    slow = experiment_time.default_experiment_row(_default_set(tmp_path / "slow", seconds=960))
     assert slow["outcome"] == "FAIL" and slow["measured"] == pytest.approx(16.0)
 
 
@@ -310,38 +314,38 @@ def test_the_default_experiments_time_is_its_snakemake_logs(tmp_path, pt, log):
     (dict(drop=1), "default is not the default experiment as planned now: 1 of its 69 runs missing (e.g. ddp-g1-"),
     (dict(provenance={**CIFAR, "gpu_names": ["NVIDIA H200"] * 4}), "its runs saw 4 GPUs; the target is for 2"),
 ])
-def test_the_default_experiments_time_is_not_measured_without_its_evidence(tmp_path, pt, change, why):
-    row = pt.default_experiment_row(_default_set(tmp_path, **change))
+def test_the_default_experiments_time_is_not_measured_without_its_evidence(tmp_path, change, why):
+    row = experiment_time.default_experiment_row(_default_set(tmp_path, **change))
     assert row["measured"] is None and row["outcome"] == "not measured"
     assert row["verdict"].startswith(f"not measured ({why}"), row["verdict"]
 
 
-def test_the_perf_set_is_not_the_default_experiment(tmp_path, pt):
+def test_the_perf_set_is_not_the_default_experiment(tmp_path):
     folder = _perf_set(tmp_path)
-    row = pt.default_experiment_row(folder)
+    row = experiment_time.default_experiment_row(folder)
     assert row["verdict"] == ("not measured (fake holds none of the default experiment's 69 runs; give its "
                               "result set with --default-experiment)")
-    given = pt.main([str(folder), "--default-experiment", str(_default_set(tmp_path / "d")),
+    given = cli.main(["perf-targets", str(folder), "--default-experiment", str(_default_set(tmp_path / "d")),
                      "--json", str(tmp_path / "t.json")])
     assert given == 0
     last = json.loads((tmp_path / "t.json").read_text())["targets"][-1]
-    assert last["target"] == pt.WALL_TARGET and last["outcome"] == "pass"
+    assert last["target"] == experiment_time.WALL_TARGET and last["outcome"] == "pass"
 
 
-def test_the_time_is_the_last_whole_invocation_and_those_that_continued_it(pt):
-    seconds, why = pt.snakemake_seconds(_snakemake_log(3), runs=69)
+def test_the_time_is_the_last_whole_invocation_and_those_that_continued_it():
+    seconds, why = experiment_time.snakemake_seconds(_snakemake_log(3), runs=69)
     assert seconds is None and why == "no Snakemake invocation in the log made all 69 runs (the others were made before it)"
     # a full rerun: only the last counts
-    assert pt.snakemake_seconds(_snakemake_log(69, seconds=500) + _snakemake_log(69), runs=69) == (
+    assert experiment_time.snakemake_seconds(_snakemake_log(69, seconds=500) + _snakemake_log(69), runs=69) == (
         441, "the command's wall time")
     # stopped by a time limit at 50 of 73 steps, then continued with the 23 runs left
     stopped = _snakemake_log(69, seconds=480, done=50) + _snakemake_log(23, seconds=130)
-    assert pt.snakemake_seconds(stopped, runs=69) == (
+    assert experiment_time.snakemake_seconds(stopped, runs=69) == (
         610, "the command's wall time of 2 Snakemake invocations, each continuing the one before")
-    assert pt.snakemake_seconds(_snakemake_log(69, seconds=480, done=50), runs=69) == (
+    assert experiment_time.snakemake_seconds(_snakemake_log(69, seconds=480, done=50), runs=69) == (
         None, "the log stops at 50 of 73 steps")
     elapsed = _snakemake_log(69, seconds=None) + "Elapsed time: 0:07:11.558465\n"
-    assert pt.snakemake_seconds(elapsed, runs=69) == (pytest.approx(431.558465), "Snakemake's elapsed time")
+    assert experiment_time.snakemake_seconds(elapsed, runs=69) == (pytest.approx(431.558465), "Snakemake's elapsed time")
 
 
 # -- the bucket-size figure ------------------------------------------------------------------------
@@ -365,11 +369,11 @@ def _sweep_set(tmp_path):
     return rs.root / rs.tag
 
 
-def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path, pt):
+def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path):
     folder = _sweep_set(tmp_path)
-    cells = pt.load_cells(folder)
-    panels = pt.sweep_panels(pt.sweep_rows(cells))
-    fig = pt.sweep_figure(folder, cells)
+    cells = perf_targets.load_cells(folder, torch_bucket_default)
+    panels = words.sweep_panels(perf_targets.sweep_rows(cells))
+    fig = words.sweep_figure(folder, cells)
     axes = [ax for ax in fig.axes if ax.get_title()]
     assert [" ".join(ax.get_title().split()) for ax in axes] == [   # panel_title breaks between phrases
         "2 GPUs · bf16 + channels_last · weak scaling, 512 per GPU",
@@ -383,7 +387,7 @@ def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path, 
         lines = [line for line in ax.lines if line.get_linestyle() != "None"]
         assert len(lines) == len(panel)
         drawn += sum(len(line.get_xdata()) for line in lines)
-    assert drawn == len(pt.sweep_rows(cells))   # every measured DDP cell is one point of a line
+    assert drawn == len(perf_targets.sweep_rows(cells))   # every measured DDP cell is one point of a line
     sweep = [line for line in axes[0].lines if line.get_linestyle() != "None"]
     assert [list(line.get_xdata()) for line in sweep] == [[1, 5, 25, 100]]
     assert list(sweep[0].get_ydata()) == [88000, 91000, 92000, 91000 - 2000]
@@ -395,33 +399,33 @@ def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path, 
     fig.canvas.draw()
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["1", "5", "25", "100"]
     png = tmp_path / "sweep.png"
-    pt.main([str(folder), "--sweep-figure", str(png)])
+    cli.main(["perf-targets", str(folder), "--sweep-figure", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_bucket_figure_says_why_it_is_empty(tmp_path, pt):
+def test_the_bucket_figure_says_why_it_is_empty(tmp_path):
     folder = _perf_set(tmp_path)
-    fig = pt.sweep_figure(folder, pt.load_cells(folder))
+    fig = words.sweep_figure(folder, perf_targets.load_cells(folder))
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert texts == ["no DDP cell was measured (2 cells skipped: needs 2 GPUs, 1 visible)"]
 
 
-def test_the_recipe_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path, pt):
+def test_the_recipe_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path):
     folder = _perf_set(tmp_path, ddp_measured=True)
-    cells = pt.load_cells(folder)
-    assert len(pt.sweep_rows(cells)) == 1
-    fig = pt.recipe_figure(folder, cells)
+    cells = perf_targets.load_cells(folder)
+    assert len(perf_targets.sweep_rows(cells)) == 1
+    fig = words.recipe_figure(folder, cells)
     assert len(fig.axes) == 2 and fig.axes[1].get_title().startswith("DDP: knobs")
     assert fig.axes[1].get_yticklabels()[0].get_text().startswith("2 GPUs · bf16 + channels_last · weak")
     png = tmp_path / "recipe.png"
-    pt.write_figure(pt.recipe_figure, folder, cells, png)
+    words.write_figure(words.recipe_figure, folder, cells, png)
     assert png.stat().st_size > 0
-    measured = [r for r in pt.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
+    measured = [r for r in perf_targets.target_rows(cells) if r.get("cell", "").startswith("ddp") and r["measured"]]
     assert measured and all(r["verdict"] in ("pass", "FAIL") for r in measured)
     assert np.isclose(measured[0]["measured"], 100000 / (2 * 55000))
 
 
-def test_the_wall_time_line_of_every_device_script_is_read(pt):
+def test_the_wall_time_line_of_every_device_script_is_read():
     """Each device script's own 'pipeline wall time' line, run by bash as the script runs it
     (441 s after its start, Snakemake's status 3), is what the 15-minute row reads, and it
     prints the status it was given (a `$?` read after `$(date)` would print date's 0)."""
@@ -435,16 +439,28 @@ def test_the_wall_time_line_of_every_device_script_is_read(pt):
         out = subprocess.run(["bash", "-c", f"start=$(( $(date +%s) - 441 )); rc=3; status=3; tag=t; {echo}"],
                              capture_output=True, text=True, check=True).stdout
         log = _snakemake_log(69, seconds=None) + out
-        assert pt.snakemake_seconds(log, 69)[0] in (441, 442), (name, out)
+        assert experiment_time.snakemake_seconds(log, 69)[0] in (441, 442), (name, out)
         assert "exit" not in out or "exit 3" in out, (name, out)
 
 
-def test_an_unmeasured_cell_reads_its_reason_without_the_detail_and_recipes_name_fused_sgd(pt):
+def test_an_unmeasured_cell_reads_its_reason_without_the_detail_and_recipes_name_fused_sgd():
     reason = ("needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset; "
               "the plan was made for 1 GPU(s))")   # launch's reason, with a nested parenthesis
-    assert pt.why_unmeasured({"status": ["skipped"], "reasons": [reason]}) == "skipped: needs 2 GPUs, 1 visible"
+    skipped = perf_targets.Cell("ddp-g2", {}, status=["skipped"], reasons=[reason])
+    assert perf_targets.why_unmeasured(skipped) == "skipped: needs 2 GPUs, 1 visible"
     base = {"variant": "single", "precision": "bf16", "channels_last": True, "global_batch": 512, "feed": "gpu"}
-    cells = [{"settings": {**base, "fused_sgd": fused}, "images_per_s": ips, "compile_s": None,
-              "train_size": None, "ips_est": None} for fused, ips in ((True, 55146.0), (False, 45526.0))]
-    recipes = [r["recipe"] for r in pt.fastest_rows(cells)]
+    cells = [perf_targets.Cell(f"single-{fused}", {**base, "fused_sgd": fused}, ips=[ips], images_per_s=ips)
+             for fused, ips in ((True, 55146.0), (False, 45526.0))]
+    recipes = [r["recipe"] for r in perf_targets.fastest_rows(cells)]
     assert len(set(recipes)) == 2 and "fused SGD" in recipes[0] and "fused SGD" not in recipes[1]
+
+
+def test_the_perf_experiment_alone_makes_its_targets_as_pipeline_targets():
+    """Snakemake's perf_targets rule writes what perf.sh copies out; no other experiment has it."""
+    plan = _plan("perf", 2)
+    files = pipeline.perf_target_files(plan)
+    assert set(files) == {"md", "json", "figure", "sweep_figure"}
+    assert set(files.values()) <= set(pipeline.final_targets(plan))
+    assert [Path(f).name for f in files.values()] == ["targets.md", "targets.json", "recipe_steps.png",
+                                                     "bucket_sweep.png"]
+    assert pipeline.perf_target_files(_plan(experiment_time.DEFAULT_EXPERIMENT, 2)) == {}

@@ -86,8 +86,8 @@ def test_the_figure_names_are_the_ones_the_figures_modules_draw():
 def test_every_run_config_field_is_a_schema_option_and_back():
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     options = set(config.train_schema())
-    assert fields - set(config.PLAN_KEYS) == options
-    assert set(config.PLAN_KEYS) <= fields
+    assert fields - set(config.plan_schema()) == options
+    assert set(config.plan_schema()) <= fields
     assert config.variants() == VARIANTS
 
 
@@ -337,7 +337,7 @@ def test_the_dpbench_command_runs_each_tool_and_returns_its_exit_code(tmp_path, 
         cli.main(["bogus"])
     assert err.value.code == 2
     assert set(cli.COMMANDS) == {"train", "collect", "plots", "summary", "claims", "probe", "compare",
-                                 "reference"}
+                                 "reference", "check-workload"}
     out = tmp_path / "run"
     cfg = {"dataset": "synthetic", "synthetic_size": 24, "synthetic_test_size": 8, "global_batch": 12,
            "max_steps": 1, "warmup_steps": 0, "eval_each_epoch": False, "variant": "dp", "device": "cpu"}

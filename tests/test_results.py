@@ -1,5 +1,8 @@
-"""dpbench.results: run ids read back, the run-folder walker and the defaults of old records."""
+"""dpbench.results: run ids read back, the run-folder walker, the record format and its upgrade,
+the table schema."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +42,7 @@ def test_the_walker_skips_unfinished_runs_and_marks_or_raises_on_damaged_ones(tm
     walked = list(results.iter_runs(runs, damaged=True))
     assert [rdir.name for _, rdir in walked] == ["ddp-g2-r0", "single-g1-r0", "single-g1-r1"]
     good, bad_json, no_record = (rec for rec, _ in walked)
-    assert good == {"run_id": "ddp-g2-r0", "status": "ok"}
+    assert (good["run_id"], good["status"], good["format"]) == ("ddp-g2-r0", "ok", results.FORMAT)   # upgraded
     for bad in (bad_json, no_record):
         assert isinstance(bad, results.DamagedRecord) and isinstance(bad.error, ValueError)
     assert bad_json.path == runs / "single-g1-r0" / results.METRICS and bad_json.run_id == "single-g1-r0"
@@ -59,3 +62,99 @@ def test_old_records_read_with_the_planning_defaults():
     assert results.RunRecord.planned_per_gpu_batch({"global_batch": 3}, 2) == 1.5
     assert results.RunRecord.planned_per_gpu_batch({}, 2) is None
     assert results.RunRecord.planned_per_gpu_batch({"global_batch": 3}, 0) is None
+
+
+# -- the record's format and its upgrade ------------------------------------------------------
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+# The oldest committed set: its records predate seed, scaling, launch, start-up and compile_s.
+OLD_RUN = REFERENCE / "h200x2-torch-2.11.0+cu130" / "runs" / "ddp-g2-r0" / results.METRICS
+
+
+def _current_record(**over) -> dict:
+    from dpbench.plan.config import RunConfig
+    from dpbench.results.record import record_fields
+    cfg = RunConfig.from_dict({"variant": "ddp", "gpus": 2, "global_batch": 250, "seed": 7, **over})
+    return record_fields(cfg, results.STATUS_OK, "", device_type="cuda", launch={"exclusive": True},
+                         provenance={"torch": "x"})
+
+
+def test_an_old_reference_record_upgrades_to_the_current_shape():
+    old = results.read_json(OLD_RUN)
+    assert "format" not in old and "seed" not in old and "launch" not in old
+    new = results.upgrade(old)
+    assert new["format"] == results.FORMAT and "format" not in old   # the input is left as it was
+    assert set(_current_record()) <= set(new)                        # every field a record has now
+    assert (new["scaling"], new["seed"], new["deterministic"]) == ("strong", old["config"]["seed"], False)
+    assert new["per_gpu_batch"] == old["config"]["global_batch"] / old["gpus"]
+    assert (new["start_s"], new["startup"], new["launch"]["exclusive"]) == (None, {}, False)
+    assert new["throughput"]["compile_s"] is None
+    assert all("data_mib" in row for row in new["memory"])
+    kept = [k for k in old if k not in ("throughput", "memory")]   # the two with fields added
+    assert {k: new[k] for k in kept} == {k: old[k] for k in kept}
+    assert new["throughput"].items() >= old["throughput"].items()
+    assert results.upgrade(new) == new                                # idempotent
+    assert results.read_metrics(OLD_RUN.parent) == new                # every reader sees one shape
+    assert results.RunRecord.from_json(old) == results.RunRecord.from_json(new)
+
+
+def test_a_new_record_round_trips(tmp_path):
+    from dpbench.plan.config import RunConfig
+    from dpbench.results.record import Record
+    rec = Record(RunConfig.from_dict({"variant": "single", "gpus": 1}), tmp_path, "cpu")
+    rec.steps = [{"epoch": 1, "step": 0, "loss_global": 2.0, "loss_reported": 2.0, "lr": 0.1, "step_ms": 1.0}]
+    written = rec.write(results.STATUS_OK, launch={"exclusive": False}, provenance={})
+    assert written["format"] == results.FORMAT and written["final_loss"] == 2.0
+    assert (tmp_path / results.STEPS).is_file()
+    assert results.read_metrics(tmp_path) == results.read_json(tmp_path / results.METRICS) == written
+    assert results.upgrade(written) == written
+
+
+def test_a_record_from_a_newer_format_is_a_clear_error_naming_the_file(tmp_path, capsys):
+    from dpbench.analysis import collect, compare
+    rs = results.ResultSet(tmp_path, "t")
+    results.write_json(rs.metrics_path("ddp-g2-r0"), dict(_current_record(), format=results.FORMAT + 1))
+    with pytest.raises(results.RecordFormatError) as err:
+        list(rs.runs())
+    assert str(rs.metrics_path("ddp-g2-r0")) in str(err.value) and "update" in str(err.value)
+    with pytest.raises(results.RecordFormatError):
+        rs.metrics("ddp-g2-r0")
+    with pytest.raises(compare.InputError, match="newer than this dpbench"):
+        compare.loading._records(tmp_path, "t")
+    with pytest.raises(SystemExit) as stop:
+        collect.main(["--results-dir", str(tmp_path), "--tag", "t"])
+    assert stop.value.code == 2 and "metrics.json" in capsys.readouterr().err
+    # a format that is no version is damage, as any unreadable record
+    results.write_json(rs.metrics_path("ddp-g2-r0"), dict(_current_record(), format="two"))
+    [(bad, _)] = results.iter_runs(rs.runs_dir, damaged=True)
+    assert isinstance(bad, results.DamagedRecord)
+
+
+# -- the table schema --------------------------------------------------------------------------
+
+def test_every_table_has_one_schema_and_reads_back_typed(tmp_path):
+    assert results.TABLES == {n: s.columns for n, s in results.SCHEMAS.items()}
+    path = results.table_path(tmp_path, "t", "summary")
+    results.write_csv(path, results.TABLES["summary"],
+                      [{"run_id": "ddp-g2-r0", "variant": "ddp", "gpus": 2, "repeat": 0, "status": "ok",
+                        "deterministic": True, "images_per_s": 10.5}])
+    df = results.read_table(tmp_path, "t", "summary", require=["run_id", "gpus", "images_per_s"])
+    assert df.loc[0, "options"] == "" and df.loc[0, "gpus"] == 2
+    typed = results.SCHEMAS["summary"].typed(df)
+    assert typed.loc[0, "deterministic"] is True or typed.loc[0, "deterministic"] == True  # noqa: E712
+    assert typed["seed"].isna().all()
+
+
+@pytest.mark.parametrize("text, require, message", [
+    ("", ["run_id"], "is empty"),
+    ("run_id,gpus\nddp-g2-r0,2\n", ["run_id", "images_per_s"], "no column 'images_per_s'"),
+    ("run_id,gpus\nddp-g2-r0,two\n", ["gpus"], "non-numeric value 'two' (line 2)"),
+    ("run_id,gpus\nddp-g2-r0,\n", ["gpus"], "'gpus' is empty at line 2"),
+])
+def test_a_damaged_table_names_its_file_column_and_line(tmp_path, text, require, message):
+    path = results.table_path(tmp_path, "t", "summary")
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(results.TableError) as err:
+        results.read_table(tmp_path, "t", "summary", require=require)
+    assert str(path) in str(err.value) and message in str(err.value)

@@ -22,6 +22,7 @@ import torch
 
 from dpbench import DP_VARIANTS, VARIANTS
 from dpbench.run.model import resnet18
+from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 
 CUDA = torch.cuda.is_available()
@@ -73,11 +74,7 @@ def test_one_training_step(benchmark, name, recipe, request):
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if spec["bf16"] else nullcontext
 
     def step():
-        with autocast():
-            losses = variant.losses(x, y, BATCH)
-        opt.zero_grad(set_to_none=True)
-        losses.optimised.backward()
-        opt.step()
+        train_step(variant, opt, x, y, BATCH, autocast)
         torch.cuda.synchronize()
 
     for _ in range(3):   # warm-up: allocator, cuDNN plans, DDP's bucket rebuild and static graph

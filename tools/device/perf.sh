@@ -22,7 +22,7 @@ timeout "${LIMIT:-470}" snakemake --cores all --rerun-incomplete --config experi
   | tee "$log" | grep -E "^dpbench|Error|error|steps \("
 echo "pipeline wall time: $(( $(date +%s) - start )) s" | tee -a "$log"
 [ -f "results/$tag/summary.csv" ] || "$py" -m dpbench.analysis.collect --results-dir results --tag "$tag" >> "$log" 2>&1
-# the set keeps every call's log, in order (perf_targets adds up a call and those continuing it)
+# the set keeps every call's log, in order (perf-targets adds up a call and those continuing it)
 mkdir -p "results/$tag/logs" && cat "$log" >> "results/$tag/logs/snakemake.log"
 if [ "${BENCH_LIMIT:-60}" -gt 0 ]; then
   start=$(date +%s)
@@ -33,7 +33,9 @@ if [ "${BENCH_LIMIT:-60}" -gt 0 ]; then
   echo "step benchmarks: $(( $(date +%s) - start )) s"
   grep -E "^test_one|passed|failed|skipped|error" "$out/benchmarks.log" | cut -c1-110 | tail -n 16
 fi
-"$py" tools/device/perf_targets.py "results/$tag" ${DEFAULT_SET:+--default-experiment "$DEFAULT_SET"} \
+# Snakemake's perf_targets rule wrote them already when it finished; again here for a stopped
+# call's runs, and with DEFAULT_SET's whole-experiment time
+"$py" -m dpbench.cli perf-targets "results/$tag" ${DEFAULT_SET:+--default-experiment "$DEFAULT_SET"} \
   --md "results/$tag/targets.md" --json "results/$tag/targets.json" \
   --figure "results/$tag/figures/recipe_steps.png" --sweep-figure "results/$tag/figures/bucket_sweep.png"
 cp "results/$tag/targets.md" "results/$tag/figures/recipe_steps.png" "results/$tag/figures/bucket_sweep.png" "$out/" 2>/dev/null

@@ -52,7 +52,7 @@ status=${PIPESTATUS[0]}
 echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $status" | tee -a "$call_log"
 cat "$call_log" >> "$out/$exp-snakemake.log"
 # The set keeps every call's log, in order: how long the whole experiment took is only there
-# (tools/device/perf_targets.py reads it for the default experiment's 15-minute target).
+# (dpbench perf-targets reads it for the default experiment's 15-minute target).
 mkdir -p "results/$tag/logs" && cat "$call_log" >> "results/$tag/logs/snakemake.log" && rm -f "$call_log"
 if [ "$status" -ne 0 ]; then
   # A DDP run stopped by that signal leaves a record saying it failed, which Snakemake keeps as
@@ -71,7 +71,7 @@ elif [ "$exp" = claims ]; then
   part=$(mktemp -d)
   tar cf - --exclude='*.pt' -C results "$tag" | tar xf - -C "$part"
   python3 -m dpbench.analysis.collect --results-dir "$part" --tag "$tag" > /dev/null 2>&1 \
-    && python3 -m dpbench.claims.ledger --results-dir "$part" --tag "$tag" --experiment "experiments/$exp.yaml" \
+    && python3 -m dpbench.claims.ledger --results-dir "$part" --tag "$tag" \
     > /dev/null 2>&1 && tar czf "$out/$exp-partial.tgz" -C "$part" "$tag" && head -16 "$part/$tag/claims.md"
   rm -rf "$part"
 else

@@ -36,6 +36,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from dpbench.run.measure import StepClock  # noqa: E402
 from dpbench.run.model import resnet18  # noqa: E402
+from dpbench.run.step import train_step  # noqa: E402
 from dpbench.run.variants import Variant  # noqa: E402
 
 RECIPES = {"fp32": (False, False), "fp32_cl": (False, True), "bf16_cl": (True, True)}
@@ -76,13 +77,9 @@ class Step:
         backward writes them anew into the graph's buffers) and autocast keeps no cache of
         cast weights (PyTorch's advice for capture); neither changes the kernels of a step
         that uses each weight once."""
-        cast = torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=autocast_cache) if self.bf16 else nullcontext()
-        with cast:
-            losses = self.variant.losses(self.x, self.y, self.batch)
-        if zero_grad:
-            self.opt.zero_grad(set_to_none=True)
-        losses.optimised.backward()
-        self.opt.step()
+        cast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=autocast_cache)) if self.bf16 \
+            else nullcontext
+        train_step(self.variant, self.opt, self.x, self.y, self.batch, cast, zero_grad=zero_grad)
 
 
 def device_ms(fn, steps: int) -> float:

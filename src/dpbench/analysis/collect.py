@@ -51,11 +51,11 @@ def setup_key(cfg: dict) -> str:
 
 
 def planning(rec: dict) -> dict:
-    """How the run was planned and seeded (results.RunRecord reads records written before these
-    keys existed), and its setup."""
-    run = results.RunRecord.from_json(rec)
-    return {"scaling": run.scaling, "per_gpu_batch": run.per_gpu_batch, "seed": run.seed,
-            "deterministic": run.deterministic, "setup": setup_key(run.config) if run.config else ""}
+    """How the run was planned and seeded (the reader's upgrade() fills these in older
+    records), and its setup."""
+    cfg = rec.get("config") or {}
+    return {"scaling": rec["scaling"], "per_gpu_batch": rec["per_gpu_batch"], "seed": rec["seed"],
+            "deterministic": rec["deterministic"], "setup": setup_key(cfg) if cfg else ""}
 
 
 def summary_row(rec: dict) -> dict:
@@ -73,38 +73,70 @@ def summary_row(rec: dict) -> dict:
             "device_type": rec["device_type"], **planning(rec)}
 
 
-def step_rows(rec: dict, rdir: Path) -> list[dict]:
+# What a run's steps.csv must hold for its curve to be read (the writer writes all of STEP_COLUMNS).
+REQUIRED_STEP_COLUMNS = ("epoch", "step", "loss_global")
+
+
+def read_steps(rdir: Path, rec: dict) -> list[dict]:
+    """A run's steps.csv as rows ([] where the run wrote none). A file the writer cannot have
+    left (cut short, a row with too few or too many fields, fewer or more rows than the record's
+    steps) raises ValueError saying what is wrong."""
     path = rdir / results.STEPS
     if not path.exists():
         return []
-    with open(path) as f:
-        return [{**_ident(rec), **row} for row in csv.DictReader(f)]
+    text = path.read_text()
+    if not text.endswith("\n"):   # the writer ends every line, the last one too
+        raise ValueError("cut short: its last line is incomplete" if text else "empty")
+    lines = list(csv.reader(text.splitlines()))
+    header, body = lines[0], lines[1:]
+    missing = [c for c in REQUIRED_STEP_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"its header has no column {missing[0]!r}")
+    for i, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise ValueError(f"line {i} has {len(row)} fields, the header {len(header)}")
+    expected = rec.get("steps")
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected and len(body) != expected:
+        raise ValueError(f"{len(body)} rows where the record counts {expected} steps")
+    return [dict(zip(header, row)) for row in body]
+
+
+def step_rows(rec: dict, rdir: Path) -> list[dict]:
+    return [{**_ident(rec), **row} for row in read_steps(rdir, rec)]
 
 
 def damaged(path: Path, error: Exception) -> dict:
-    """The record of a run whose metrics.json cannot be read: a failed run that says which file
-    and how to remake it, so the rest of the matrix is still collected."""
+    """The record of a run whose metrics.json (or steps.csv) cannot be read: a failed run that
+    says which file and how to remake it, so the rest of the matrix is still collected."""
     rid = path.parent.name
     parts = results.parse_run_id(rid)
+    target = path.parent / results.METRICS   # what the pipeline's train rule makes
     reason = (f"{path} is damaged ({error_text(error)}); "
-              f"rerun it: snakemake --cores all {path} --forcerun train")
+              f"rerun it: snakemake --cores all {target} --forcerun train")
     return {"run_id": rid, "variant": parts.variant if parts else "", "gpus": parts.gpus if parts else 0,
             "repeat": parts.repeat if parts else 0, "options": {}, "status": results.STATUS_FAILED,
             "reason": reason, "damaged": True}
 
 
-def _readable(rec: dict | results.DamagedRecord) -> dict:
-    return damaged(rec.path, rec.error) if isinstance(rec, results.DamagedRecord) else rec
+def _readable(rec: dict | results.DamagedRecord, rdir: Path) -> dict:
+    """The record, or a failed run naming the file where its metrics.json or steps.csv is damaged."""
+    if isinstance(rec, results.DamagedRecord):
+        return damaged(rec.path, rec.error)
+    try:
+        read_steps(rdir, rec)
+    except (OSError, ValueError, UnicodeDecodeError, csv.Error) as exc:
+        return damaged(rdir / results.STEPS, exc)
+    return rec
 
 
 def read_record(path: Path) -> dict:
-    return _readable(results.read_run(path))
+    return _readable(results.read_run(path), Path(path).parent)
 
 
 def find_runs(folder: Path) -> list[tuple[dict, Path]]:
     """(record, run folder) of every finished run in a folder of run folders, sorted by name; a
-    damaged record comes as a failed run that names its file."""
-    return [(_readable(rec), rdir) for rec, rdir in results.iter_runs(folder, damaged=True)]
+    damaged record (or steps.csv) comes as a failed run that names its file."""
+    return [(_readable(rec, rdir), rdir) for rec, rdir in results.iter_runs(folder, damaged=True)]
 
 
 def damaged_row(rec: dict) -> dict:
@@ -134,18 +166,19 @@ def cell_rows(summary: list[dict]) -> list[dict]:
 
     from dpbench.analysis import tables as T
     frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
-    return T.cell_rows(T.cells(T.with_run_defaults(T.typed(frame))))
+    return T.cell_rows(T.cells(T.with_run_defaults(results.SCHEMAS["summary"].typed(frame))))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:
     """Each provenance key with the value shared by the ok runs, or the sorted distinct values."""
-    readable = [r for r in records if "provenance" in r]
+    readable = [r for r in records if isinstance(r.get("provenance"), dict)]
     ok = [r["provenance"] for r in readable if r["status"] == results.STATUS_OK] or \
          [r["provenance"] for r in readable]
     merged: dict = {"tag": tag, "n_runs": len(records)}
     for key in sorted({k for p in ok for k in p}):
-        values = {repr(p.get(key)): p.get(key) for p in ok}
-        merged[key] = next(iter(values.values())) if len(values) == 1 else \
+        # A run that did not learn a key (a skipped run has no GPU facts: None) says nothing of it.
+        values = {repr(p[key]): p[key] for p in ok if p.get(key) is not None}
+        merged[key] = None if not values else next(iter(values.values())) if len(values) == 1 else \
             [values[k] for k in sorted(values)]
     return merged
 
@@ -202,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.tag:
         p.error("--tag is required with --results-dir")
-    collect(args.results_dir, args.tag, args.runs or None)
-    if args.print:
-        print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
-                      else find_runs(results.runs_dir(args.results_dir, args.tag)))
+    try:
+        collect(args.results_dir, args.tag, args.runs or None)
+        if args.print:
+            print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
+                          else find_runs(results.runs_dir(args.results_dir, args.tag)))
+    except (results.RecordFormatError, results.NotWritable) as exc:   # a newer dpbench's record,
+        p.exit(2, f"collect: {exc}\n")                                  # a read-only set: one line
     return 0
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import stats
 
 from dpbench import VARIANTS, results
+from dpbench.analysis.cells import CELL_FACTS, CELL_KEY
 
 SORT_KEYS = ["options", "variant", "gpus", "repeat", "device", "epoch", "step", "category",
              "message", "rank", "quantity"]
@@ -59,7 +60,8 @@ RATIOS = [   # (name, scaling kind, divided by gpus?)
     ("efficiency_weak", WEAK, True),
 ]
 RATIO_NAMES = {name for name, _, _ in RATIOS}
-CELL_KEYS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch"]
+# A cell's key and facts, in the column order of the cell table (medians.csv).
+CELL_IDENT = [c for c in results.CELL_COLUMNS if c in CELL_KEY + CELL_FACTS]
 
 
 # -- order and words ------------------------------------------------------------------------
@@ -219,20 +221,6 @@ def sort(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(keys, key=_sort_key, kind="stable").reset_index(drop=True)
 
 
-def typed(df: pd.DataFrame) -> pd.DataFrame:
-    """results.TEXT_COLUMNS as str ('' for empty), deterministic as bool, the rest numeric:
-    read_table types only the text columns, and a table with no rows reads back untyped."""
-    df = df.copy()
-    for col in df.columns:
-        if col in results.TEXT_COLUMNS:
-            df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
-        elif col == "deterministic":
-            df[col] = df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
-        else:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    return df
-
-
 def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
     """Fills what tables written before strong/weak scaling lack, by results.RunRecord's rules
     for records without those fields: such runs are strong, their per-GPU batch is global/gpus,
@@ -261,7 +249,7 @@ def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
 
 def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
     """A tidy table, typed and sorted; the summary with the defaults of with_run_defaults."""
-    df = typed(results.read_table(results_dir, tag, name))
+    df = results.SCHEMAS[name].typed(results.read_table(results_dir, tag, name))
     if name == "summary":
         df = with_run_defaults(df)
     return sort(df)
@@ -401,11 +389,11 @@ def cells(summary: pd.DataFrame) -> pd.DataFrame:
     scaling kind. Sorted like the tables."""
     ok = ok_runs(summary)
     if ok.empty:
-        return pd.DataFrame(columns=CELL_KEYS + ["n_ok"])
+        return pd.DataFrame(columns=CELL_IDENT + ["n_ok"])
     pools = single_pools(ok)
     rows = []
-    for key, grp in ok.groupby(CELL_KEYS, sort=False, dropna=False):
-        row = dict(zip(CELL_KEYS, key), n_ok=len(grp), precision=grp["precision"].iloc[0])
+    for key, grp in ok.groupby(CELL_IDENT, sort=False, dropna=False):
+        row = dict(zip(CELL_IDENT, key), n_ok=len(grp), precision=grp["precision"].iloc[0])
         row["label"] = label(row)
         for q, _, interval in MEDIANS:
             est = median_ci(grp[q]) if interval else Estimate(grp[q].median(), math.nan, math.nan, math.nan)
@@ -440,7 +428,7 @@ def cell_rows(cell_table: pd.DataFrame) -> list[dict]:
     """The cells in long form, one row per (cell, quantity): what medians.csv holds."""
     rows = []
     for _, c in cell_table.iterrows():
-        ident = {k: c[k] for k in CELL_KEYS}
+        ident = {k: c[k] for k in CELL_IDENT}
         for q, _, _ in MEDIANS:
             rows.append({**ident, "quantity": q, "n": c["n_ok"], "reference": "", **long_fields(c, q)})
         for q, kind, _ in RATIOS:

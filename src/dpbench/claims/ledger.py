@@ -1,6 +1,6 @@
 """The claims ledger: probe records + the claims experiment's tables -> claims.md / claims.json.
 
-    python -m dpbench.claims.ledger --results-dir results --tag TAG [--experiment experiments/claims.yaml]
+    python -m dpbench.claims.ledger --results-dir results --tag TAG [--plan results/TAG/plan.json]
 
 Each verdict is computed from the evidence (each claim's cN/verdict.py and text.py, found through
 dpbench.claims.registry), never copied from a table of expectations. Runs are found by (variant, gpus, options label) of the
@@ -19,10 +19,10 @@ from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
 from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
 from dpbench.claims.registry import REGISTRY
-from dpbench.claims.settings import claim_groups, experiment_groups
+from dpbench.claims.settings import claim_groups
+from dpbench.plan.matrix import read_plan
 from dpbench.report.markdown import md_table
 
-DEFAULT_EXPERIMENT = "experiments/claims.yaml"
 # Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence
 # (C1, C6, C7 and C8 have figures of their own: their cN/figure.py).
 FIGURES = {"C5": ("warnings",)}
@@ -39,7 +39,7 @@ class Evidence:
 
     def __init__(self, results_dir: Path | str, tag: str, experiment_path: Path | str):
         self.rs = results.ResultSet(results_dir, tag)
-        self.groups = experiment_groups(experiment_path)
+        self.groups = read_plan(experiment_path)
         self.tables = {name: _table(self.rs, name) for name in ("summary", "memory", "steps", "warnings")}
         self.provenance = self.rs.provenance() if self.rs.provenance_path.exists() else {}
         self.probes = {cid: ProbeRecord.from_json(results.read_json(path))
@@ -164,7 +164,8 @@ def build_sections(ev: Evidence) -> list[Section]:
 
 
 def write_ledger(results_dir: Path | str, tag: str,
-                 experiment_path: Path | str = DEFAULT_EXPERIMENT) -> tuple[Path, Path]:
+                 experiment_path: Path | str | None = None) -> tuple[Path, Path]:
+    experiment_path = experiment_path or results.ResultSet(results_dir, tag).plan_path
     ev = Evidence(results_dir, tag, experiment_path)
     built = build_sections(ev)
     drawn = claim_figures.draw(results_dir, tag, built)
@@ -181,9 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--tag", required=True)
-    ap.add_argument("--experiment", default=DEFAULT_EXPERIMENT)
+    ap.add_argument("--plan", help="the experiment as planned (default: the tag's plan.json)")
     args = ap.parse_args(argv)
-    md_path, json_path = write_ledger(args.results_dir, args.tag, args.experiment)
+    md_path, json_path = write_ledger(args.results_dir, args.tag, args.plan)
     print(f"wrote {md_path} and {json_path}")
 
 

@@ -1,8 +1,10 @@
 """The resolved configuration of one training run, and the schema that defines its keys.
 
 The experiment schema (experiments/schema.yaml, shipped in the package as dpbench/plan/schema.yaml)
-is the one source of the run options, their allowed values and limits: the pipeline validates
-experiment files against it, and RunConfig.validate checks a run against its `train` definition.
+is the one source of the run options, their defaults, allowed values and limits: the pipeline
+validates experiment files against it, RunConfig takes its field defaults from its `train`
+properties, and RunConfig.validate checks a run with jsonschema against that definition plus
+the keys the plan sets.
 RunConfig is what one run actually uses, stored whole in the run's metrics.json.
 """
 from __future__ import annotations
@@ -13,11 +15,10 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import jsonschema
 import yaml
 
 SCHEMA_FILE = "schema.yaml"
-# RunConfig keys that are not options of the schema's `train`: the plan sets them per run.
-PLAN_KEYS = ("variant", "gpus", "repeat", "options", "max_cpu_ranks")
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,79 +36,88 @@ def variants() -> tuple[str, ...]:
     return tuple(schema()["definitions"]["variant"]["enum"])
 
 
-def check_value(key: str, value: Any, spec: dict[str, Any]) -> str | None:
-    """What is wrong with `value` under a schema property (enum, type, limits), or None."""
-    if "enum" in spec:
-        return None if value in spec["enum"] else " | ".join(map(str, spec["enum"]))
-    types = spec.get("type", [])
-    types = [types] if isinstance(types, str) else list(types)
-    if value is None:
-        return None if "null" in types or not types else f"a {' or '.join(types)}"
-    checks = {"boolean": lambda v: isinstance(v, bool),
-              "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-              "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-              "string": lambda v: isinstance(v, str)}
-    wanted = [t for t in types if t != "null"]
-    if wanted and not any(checks[t](value) for t in wanted if t in checks):
-        return f"a {' or '.join(wanted)}" + (" or null" if "null" in types else "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in spec and value < spec["minimum"]:
-            return f"a value >= {spec['minimum']}"
-        if "exclusiveMinimum" in spec and value <= spec["exclusiveMinimum"]:
-            return f"a value > {spec['exclusiveMinimum']}"
-        if "maximum" in spec and value > spec["maximum"]:
-            return f"a value <= {spec['maximum']}"
-    return None
+def _option(key: str) -> Any:
+    """A run option's default, as the schema gives it."""
+    return field(default=train_schema()[key]["default"])
+
+
+def plan_schema() -> dict[str, dict[str, Any]]:
+    """The schema of the keys the plan sets per run (not options of `train`)."""
+    cpu = schema()["properties"]["cpu_plan"]["properties"]
+    return {"variant": {"$ref": "#/definitions/variant", "default": "single"},
+            "gpus": {"type": "integer", "minimum": 1, "default": 1},
+            "repeat": {"type": "integer", "minimum": 0, "default": 0},
+            "options": {"$ref": "#/definitions/train", "default": {}},
+            "max_cpu_ranks": cpu["max_ranks"]}
+
+
+@functools.lru_cache(maxsize=1)
+def _run_validator() -> jsonschema.Draft202012Validator:
+    run = {**schema()["definitions"]["train"], "definitions": schema()["definitions"]}
+    run["properties"] = {**plan_schema(), **run["properties"]}
+    return jsonschema.Draft202012Validator(run)
+
+
+def _allowed(error: jsonschema.ValidationError) -> str:
+    """What a schema keyword allows, in a few words."""
+    rule, value = error.validator, error.validator_value
+    if rule == "enum":
+        return " | ".join(map(str, value))
+    if rule == "type":
+        return "a " + " or ".join([value] if isinstance(value, str) else value)
+    words = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+    return f"a value {words[rule]} {value}" if rule in words else error.message
 
 
 @dataclass
 class RunConfig:
-    # identity of the run inside the experiment matrix
-    variant: str = "single"
-    gpus: int = 1
-    repeat: int = 0
+    # identity of the run inside the experiment matrix (the plan sets these)
+    variant: str = plan_schema()["variant"]["default"]
+    gpus: int = plan_schema()["gpus"]["default"]
+    repeat: int = plan_schema()["repeat"]["default"]
     options: dict[str, Any] = field(default_factory=dict)
+    # The run options: defaults, allowed values and limits are the schema's `train` properties.
     # data
-    dataset: str = "synthetic"          # synthetic | cifar10
-    data_root: str = "data"
-    download: bool = True               # cifar10 absent: try torchvision's download first
-    synthetic_size: int = 50000
-    synthetic_test_size: int = 10000
-    feed: str = "gpu"                   # gpu (device-resident) | torch (DataLoader + torchvision)
-                                        # | fixed (one batch reused: the compute-only ceiling)
-    workers: int = 2
+    dataset: str = _option("dataset")
+    data_root: str = _option("data_root")
+    download: bool = _option("download")                # cifar10 absent: try torchvision's download first
+    synthetic_size: int = _option("synthetic_size")
+    synthetic_test_size: int = _option("synthetic_test_size")
+    feed: str = _option("feed")     # gpu (device-resident) | torch (DataLoader + torchvision)
+                                    # | fixed (one batch reused: the compute-only ceiling)
+    workers: int = _option("workers")
     # optimisation
-    epochs: int = 2
-    max_steps: int | None = None        # stop after this many optimizer steps (all epochs)
-    global_batch: int = 512
-    per_gpu_batch: int | None = None    # weak scaling: the plan sets global_batch = per_gpu_batch x gpus
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    lr_schedule: str = "cosine"         # cosine | onecycle | constant
-    fused_sgd: bool = False             # one fused kernel for the SGD update (False: PyTorch's foreach)
+    epochs: int = _option("epochs")
+    max_steps: int | None = _option("max_steps")        # stop after this many optimizer steps (all epochs)
+    global_batch: int = _option("global_batch")
+    per_gpu_batch: int | None = _option("per_gpu_batch")  # weak scaling: the plan sets global_batch = per_gpu_batch x gpus
+    lr: float = _option("lr")
+    momentum: float = _option("momentum")
+    weight_decay: float = _option("weight_decay")
+    lr_schedule: str = _option("lr_schedule")
+    fused_sgd: bool = _option("fused_sgd")              # one fused kernel for the SGD update (False: PyTorch's foreach)
     # execution
-    precision: str = "fp32"             # fp32 | bf16 (autocast)
-    channels_last: bool = False
-    tf32: bool = True                   # TF32 tensor cores in convolutions and matmuls ("fp32" is then TF32)
-    cudnn_benchmark: bool = False
-    deterministic: bool = False         # bit-exact reruns: deterministic kernels, fixed cuBLAS workspace
-    compile: str = "none"               # a torch.compile mode (train.COMPILE_STEPS), or none
+    precision: str = _option("precision")               # fp32 | bf16 (autocast)
+    channels_last: bool = _option("channels_last")
+    tf32: bool = _option("tf32")                        # TF32 tensor cores in convolutions and matmuls ("fp32" is then TF32)
+    cudnn_benchmark: bool = _option("cudnn_benchmark")
+    deterministic: bool = _option("deterministic")      # bit-exact reruns: deterministic kernels, fixed cuBLAS workspace
+    compile: str = _option("compile")                   # a torch.compile mode (train.COMPILE_STEPS), or none
     # DistributedDataParallel's knobs (ddp only; None = PyTorch's default)
-    bucket_cap_mb: float | None = None
-    gradient_as_bucket_view: bool = False
-    static_graph: bool = False
-    broadcast_buffers: bool = True
-    batchnorm: str = "train"            # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
-    seed: int = 0                       # the seed this run used (the plan adds the repeat under seeds: distinct)
-    num_classes: int = 10               # width of the output layer (labels stay CIFAR's 0..9)
-    warmup_steps: int = 5               # excluded from timing (autotuning, allocator growth)
-    eval_each_epoch: bool = True
-    eval_samples: int | None = None     # evaluate on at most this many test images (None: all)
-    device: str = "auto"                # auto | cuda | cpu
-    max_cpu_ranks: int = 2              # without CUDA, ddp on more gloo processes is skipped
-    log_every: int = 50
-    save_checkpoint: bool = False       # write the final weights (bare model) to model.pt
+    bucket_cap_mb: float | None = _option("bucket_cap_mb")
+    gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")
+    static_graph: bool = _option("static_graph")
+    broadcast_buffers: bool = _option("broadcast_buffers")
+    batchnorm: str = _option("batchnorm")               # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
+    seed: int = _option("seed")                         # the seed this run used (the plan adds the repeat under seeds: distinct)
+    num_classes: int = _option("num_classes")           # width of the output layer (labels stay CIFAR's 0..9)
+    warmup_steps: int = _option("warmup_steps")         # excluded from timing (autotuning, allocator growth)
+    eval_each_epoch: bool = _option("eval_each_epoch")
+    eval_samples: int | None = _option("eval_samples")  # evaluate on at most this many test images (None: all)
+    device: str = _option("device")                     # auto | cuda | cpu
+    max_cpu_ranks: int = plan_schema()["max_cpu_ranks"]["default"]   # without CUDA, ddp on more gloo processes is skipped
+    log_every: int = _option("log_every")
+    save_checkpoint: bool = _option("save_checkpoint")  # write the final weights (bare model) to model.pt
 
     def validate(self) -> None:
         """Problems a run cannot recover from, named with the way out. Allowed values and limits
@@ -115,14 +125,11 @@ class RunConfig:
         def bad(key, value, allowed):
             raise ValueError(f"run config: {key}={value!r} is not allowed; use {allowed}")
 
-        if self.variant not in variants():
-            bad("variant", self.variant, " | ".join(variants()))
-        for key, spec in train_schema().items():
-            problem = check_value(key, getattr(self, key), spec)
-            if problem:
-                bad(key, getattr(self, key), problem)
-        if self.gpus < 1:
-            bad("gpus", self.gpus, "an integer >= 1")
+        error = jsonschema.exceptions.best_match(_run_validator().iter_errors(self.to_dict()))
+        if error is not None:
+            path = list(error.absolute_path)
+            value = error.instance if path else None
+            bad(".".join(map(str, path)) or "(top level)", value, _allowed(error))
         if self.variant == "single" and self.gpus != 1:
             bad("gpus", self.gpus, "1 for the single variant")
         if self.global_batch < self.gpus:

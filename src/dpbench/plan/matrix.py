@@ -15,9 +15,13 @@ version file.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
 
 from dpbench import results
 from dpbench.plan.config import RunConfig
@@ -40,7 +44,6 @@ def torch_version() -> dict[str, str | None]:
     import ast
     import importlib.metadata
     import importlib.util
-    from pathlib import Path
 
     facts: dict[str, str | None] = {"__version__": None, "git_version": None, "cuda": None}
     try:
@@ -105,11 +108,19 @@ class Plan:
 
     @cached_property
     def runs(self) -> dict[str, RunConfig]:
+        return {rid: rc for group in self.group_runs.values() for rid, rc in group.items()}
+
+    @cached_property
+    def group_runs(self) -> dict[str, dict[str, RunConfig]]:
+        """Group name -> its runs (run id -> RunConfig), in the experiment's order. Two groups
+        may make one run, with the same settings."""
         cfg = self.config
         cpu_plan = cfg["cpu_plan"]
         runs: dict[str, RunConfig] = {}
         origin: dict[str, str] = {}
+        groups: dict[str, dict[str, RunConfig]] = {}
         for group in cfg["matrix"]:
+            mine = groups.setdefault(group["name"], {})
             repeats = cpu_plan["repeats"] if self.cpu else group.get("repeats", cfg["repeats"])
             options = self.group_options(group)
             for variant in group.get("variants", cfg["variants"]):
@@ -125,9 +136,9 @@ class Plan:
                             raise ValueError(
                                 f"groups {origin[rid]!r} and {group['name']!r} both make run {rid} "
                                 f"with different settings; give one of them distinguishing options")
-                        runs.setdefault(rid, rc)
+                        mine[rid] = runs.setdefault(rid, rc)
                         origin.setdefault(rid, group["name"])
-        return runs
+        return groups
 
     def group_options(self, group: dict) -> dict:
         """A group's options as its runs use them: the CPU plan's settings win over the group's,
@@ -137,16 +148,29 @@ class Plan:
             options = {k: v for k, v in options.items() if k not in self.config["cpu_plan"]["train"]}
         return options
 
-    def matrix_json(self) -> str:
-        """The experiment's groups as planned here, and the train block their options override
-        (for the claims ledger, which finds runs by group, and the probes, which measure at
-        their settings)."""
-        import json
+    def document(self) -> dict:
+        """plan.json: what every later reader takes from the plan (the probes, the ledger, the
+        perf targets) instead of resolving settings again. Groups keep the experiment's order."""
         cfg = self.config
-        matrix = [dict(g, options=self.group_options(g)) for g in cfg["matrix"]]
-        train = {**cfg.get("train", {}), **(cfg["cpu_plan"]["train"] if self.cpu else {})}
-        return json.dumps({"variants": cfg["variants"], "gpus": cfg["gpus"], "matrix": matrix, "train": train},
-                          sort_keys=True, default=str)
+        return {"experiment": cfg["experiment"], "tag": self.tag, "gpus_planned": self.gpus_visible,
+                "gpus_available": cfg.get("gpus_available"), "cpu_plan": self.cpu,
+                "cpu_replaced": {k: {"asked": a, "used": u} for k, (a, u) in self.cpu_replaced().items()} if self.cpu else {},
+                "groups": [{"name": g["name"], "variants": list(g.get("variants", cfg["variants"])),
+                            "gpus": list(g.get("gpus", cfg["gpus"])), "options": self.group_options(g),
+                            "label": results.options_label(self.group_options(g)),
+                            "runs": sorted(self.group_runs[g["name"]])} for g in cfg["matrix"]],
+                "runs": {rid: rc.to_dict() for rid, rc in sorted(self.runs.items())},
+                "skipped": {rid: self.skip_reason(rc) for rid, rc in sorted(self.runs.items()) if self.skipped(rc)}}
+
+    def plan_json(self) -> str:
+        return json.dumps(self.document(), indent=1, default=str) + "\n"
+
+    def groups_digest(self) -> str:
+        """A digest of what the probes and the ledger take from plan.json (the groups and their
+        runs' settings, not the GPUs planned for): a change reruns them (Snakemake params)."""
+        doc = self.document()
+        used = [doc["groups"], {rid: doc["runs"][rid] for g in doc["groups"] for rid in g["runs"]}]
+        return hashlib.sha256(json.dumps(used, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def run(self, run_id: str) -> RunConfig:
         try:
@@ -158,7 +182,6 @@ class Plan:
                              f"experiment with --config experiment=NAME") from None
 
     def run_json(self, run_id: str) -> str:
-        import json
         return json.dumps(self.run(run_id).to_dict(), sort_keys=True)
 
     def gpus_for(self, run_id: str) -> int:
@@ -228,6 +251,25 @@ class Plan:
                       f"({self.skipped_summary(other)})")
         source = "planned (gpus_available)" if self.config.get("gpus_available") is not None else "visible"
         return f"dpbench: {self.gpus_visible} GPU(s) {source}, {n} runs{extra}. Results: {where}"
+
+
+def _document(source: Path | str | dict) -> dict:
+    return source if isinstance(source, dict) else json.loads(Path(source).read_text())
+
+
+def planned_runs(source: Path | str | dict) -> dict[str, RunConfig]:
+    """plan.json's runs (a path, or the document itself): run id -> RunConfig, as they train."""
+    return {rid: RunConfig.from_dict(cfg) for rid, cfg in _document(source)["runs"].items()}
+
+
+def read_plan(source: Path | str | dict) -> dict[str, dict[str, Any]]:
+    """plan.json's groups (a path, or the document itself): name -> {variants, gpus, options,
+    label, runs: {run id: RunConfig}}, in the experiment's order. With planned_runs, the one
+    reader of a plan: the runs' settings as they train, never resolved again."""
+    doc = _document(source)
+    runs = planned_runs(doc)
+    return {g["name"]: {**{k: v for k, v in g.items() if k != "name"}, "runs": {rid: runs[rid] for rid in g["runs"]}}
+            for g in doc["groups"]}
 
 
 def environment_fingerprint() -> str:

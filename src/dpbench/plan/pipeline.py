@@ -129,12 +129,23 @@ def _validation_message(merged: dict) -> str | None:
             f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
 
 
+def fill_defaults(value: dict, spec: dict | None = None) -> dict:
+    """`value` with the schema's defaults filled in for the keys it leaves out. A `$ref` is not
+    followed: the `train` options' defaults are a run's (RunConfig applies them), and filled in
+    here they would become options of every group and name its runs."""
+    spec = spec if spec is not None else schema()
+    for key, sub in spec.get("properties", {}).items():
+        if key not in value and "default" in sub:
+            value[key] = copy.deepcopy(sub["default"])
+        if isinstance(value.get(key), dict) and "$ref" not in sub:
+            fill_defaults(value[key], sub)
+    return value
+
+
 def load_experiment(config: dict, basedir: str | Path) -> dict:
     """experiments/<experiment>.yaml, overridden by what the user gave (config file, --config),
     coerced to the schema's types and validated against it with its defaults filled in. Train
     keys and repeats the user gave (config files, --config) are not the CPU plan's to replace."""
-    from snakemake.utils import validate
-
     config = coerce(config)
     unknown = unknown_keys(config)
     if unknown:   # first and short: before a validator dumps the schema
@@ -156,7 +167,7 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     problem = _validation_message(merged)
     if problem:
         raise ConfigError(problem)
-    validate(merged, str(Path(__file__).with_name("schema.yaml")))   # fills in the defaults
+    fill_defaults(merged)
     if config.get("train"):   # what the user asked for by name is not the CPU plan's to replace
         merged["cpu_plan"]["train"] = {k: v for k, v in merged["cpu_plan"]["train"].items()
                                        if k not in config["train"]}
@@ -191,9 +202,21 @@ def probe_files(plan: Plan) -> list[str]:
     return [str(plan.results.probe_path(claim)) for claim in plan.config["probes"]]
 
 
+def perf_target_files(plan: Plan) -> dict[str, str]:
+    """What `dpbench perf-targets` writes for the perf experiment (its option -> file); none for
+    the others, whose cells the targets do not name."""
+    if plan.config["experiment"] != "perf":
+        return {}
+    rs = plan.results
+    return {"md": str(rs.dir / "targets.md"), "json": str(rs.dir / "targets.json"),
+            "figure": str(rs.figures_dir / "recipe_steps.png"),
+            "sweep_figure": str(rs.figures_dir / "bucket_sweep.png")}
+
+
 def final_targets(plan: Plan) -> list[str]:
     targets = list(table_files(plan).values()) + list(figure_files(plan).values())
-    targets += [str(plan.results.summary_md)]
+    targets += [str(plan.results.summary_md), str(plan.results.plan_path)]
+    targets += list(perf_target_files(plan).values())
     if plan.config["probes"]:
         targets += [str(plan.results.claims_md), str(plan.results.claims_json)]
     return targets
@@ -235,5 +258,5 @@ def compare_args(config: dict, tag: str) -> str:
 
 
 __all__ = ["ConfigError", "load_experiment", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
-           "claim_figure_files", "probe_files", "final_targets", "tag_args", "compare_args",
+           "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]

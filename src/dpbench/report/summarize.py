@@ -73,7 +73,7 @@ def fmt(value: Any, spec: str = "{}") -> str:
 def _fmt_gpus(prov: dict[str, Any]) -> str:
     """gpu_names is a list per run (the GPUs it could see); runs on 1 and on 2 GPUs disagree.
     Show the models and the most GPUs any run saw: '2 × NVIDIA H200'."""
-    widest = results.widest_gpu_names(prov)
+    widest = [str(m) for m in results.widest_gpu_names(prov)]
     return ", ".join(f"{widest.count(m)} × {m}" for m in sorted(set(widest))) or "none"
 
 
@@ -241,8 +241,11 @@ def startup_section(rs: results.ResultSet) -> str:
     totals: dict[tuple[str, str, int], list[float]] = {}
     phases: dict[tuple[str, str, int], list[list[float]]] = {}
     seen: list[dict] = []   # each run's option set, for label_order
-    for data, _ in rs.runs():
-        rec = results.RunRecord.from_json(data)
+    for data, _ in results.iter_runs(rs.runs_dir, damaged=True):
+        try:   # a damaged record is a failed row of the tables already: no start-up to show
+            rec = results.RunRecord.from_json(data)
+        except (ValueError, TypeError, AttributeError):
+            continue
         if rec.ok and rec.start_s is not None:
             row = {"options": rec.options, "precision": rec.config.get("precision"),
                    "global_batch": rec.config.get("global_batch"),

@@ -15,19 +15,23 @@ the column names. The module-level functions are the same answers for callers th
 """
 from __future__ import annotations
 
-import csv
-import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, overload
 
+# Re-exported: the tables' names, columns and dtypes (schema.py), the record's format (formats.py),
+# the atomic writers (files.py).
+from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, RecordFormatError, upgrade  # noqa: F401
+from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
+from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401
+from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
+from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
+from dpbench.results.schema import TableError, TableSchema  # noqa: F401
+from dpbench.results.files import NotWritable, read_json, write_atomic, write_csv, write_json  # noqa: F401
+
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
-
-    from dpbench.plan.config import RunConfig
 
 METRICS = "metrics.json"
 STEPS = "steps.csv"
@@ -46,46 +50,6 @@ FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "lo
 CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
 
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
-
-# Column order of the tidy tables (one row per observation).
-STEP_COLUMNS = ["epoch", "step", "loss_global", "loss_reported", "lr", "step_ms"]
-SUMMARY_COLUMNS = [
-    "run_id", "variant", "gpus", "repeat", "options", "status", "reason",
-    "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib", "mem_dev0_over_mean_others",
-    "n_warnings", "final_loss", "test_acc", "wall_s", "timed_steps", "global_batch",
-    "precision", "feed", "dataset", "device_type",
-    # how the run was planned and seeded; setup: a hash of the run's config without its
-    # identity and batch fields, so runs that differ only in batch size share it
-    "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
-]
-# data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
-# to compare what the model and optimizer cost per device.
-MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
-                  "allocated_mib", "reserved_mib", "nvml_used_mib", "data_mib"]
-WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category", "message",
-                   "count", "first_step", "location", "rank"]
-ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
-RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COLUMNS
-# One row per cell (options, variant, gpus) and quantity: a median over the ok repeats or a
-# ratio of medians (speed-up, efficiency against `reference`), with its distribution-free
-# interval and that interval's confidence (ci_level: 0.75 for the range of 3 repeats).
-CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
-                "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
-
-# Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
-TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
-                "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type")
-
-TABLES = {
-    "summary": SUMMARY_COLUMNS,
-    "memory": MEMORY_COLUMNS,
-    "warnings": WARNING_COLUMNS,
-    "accuracy": ACCURACY_COLUMNS,
-    "steps": RUN_STEP_COLUMNS,
-    "medians": CELL_COLUMNS,
-}
-
 
 def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None = None) -> str:
     """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options."""
@@ -223,6 +187,12 @@ class ResultSet:
         return self.dir / PROVENANCE
 
     @property
+    def plan_path(self) -> Path:
+        """plan.json: the experiment as planned (groups -> run configs -> run ids), written
+        by the Snakefile's plan rule and read by the probes and the ledger."""
+        return self.dir / "plan.json"
+
+    @property
     def summary_md(self) -> Path:
         return self.dir / SUMMARY_MD
 
@@ -313,65 +283,22 @@ class ResultSet:
         return prov
 
 
-# -- atomic writes: a reader never sees a half-written file -------------------------------
-
-def write_atomic(path: Path | str, text: str | bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over the target."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(text, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        # mkstemp makes the file 0600; results are for the group too (a shared filesystem),
-        # as far as the user's umask allows.
-        os.fchmod(fd, 0o644 & ~_umask())
-        with os.fdopen(fd, mode) as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    try:   # Linux shows it without changing it (other threads may be creating files)
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)   # elsewhere reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask
-
-
-def write_json(path: Path | str, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def read_json(path: Path | str) -> Any:
-    with open(path) as f:
-        return json.load(f)
-
-
-def write_csv(path: Path | str, columns: list[str], rows: Iterable[dict[str, Any]]) -> None:
-    """Rows are dicts; missing keys are written empty, extra keys are an error (a typo)."""
-    import io
-
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow(row)
-    write_atomic(path, buf.getvalue())
-
-
 def read_metrics(rdir: Path | str) -> dict[str, Any] | None:
-    """A run's record, or None while the run has not finished (metrics.json is written last)."""
+    """A run's record in the current format (upgrade), or None while the run has not finished
+    (metrics.json is written last). JSON that is no object comes as it is, for its reader to judge."""
     path = Path(rdir) / METRICS
-    return read_json(path) if path.exists() else None
+    if not path.exists():
+        return None
+    rec = read_json(path)
+    return upgraded(rec, path) if isinstance(rec, dict) else rec
+
+
+def upgraded(record: dict[str, Any], path: Path | str) -> dict[str, Any]:
+    """upgrade() of a run record read from `path`; a record too new to read names its file."""
+    try:
+        return upgrade(record)
+    except RecordFormatError as exc:
+        raise RecordFormatError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -387,12 +314,16 @@ class DamagedRecord:
 
 
 def read_run(path: Path | str) -> dict[str, Any] | DamagedRecord:
-    """A metrics.json as a run record (a dict with a run_id), or a DamagedRecord saying why not."""
+    """A metrics.json as a run record (a dict with a run_id, upgraded), or a DamagedRecord saying
+    why not. A record from a newer format is no damage (rerunning would not help): it raises
+    RecordFormatError."""
     try:
         rec = read_json(path)
         if not isinstance(rec, dict) or "run_id" not in rec:
             raise ValueError("not a run record")
-        return rec
+        return upgraded(rec, path)
+    except RecordFormatError:
+        raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
         return DamagedRecord(Path(path), exc)
 
@@ -421,61 +352,41 @@ def iter_runs(folder: Path | str, *, damaged: bool = False
         yield rec, rdir
 
 
-def read_table(root: Path | str, tag: str, name: str) -> "pd.DataFrame":
+def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | None = None) -> "pd.DataFrame":
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
-    One rule for text: TEXT_COLUMNS read as str, '' where empty (never NaN); the other columns
-    are as pandas reads them (numbers, or whatever a damaged file holds, for the caller to judge)."""
+    One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
+    other columns are as pandas reads them (numbers, or whatever a damaged file holds).
+
+    With `require` the caller's columns are checked (schema.TableSchema.checked): a file that is
+    no CSV table, a missing column, a non-number in a numeric one, an empty key column is a
+    TableError naming the file, column and line, and the numeric required columns are numbers."""
     import pandas as pd
 
-    text = {c: str for c in TEXT_COLUMNS if c in TABLES[name]}
-    return pd.read_csv(table_path(root, tag, name), keep_default_na=False, na_values=[""],
-                       dtype=text).fillna({c: "" for c in text})
+    schema, path = SCHEMAS[name], table_path(root, tag, name)
+    text = {c: str for c in schema.text}
+    try:
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text).fillna({c: "" for c in text})
+    except pd.errors.EmptyDataError:
+        if require is None:
+            raise
+        raise TableError(f"{path} is empty (not even a header line)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        if require is None:
+            raise
+        raise TableError(f"{path} is not a readable CSV table ({_first_line(exc)})") from None
+    return df if require is None else schema.checked(df, path, require)
 
 
-# -- writing a record -----------------------------------------------------------------------
-
-# A run's start-up, in the order it happens: each phase's end in seconds since the launch
-# (runlog.mark_launch), in the record's "startup"; its first step begins at "start_s".
-#   imports: the launcher, torchrun and its ranks where ddp, Python's and torch's imports (with
-#            torch._dynamo, which the optimizer imports anyway: train.preload)
-#   devices: CUDA and the process group; data: the numeric switches and the dataset read;
-#   model: model, wrapper, optimizer; feed: the batches' source (the gpu feed's upload)
-STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
-
-# A run that measured nothing (skipped, or failed before its first timed step): the keys of
-# dpbench.run.measure.throughput with no steps, and no compile time.
-NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
-                 "step_ms_mean": None, "compile_s": None}
-
-
-def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: str, launch: dict,
-                  provenance: dict, throughput: dict | None = None, memory: list | None = None,
-                  warnings: list | None = None, accuracy: list | None = None,
-                  final_loss: float | None = None, steps: int = 0, wall_s: float = 0.0,
-                  start_s: float | None = None, startup: dict | None = None) -> dict[str, Any]:
-    """A run's metrics.json: the one layout, for the engine's records (measurements given) and
-    the launcher's skipped ones (none), which it writes without importing torch."""
-    return {
-        "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
-        "status": status, "reason": reason,
-        "variant": cfg.variant, "gpus": cfg.gpus, "repeat": cfg.repeat, "options": cfg.options,
-        "seed": cfg.seed, "deterministic": cfg.deterministic, "scaling": cfg.scaling,
-        "per_gpu_batch": cfg.global_batch / cfg.gpus,
-        "config": cfg.to_dict(), "device_type": device_type, "launch": launch,
-        "throughput": dict(throughput or NO_THROUGHPUT),
-        "memory": memory or [], "warnings": warnings or [], "accuracy": accuracy or [],
-        "final_loss": final_loss, "steps": steps, "wall_s": wall_s, "start_s": start_s,
-        "startup": dict(startup or {}), "provenance": provenance,
-    }
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # -- typed records --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class RunRecord:
-    """The top-level fields of a run's metrics.json. Records written before a field existed
-    read with its default: strong scaling, the config's seed (or 0), not deterministic, and a
-    per-GPU batch of global batch / gpus."""
+    """The top-level fields of a run's metrics.json, read through upgrade() (an older record
+    reads with the defaults formats.upgrade gives its missing fields)."""
     run_id: str
     status: str
     reason: str = ""
@@ -490,7 +401,7 @@ class RunRecord:
     device_type: str = ""
     steps: int = 0
     wall_s: float | None = None
-    start_s: float | None = None   # launch to first step; None in records from before it existed
+    start_s: float | None = None   # launch to first step; None where not measured
     startup: dict[str, float] = field(default_factory=dict)   # STARTUP_PHASES' ends, where measured
     final_loss: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
@@ -504,40 +415,19 @@ class RunRecord:
     def from_json(cls, data: dict[str, Any]) -> "RunRecord":
         if not isinstance(data, dict) or "run_id" not in data or "status" not in data:
             raise ValueError("not a run record (no run_id or status)")
-        cfg = data.get("config") or {}
-        gpus = data.get("gpus", cfg.get("gpus", 0))
-        per_gpu = data.get("per_gpu_batch")
-        if per_gpu is None:
-            per_gpu = cls.planned_per_gpu_batch(cfg, gpus)
+        rec = upgrade(data)
         return cls(
-            run_id=data["run_id"], status=data["status"], reason=data.get("reason") or "",
-            variant=data.get("variant", cfg.get("variant", "")), gpus=gpus,
-            repeat=data.get("repeat", cfg.get("repeat", 0)),
-            options=dict(data.get("options") or cfg.get("options") or {}),
-            seed=data.get("seed", cfg.get("seed", 0)),
-            deterministic=bool(data.get("deterministic", cfg.get("deterministic", False))),
-            scaling=data.get("scaling") or cls.planned_scaling(cfg),
-            per_gpu_batch=per_gpu, device_type=data.get("device_type") or "",
-            steps=data.get("steps") or 0, wall_s=data.get("wall_s"), start_s=data.get("start_s"),
-            startup=dict(data.get("startup") or {}), final_loss=data.get("final_loss"), config=dict(cfg), raw=data)
+            run_id=rec["run_id"], status=rec["status"], reason=rec["reason"], variant=rec["variant"],
+            gpus=rec["gpus"], repeat=rec["repeat"], options=dict(rec["options"]), seed=rec["seed"],
+            deterministic=rec["deterministic"], scaling=rec["scaling"], per_gpu_batch=rec["per_gpu_batch"],
+            device_type=rec.get("device_type") or "", steps=rec.get("steps") or 0, wall_s=rec.get("wall_s"),
+            start_s=rec["start_s"], startup=dict(rec["startup"]), final_loss=rec.get("final_loss"),
+            config=dict(rec.get("config") or {}), raw=rec)
 
-    # The defaults of the planning fields, for a record (or a table row) that lacks them. The
+    # The defaults of the planning fields, for a record (or a table row) that lacks them: the
     # tables' reader asks these too (tables.with_run_defaults), so both read old runs alike.
-    @staticmethod
-    def planned_scaling(config: dict[str, Any]) -> str:
-        """Weak when the config fixes the per-GPU batch, else strong (every run before weak
-        scaling existed)."""
-        return "weak" if config.get("per_gpu_batch") is not None else "strong"
-
-    @staticmethod
-    def planned_per_gpu_batch(config: dict[str, Any], gpus: Any) -> float | None:
-        """The config's per-GPU batch for a weak run, else global batch / gpus (a float: an
-        uneven split stays fractional); None when the global batch or the GPU count is unknown."""
-        global_batch = config.get("global_batch")
-        if global_batch is None or not gpus:
-            return None
-        planned: float | None = config.get("per_gpu_batch")
-        return planned if planned is not None else global_batch / gpus
+    planned_scaling = staticmethod(planned_scaling)
+    planned_per_gpu_batch = staticmethod(planned_per_gpu_batch)
 
 
 # -- provenance.json: each key one value, or the sorted distinct values when runs disagree -----
@@ -552,8 +442,14 @@ def provenance_values(provenance: dict[str, Any], key: str) -> list[Any]:
         return []
     value = provenance[key]
     if key in LIST_VALUED_PROVENANCE:
-        return list(value) if value and all(isinstance(v, list) for v in value) else [value]
-    return list(value) if isinstance(value, list) else [value]
+        if not isinstance(value, list):
+            return []
+        # Runs that disagreed: a list of lists, where a run that did not learn it wrote null
+        # (an older collect kept those: [null, []]); nulls say nothing and are left out.
+        if any(v is None or isinstance(v, list) for v in value):
+            return [v for v in value if isinstance(v, list)]
+        return [value]
+    return [v for v in value if v is not None] if isinstance(value, list) else [value]
 
 
 def gpu_models(provenance: dict[str, Any]) -> list[str]:

@@ -144,9 +144,19 @@ def missing_message(folder: Path, cause: str, missing: list[str] | None = None) 
             f"from cifar-10-python.tar.gz.")
 
 
+def not_a_folder_message(path: Path, folder: Path) -> str:
+    """data_root, or the CIFAR-10 folder in it, is a file: nothing can be read or downloaded there."""
+    return (f"{path} is a file, not a folder (CIFAR-10 is read from {folder}); move or remove "
+            f"that file, then {_ways_out(folder)}, or set `dataset: synthetic` in the "
+            f"experiment's train options.")
+
+
 def load_cifar10(root: Path, download: bool = True) -> Dataset:
     folder = root / CIFAR_FOLDER
     files = TRAIN_FILES + ["test_batch"]
+    for path in (root, folder):
+        if path.exists() and not path.is_dir():
+            raise DatasetUnavailable(not_a_folder_message(path, folder))
     missing = [f for f in files if not (folder / f).is_file()]
     if missing:
         if not download:
@@ -170,11 +180,36 @@ def load_cifar10(root: Path, download: bool = True) -> Dataset:
     return Dataset("cifar10", train, test, checksum, detail)
 
 
+ARCHIVE = "cifar-10-python.tar.gz"
+
+
+def _missing_folders(root: Path) -> list[Path]:
+    """root and those of its parents that do not exist yet, deepest first."""
+    out = []
+    while not root.exists() and root != root.parent:
+        out.append(root)
+        root = root.parent
+    return out
+
+
+def _undo_download(created: list[Path]) -> None:
+    """Remove the folders a failed download made (with the part of the archive it left in them):
+    a failed run leaves the filesystem as it found it. A folder someone filled meanwhile stays."""
+    for path in created:
+        try:
+            (path / ARCHIVE).unlink(missing_ok=True)
+            path.rmdir()
+        except OSError:
+            return
+
+
 def _download(root: Path, folder: Path, missing: list[str]) -> None:
     CIFAR10 = import_torchvision("torchvision.datasets").CIFAR10
+    created = _missing_folders(root)
     try:
         CIFAR10(str(root), train=True, download=True)
     except Exception as exc:  # offline, DNS, proxy, partial file: all end the same way
+        _undo_download(created)
         cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
         raise DatasetUnavailable(missing_message(folder, cause, missing)) from exc
     still = [f for f in missing if not (folder / f).is_file()]

@@ -1,6 +1,11 @@
 """What torch knows of a run's provenance: its own version, CUDA, cuDNN, NCCL, the GPUs and the
-numerics switches in force, over the host facts that the launcher records without torch."""
+numerics switches in force, over the host facts that the launcher records without torch; and
+DDP's default bucket size as this torch builds it (the perf targets' word for a run that left
+bucket_cap_mb unset)."""
 from __future__ import annotations
+
+import functools
+import tempfile
 
 import torch
 
@@ -32,3 +37,28 @@ def collect(dataset: dict | None = None, cfg=None) -> dict:
         "cpu_threads": torch.get_num_threads(),
         "dataset": dataset,
     }
+
+
+@functools.lru_cache(maxsize=1)
+def ddp_default_bucket_mb() -> tuple[float | None, str]:
+    """DDP's bucket size where a run leaves bucket_cap_mb unset, as the torch here builds it (a
+    one-rank gloo group around a one-parameter model): (MB, torch's version), or (None, why)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    def built() -> float:
+        return DistributedDataParallel(torch.nn.Linear(1, 1)).bucket_bytes_cap / 2**20
+
+    try:
+        if dist.is_initialized():
+            return built(), torch.__version__
+        with tempfile.TemporaryDirectory() as folder:
+            dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=0, world_size=1)
+            try:
+                return built(), torch.__version__
+            finally:
+                dist.destroy_process_group()
+    except (RuntimeError, ValueError) as exc:
+        return None, f"no DDP could be built here ({exc})"
+
+

@@ -1,4 +1,4 @@
-"""The engine of one run: set-up, the training loop, evaluation and the record.
+"""The engine of one run: set-up, the training loop, evaluation and what goes into its record.
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
 in `dpbench.run.launch`; `python -m dpbench.run.engine ...` is the same command (it forwards there).
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
 import time
 import traceback
@@ -23,10 +22,12 @@ from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason
 from dpbench.results.errors import error_text
+from dpbench.results.record import Record
 from dpbench.run import device_facts, measure, provenance
 from dpbench.run.data import load_dataset, make_feed
 from dpbench.run.model import resnet18
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
+from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
@@ -45,44 +46,27 @@ def uses_cuda(cfg: RunConfig) -> bool:
 
 # -- the record -----------------------------------------------------------------------------------
 
-class Record:
-    """Everything measured so far; written whole at the end, or as far as it got on failure."""
+class Measured(Record):
+    """The record as the engine fills it (results.record.Record), with what only the engine
+    measures: the timed steps, the dataset's facts and what torch knows about the devices."""
 
     def __init__(self, cfg: RunConfig, out: Path):
-        self.cfg, self.out = cfg, out
-        self.started = time.perf_counter()
-        self.steps: list[dict] = []
+        super().__init__(cfg, out, "cuda" if uses_cuda(cfg) else "cpu")
         self.timed_ms: list[float] = []
         self.timed_batches: list[int] = []
-        self.accuracy: list[dict] = []
-        self.memory: list[dict] = []
-        self.warnings: list[dict] = []
         self.dataset: dict | None = None
-        self.device_type = "cuda" if uses_cuda(cfg) else "cpu"
-        self.hosts: list[str] = [socket.gethostname()]
         self.compile_s: float | None = None
-        self.start_s: float | None = None   # from the launch to the first training step
-        self.startup: dict[str, float] = {}  # phase -> seconds since the launch when it ended
 
     def phase_done(self, phase: str) -> None:
         """Mark the end of a start-up phase (results.STARTUP_PHASES), in seconds since the launch."""
         if (t := since_launch()) is not None:
             self.startup[phase] = round(t, 3)
 
-    def write(self, status: str, reason: str = "") -> dict:
-        cfg = self.cfg
-        losses = [r["loss_global"] for r in self.steps[-20:]]
-        rec = results.record_fields(
-            cfg, status, reason, device_type=self.device_type, launch=provenance.launch_facts(self.hosts),
-            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches), compile_s=self.compile_s),
-            memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
-            final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
-            wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
-            provenance=device_facts.collect(self.dataset, cfg))
-        if self.steps:
-            results.write_csv(self.out / results.STEPS, results.STEP_COLUMNS, self.steps)
-        results.write_json(self.out / results.METRICS, rec)  # last: marks the run finished
-        return rec
+    def write(self, status: str, reason: str = "") -> dict:   # type: ignore[override]
+        return super().write(
+            status, reason, launch=provenance.launch_facts(self.hosts),
+            provenance=device_facts.collect(self.dataset, self.cfg),
+            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches), compile_s=self.compile_s))
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -231,7 +215,7 @@ def _fault_step(ctx: Context) -> int | None:
     return step if rank == ctx.rank else None
 
 
-def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecorder) -> None:
+def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
     set_numerics(cfg)
     dataset = load_dataset(cfg)
     rec.phase_done("data")
@@ -293,12 +277,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Record, warn: measure.WarningRecord
                             group["lr"] = lr
                         if cfg.channels_last:
                             x = x.contiguous(memory_format=torch.channels_last)
-                        with autocast():
-                            losses = variant.losses(x, y, n_global)
-                        opt.zero_grad(set_to_none=True)
-                        losses.optimised.backward()
-                        opt.step()
-                        ep.add(losses, n_global, lr)
+                        ep.add(train_step(variant, opt, x, y, n_global, autocast), n_global, lr)
                         step += 1
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
@@ -387,7 +366,7 @@ def preload() -> None:
 
 def run_process(cfg: RunConfig, out: Path) -> int:
     """Train in this process (single, dp*, or one DDP rank) and write the record."""
-    rec = Record(cfg, out)
+    rec = Measured(cfg, out)
     preload()
     rec.phase_done("imports")
     # From the environment, not the Context: a rank whose set-up fails must still know its place.
@@ -419,7 +398,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     return 0
 
 
-def _failed(rec: Record, warn: measure.WarningRecorder, exc: Exception, distributed: bool, rank: int) -> int:
+def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distributed: bool, rank: int) -> int:
     reason = error_text(exc)
     log(f"run failed: {reason}")
     traceback.print_exc()

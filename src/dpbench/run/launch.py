@@ -33,6 +33,7 @@ from dpbench import results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason
+from dpbench.results.record import Record, record_fields, write_record
 from dpbench.run import provenance
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 
@@ -114,14 +115,13 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
     reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
         or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
     rec = results.read_metrics(out)
-    if rec is None:
-        from dpbench.run.engine import Record  # not before: importing torch here costs every DDP run seconds
-        fallback = Record(cfg, out)
-        fallback.started = started
-        fallback.write(results.STATUS_FAILED, reason)
+    if rec is None:   # the torch-free facts, as in a skipped record: importing torch here costs seconds
+        Record(cfg, out, device_type(cfg, visible), started=started).write(
+            results.STATUS_FAILED, reason, launch=provenance.launch_facts([socket.gethostname()]),
+            provenance=provenance.host_facts(cfg))
     elif rec["status"] == results.STATUS_FAILED and errors:
         rec["reason"] = reason
-        results.write_json(out / results.METRICS, rec)
+        write_record(out, rec)
     return 0
 
 
@@ -196,11 +196,15 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
     if reason.startswith("needs"):   # too few GPUs: say what limited them
         reason += f" ({where(planned)})"
     log(f"skipped: {reason}")
-    device_type = "cuda" if visible and cfg.device != "cpu" else "cpu"
-    results.write_json(out / results.METRICS, results.record_fields(
-        cfg, results.STATUS_SKIPPED, reason, device_type=device_type,
+    write_record(out, record_fields(
+        cfg, results.STATUS_SKIPPED, reason, device_type=device_type(cfg, visible),
         launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 0
+
+
+def device_type(cfg: RunConfig, visible: int) -> str:
+    """The device a record the launcher writes names: CUDA when the run had GPUs to use."""
+    return "cuda" if visible and cfg.device != "cpu" else "cpu"
 
 
 def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None) -> int:

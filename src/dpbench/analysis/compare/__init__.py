@@ -1,0 +1,112 @@
+"""Regression check between two result sets (e.g. the same benchmark on two PyTorch versions).
+
+    python -m dpbench.compare_cli --results-dir results --baseline A --candidate B \\
+        [--fail-on-regression] [--fail-on new-warnings,diverged-curves]
+
+writes results/compare/A_vs_B.{md,json}. Every row of the report carries a `severity`:
+"regression", "finding" (a human should look) or "info".
+
+Exit status: 0 when the comparison ran (whatever it found), 1 only when something of a kind
+named by --fail-on was found (--fail-on-regression is --fail-on regressions), 2 when an input
+is missing or damaged, with one line naming the file (and column). A broken input is never 1,
+so a nightly job cannot read it as "regression found".
+
+A change counts only beyond the noise measured for it:
+
+- Throughput, per (variant, gpus, options) cell, one images_per_s per ok repeat:
+      change = median(candidate) / median(baseline) - 1
+      |change| <= max(threshold, noise_floor)                   -> "no change"
+      |change| <= k_spread x pooled CV of the repeats, or
+        Welch's p (Holm-adjusted over all cells) >= alpha       -> "too noisy to tell"
+      otherwise                                                 -> "regression" / "improvement"
+  The repeats of one launch do not see the shift between two launches (another day, another
+  boot, another neighbour on the node); the noise floor stands for it. With A/A launches
+  (--noise-from, dpbench.analysis.noise) that floor is learned instead: the comparison's common shift
+  must exceed what launches of the same code showed, or a cell must depart from the other cells
+  by more than cells did there; Welch's test is then reported but not needed.
+- Loss curves: deterministic runs with the same seed, config, software and hardware must be
+  bit-identical; the first differing step is reported, a finding when the software changed and
+  a regression when nothing did. After a software change their bits may move, but the curve
+  must still pass the envelope check below; a step missing or not finite on one side is a
+  divergence. Otherwise the candidate's mean curve is held against the
+  baseline's repeat-to-repeat spread, step by step (a band of envelope_k standard errors, never
+  narrower than loss_tolerance); the curve has diverged when more than envelope_fraction of the
+  steps leave the band, or when the final loss differs by Welch's test (Holm over cells). With
+  one distinct baseline curve the noise is unknown and no divergence is called.
+- Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
+
+The command line is dpbench.compare_cli, the markdown dpbench.report.compare_report; this
+package is numbers and verdicts only: loading, stats, throughput, loss, aspects, provenance,
+verdict, thresholds. The report's `sets` says when the two sides are one result set (the same
+folder, or identical records) and when they ran different experiments (other cells), with the
+number of cells they share; neither changes the exit status.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpbench.analysis.cells import cell_fields
+from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
+from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
+from dpbench.analysis.compare.loss import compare_loss
+from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
+from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, pooled_cv, welch_p
+from dpbench.analysis.compare.thresholds import FAIL_ON, Thresholds
+from dpbench.analysis.compare.throughput import load_launch_noise, throughput_verdicts, compare_throughput
+from dpbench.analysis.compare.verdict import exit_code, failing, verdict_of
+
+
+def compare(results_dir: Path | str, baseline: str, candidate: str,
+            thresholds: Thresholds | None = None, noise_from: list[str] | None = None,
+            **overrides: float) -> dict[str, Any]:
+    """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged.
+
+    noise_from: tags of A/A launches (the same experiment launched more than once on the
+    baseline's machine) to learn the launch-to-launch noise from, instead of the fixed floor."""
+    th = dataclasses.replace(thresholds or Thresholds(), **overrides)
+    base = load_set(results_dir, baseline, "baseline")
+    cand = load_set(results_dir, candidate, "candidate")
+    prov = compare_provenance(base, cand)
+    model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
+    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"))
+    report: dict[str, Any] = {
+        "baseline": baseline, "candidate": candidate,
+        "thresholds": dataclasses.asdict(th),
+        "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
+        "sets": compare_sets(results_dir, baseline, candidate, base, cand),
+        "provenance": prov,
+        "status": [asdict(r) for r in compare_status(base, cand)],
+        "noise": None if model is None else {
+            **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}},
+        "throughput": [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()],
+        "memory": [asdict(r) for r in compare_memory(base, cand, th)],
+        "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
+        "loss": compare_loss(base, cand, th, prov),
+        "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
+    }
+    report["verdict"] = asdict(verdict_of(report))
+    return _finite(report)
+
+
+def _finite(obj: Any) -> Any:
+    """NaN/inf are not JSON; the json twin and compare() return the same, clean, object."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _finite(obj.item())
+    return obj
+
+
+__all__ = ["FAIL_ON", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
+           "exact_check", "exit_code", "failing", "holm", "load_set", "pooled_cv", "throughput_verdicts",
+           "welch_p"]

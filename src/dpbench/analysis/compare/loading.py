@@ -1,0 +1,103 @@
+"""A result set as compare reads it: its tables (typed, checked), provenance and run records.
+Every failure is an InputError whose message names the file (and column)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpbench import results as R
+from dpbench.analysis.cells import CELL_KEY
+from dpbench.results.errors import error_text
+
+class InputError(Exception):
+    """An input is missing or damaged; the message names the file (and column)."""
+
+
+class MissingInput(InputError, FileNotFoundError):
+    """An input result set (folder, table or provenance.json) is not there."""
+
+
+# The columns compare reads from each table; numeric ones must hold numbers (or nothing).
+COLUMNS = {
+    "summary": (["run_id", *CELL_KEY, "repeat", "status", "reason", "device_type"],
+                ["gpus", "repeat", "images_per_s", "final_loss", "test_acc"]),
+    "memory": (["run_id", *CELL_KEY, "device"], ["gpus", "device", "allocated_mib"]),
+    "warnings": (["run_id", *CELL_KEY, "category", "message"], ["gpus", "count"]),
+    "steps": (["run_id", *CELL_KEY, "repeat", "epoch", "step"], ["gpus", "repeat", "epoch", "step", "loss_global"]),
+}
+
+
+def _read_table(root: Path | str, tag: str, name: str):
+    text, numeric = COLUMNS[name]
+    try:
+        return R.read_table(root, tag, name, require=text + numeric)
+    except R.TableError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        obj = R.read_json(path)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{path} cannot be read ({_first_line(exc)})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path} is not a JSON object ({what} expected)")
+    return obj
+
+
+def _records(root: Path | str, tag: str) -> dict[str, R.RunRecord]:
+    """Per finished run, its record (RunRecord supplies the defaults of older records)."""
+    out: dict[str, R.RunRecord] = {}
+    folder = R.runs_dir(root, tag)
+    if not folder.is_dir():
+        return out
+    for rdir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        path = rdir / R.METRICS
+        if not path.exists():
+            continue  # unfinished run: metrics.json is written last
+        data = _read_json(path, "a run record")
+        try:
+            rec = R.RunRecord.from_json(data)
+        except (ValueError, TypeError, AttributeError) as exc:   # e.g. a config that is no object
+            raise InputError(f"{path} is not a readable run record ({error_text(exc)})") from None
+        out[str(rec.run_id)] = rec
+    return out
+
+
+def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
+    folder = R.tag_dir(root, tag)
+    if not folder.is_dir():
+        raise MissingInput(f"{role} result set {tag!r} not found: folder {folder} does not exist")
+    prov_path = R.provenance_path(root, tag)
+    paths = [R.table_path(root, tag, n) for n in COLUMNS] + [prov_path]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise MissingInput(f"{role} result set {tag!r} is incomplete, missing: {', '.join(missing)}")
+    tables = {n: _read_table(root, tag, n) for n in COLUMNS}
+    summary = tables["summary"]
+    if summary.empty:
+        raise InputError(f"{R.table_path(root, tag, 'summary')} has a header but no runs")
+    # Memory, warnings and curves of runs that did not finish are partial: status reports those.
+    ok_ids = set(summary.loc[summary["status"] == R.STATUS_OK, "run_id"])
+    for name in ("memory", "warnings", "steps"):
+        tables[name] = tables[name][tables[name]["run_id"].isin(ok_ids)]
+    tables["ok_summary"] = summary[summary["run_id"].isin(ok_ids)]
+    return {"tables": tables, "provenance": _read_json(prov_path, "the result set's provenance"),
+            "records": _records(root, tag)}
+
+
+def ok_values(summary, column: str) -> dict[tuple, np.ndarray]:
+    ok = summary[(summary["status"] == R.STATUS_OK) & summary[column].notna()]
+    return {k: g[column].to_numpy(float) for k, g in ok.groupby(CELL_KEY)}
+
+

@@ -1,0 +1,155 @@
+"""Loss curves per cell: bit for bit where both sides promise determinism with the same seeds,
+config and hardware, else the candidate's mean curve against the baseline's spread.
+
+Its rows stay dicts: which keys a row holds depends on the way it was judged (exact, exact after
+a software change, envelope), and the committed reports fix that shape and key order.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpbench.analysis.cells import CELL_KEY, cell_fields
+from dpbench.analysis.compare.loading import ok_values
+from dpbench.analysis.compare.provenance import EXACT_HARDWARE_KEYS, SOFTWARE_KEYS, flatten
+from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, welch_p
+from dpbench.analysis.compare.thresholds import Thresholds
+
+# Config keys that cannot change a single bit of the training.
+INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint"}
+
+
+def _curves(steps) -> dict[tuple, dict[int, Any]]:
+    """(variant, gpus, options) -> repeat -> loss_global as a Series indexed by (epoch, step)."""
+    out: dict[tuple, dict[int, Any]] = {}
+    for (*key, repeat), g in steps.groupby(CELL_KEY + ["repeat"]):
+        index = pd.MultiIndex.from_arrays([g["epoch"].to_numpy(int), g["step"].to_numpy(int)],
+                                          names=["epoch", "step"])
+        out.setdefault(tuple(key), {})[int(repeat)] = pd.Series(
+            g["loss_global"].to_numpy(float), index=index).sort_index()
+    return out
+
+
+def _mode(base: dict, cand: dict, rids: list[str], hardware_same: bool) -> tuple[bool, str]:
+    """Whether the group's curves must be bit-identical, and if not, why not."""
+    ra, rb = base["records"], cand["records"]
+    if not rids or any(r not in ra or r not in rb for r in rids):
+        return False, "no run records to check determinism"
+    if not all(ra[r].deterministic and rb[r].deterministic for r in rids):
+        return False, "not deterministic on both sides"
+    if any(ra[r].seed != rb[r].seed for r in rids):
+        return False, "seeds differ"
+    diffs = sorted(k for r in rids for k in _config_diff(ra[r].config, rb[r].config))
+    if diffs:
+        return False, f"config differs ({', '.join(dict.fromkeys(diffs))})"
+    if not hardware_same:
+        return False, "hardware differs"
+    return True, ""
+
+
+def _config_diff(a: dict, b: dict) -> list[str]:
+    fa, fb = flatten(a), flatten(b)
+    return [k for k in sorted(fa.keys() | fb.keys())
+            if k.split(".")[0] not in INERT_CONFIG_KEYS and fa.get(k) != fb.get(k)]
+
+
+def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dict]:
+    sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
+    curves_a, curves_b = _curves(sa), _curves(sb)
+    keys = sorted(curves_a.keys() & curves_b.keys())
+    ids = sa.drop_duplicates(CELL_KEY + ["repeat"])
+    run_of = {(v, int(g), o, int(r)): str(rid) for v, g, o, r, rid in
+              zip(ids["variant"], ids["gpus"], ids["options"], ids["repeat"], ids["run_id"])}
+    hardware_same = not any(prov["keys"][k]["differs"] for k in EXACT_HARDWARE_KEYS)
+    software = [k for k in SOFTWARE_KEYS if prov["keys"][k]["differs"]]
+    fa = ok_values(base["tables"]["summary"], "final_loss")
+    fb = ok_values(cand["tables"]["summary"], "final_loss")
+    raw = [welch_p(fa[k], fb[k]) if k in fa and k in fb else None for k in keys]
+    adjusted = holm(raw)
+    rows = []
+    for key, p, q in zip(keys, raw, adjusted):
+        ca, cb = curves_a[key], curves_b[key]
+        rids = [run_of[(*key, r)] for r in sorted(set(ca) & set(cb))]
+        exact, why = _mode(base, cand, rids, hardware_same)
+        row: dict[str, Any] = {**cell_fields(key), "mode": "exact" if exact else "envelope",
+                               "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
+                               "why_not_exact": why}
+        final_differs = (q is not None and q < th.alpha
+                         and abs(float(np.mean(fb[key]) - np.mean(fa[key]))) > th.loss_tolerance)
+        if exact:
+            chk = exact_check({r: (ca[r], cb[r]) for r in sorted(set(ca) & set(cb))})
+            first = chk["first"]
+            row.update(steps_matched=chk["steps_matched"], max_abs_diff=chk["max_abs_diff"],
+                       outside_fraction=None, first_outside=None,
+                       first_diff=None if first is None else
+                       {"repeat": first["repeat"], "epoch": first["at"][0], "step": first["at"][1],
+                        "abs_diff": first["diff"]})
+            if first is None:
+                row.update(verdict="identical", severity="info", note="bit-identical")
+                rows.append(row)
+                continue
+            # Changed bits are expected after a software change, and are a regression otherwise.
+            severity = "finding" if software else "regression"
+            note = (f"expected after a software change ({', '.join(software)})" if software else
+                    "not reproducible: same seed, config, software and hardware")
+            if math.isinf(chk["max_abs_diff"]):
+                row.update(verdict="diverged", severity=severity,
+                           note="loss missing or not finite on one side")
+            elif software:
+                # New software may move the bits, not the curve: it must stay within the noise.
+                env = _judged_envelope(ca, cb, th, final_differs)
+                row.update(outside_fraction=env["outside_fraction"], first_outside=env["first_outside"],
+                           distinct_baseline_curves=env["distinct_baseline_curves"])
+                diverged = env["verdict"] == "diverged"
+                row.update(verdict="diverged" if diverged else "bits changed", severity=severity,
+                           note="; ".join(filter(None, [note, env["note"] if diverged else ""])))
+            else:
+                row.update(verdict="bits changed", severity=severity, note=note)
+            rows.append(row)
+            continue
+        if set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None:
+            # Same bits without the promise (e.g. CPU runs recorded before the deterministic
+            # flag existed): nothing to judge against the noise.
+            row.update(steps_matched=sum(len(c) for c in cb.values()), max_abs_diff=0.0,
+                       outside_fraction=0.0, verdict="identical", severity="info",
+                       note="bit-identical", at=None, first_outside=None)
+            rows.append(row)
+            continue
+        env = _judged_envelope(ca, cb, th, final_differs)
+        row.update({k: env[k] for k in ("steps_matched", "max_abs_diff", "outside_fraction",
+                                         "distinct_baseline_curves", "verdict", "note", "at",
+                                         "first_outside")})
+        row["severity"] = "finding" if row["verdict"] == "diverged" else "info"
+        rows.append(row)
+    return rows
+
+
+def _judged_envelope(ca: dict, cb: dict, th: Thresholds, final_differs: bool) -> dict[str, Any]:
+    """The envelope check, with a final loss that differs (Welch, Holm) as a divergence too."""
+    env = _envelope_of(ca, cb, th)
+    if final_differs and env["verdict"] != "noise unknown":
+        env = {**env, "verdict": "diverged",
+               "note": "; ".join(filter(None, [env["note"], "final loss differs (Welch, Holm)"]))}
+    return env
+
+
+def _envelope_of(ca: dict, cb: dict, th: Thresholds) -> dict[str, Any]:
+    # The steps every repeat of both sides reached (a written NaN loss stays and counts).
+    steps = None
+    for s in [*ca.values(), *cb.values()]:
+        steps = s.index if steps is None else steps.intersection(s.index)
+    if not ca or not cb or steps is None or len(steps) == 0:
+        return {"steps_matched": 0, "max_abs_diff": None, "outside_fraction": None,
+                "distinct_baseline_curves": len(ca), "verdict": "noise unknown",
+                "note": "no step in common", "at": None, "first_outside": None}
+    steps = steps.sort_values()
+    env = envelope_check(np.array([ca[r].reindex(steps).to_numpy(float) for r in sorted(ca)]),
+                         np.array([cb[r].reindex(steps).to_numpy(float) for r in sorted(cb)]), th)
+
+    def at(i: int | None):
+        return None if i is None else {"epoch": int(steps[i][0]), "step": int(steps[i][1])}
+
+    return {**env, "at": at(env["at_index"]), "first_outside": at(env["first_outside"])}

@@ -1,0 +1,201 @@
+"""The regression check's markdown: the human-readable twin of compare's json report (it works
+on the json loaded back, too). All of the report's wording lives here; the numbers and
+verdicts come from dpbench.analysis.compare."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpbench.analysis.compare.verdict import counted
+from dpbench.report.markdown import md_table
+
+
+def _signed(v: float | None, unit: str = "", scale: float = 1.0) -> str:
+    return "–" if v is None else f"{scale * v:+.1f}{unit}"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}%"
+
+
+def _run_group(r: dict) -> str:
+    return f"{r['variant']} g{r['gpus']}" + (f" {r['options']}" if r["options"] else "")
+
+
+def _mark(r: dict, text: str) -> str:
+    """Bold what counts (regressions and findings) so it stands out in a long table."""
+    return text if r["severity"] == "info" else f"**{text}**"
+
+
+def _where(at: dict | None, repeat: int | None = None) -> str:
+    if not at:
+        return "–"
+    return (f"r{repeat} " if repeat is not None else "") + f"epoch {at['epoch']}, step {at['step']}"
+
+
+def _provenance_md(p: dict) -> list[str]:
+    out = [f"> **WARNING: {p['warning']}.**", ""] if p["warning"] else []
+    out += ["## Provenance", "", md_table(["key", "baseline", "candidate", "differs"], [
+        [k, v["baseline"], v["candidate"], "**yes**" if v["differs"] else ""] for k, v in p["keys"].items()])]
+    if p["config_differs"]:
+        out += ["", "Run config differences (runs with the same run_id):", "",
+                md_table(["config key", "baseline", "candidate"],
+                       [[k, v["baseline"], v["candidate"]] for k, v in p["config_differs"].items()])]
+    return out
+
+
+def _cells_text(cells: list[dict]) -> str:
+    shown = ", ".join(f"`{_run_group(c)}`" for c in cells[:8])
+    return shown + (f" and {len(cells) - 8} more" if len(cells) > 8 else "")
+
+
+def _sets_md(sets: dict | None) -> list[str]:
+    """What the two sides are: one set compared with itself, or two experiments' sets."""
+    if not sets:   # a report from before `sets` was written
+        return []
+    out = []
+    if sets["same_set"]:
+        out += [f"> **The baseline and the candidate are the same result set ({sets['same_because']}):** "
+                "nothing below can differ; this compares no two launches.", ""]
+    exp = sets["experiments"]
+    if exp["differ"]:
+        text = (f"> **The experiments differ:** the baseline has {counted(exp['baseline']['cells'], 'cell')}, "
+                f"the candidate {exp['candidate']['cells']}; they share {sets['shared_cells']}, and only "
+                "shared cells are compared.")
+        if sets["only_baseline"]:
+            text += f" Only in the baseline: {_cells_text(sets['only_baseline'])}."
+        if sets["only_candidate"]:
+            text += f" Only in the candidate: {_cells_text(sets['only_candidate'])}."
+        out += [text, ""]
+    return out
+
+
+def _loss_rows(report: dict) -> list[list[Any]]:
+    rows = []
+    for r in report["loss"]:
+        if r["mode"] == "exact":
+            f = r.get("first_diff")
+            d = None if f is None else f["abs_diff"]
+            # inf in the report, None in its json twin: a step one side lacks or a NaN on one side
+            size = "missing or non-finite" if d is None or not math.isfinite(d) else f"{d:.3g}"
+            where = "–" if f is None else f"{_where(f, f['repeat'])}: {size}"
+            spread = _pct(r.get("outside_fraction"))
+        else:
+            where = _where(r.get("first_outside"))
+            spread = "–" if r.get("outside_fraction") is None else _pct(r["outside_fraction"])
+        rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
+                     spread, where, r.get("final_loss_p_holm") if _enveloped(r) else None,
+                     _mark(r, r["verdict"]),
+                     "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
+    return rows
+
+
+def _enveloped(r: dict) -> bool:
+    """Whether the row was held against the baseline's spread (exact rows after a software change)."""
+    return r["mode"] != "exact" or r.get("outside_fraction") is not None
+
+
+def render_markdown(report: dict) -> str:
+    """The human-readable twin of the json report (works on the json loaded back, too)."""
+    th, w, counts = report["thresholds"], report["warnings"], report["verdict"]["counts"]
+    fail_on = report.get("fail_on") or []
+    cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
+    launch = report.get("noise")
+    out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
+           f"{counted(report['runs']['baseline'], 'baseline run')} against "
+           f"{counted(report['runs']['candidate'], 'candidate run')}, "
+           f"{counted(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
+           "**How noise is judged.** " + _throughput_rule(th, launch) + " Loss curves of "
+           "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
+           "software change their bits may move, but they must also stay within the band below); other "
+           f"curves are held against the baseline's repeat-to-repeat spread, a band of "
+           f"{th['envelope_k']:g} standard errors per step (at least {th['loss_tolerance']:g}), and "
+           f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
+           "loss differs (Welch, Holm). One baseline repeat means the noise is unknown: no divergence "
+           "is called.", ""]
+    out += _sets_md(report.get("sets"))
+    out += _provenance_md(report["provenance"])
+    fails = (", ".join(f"{k} ({counts[k]})" for k in fail_on) if fail_on else
+             "nothing (no --fail-on given)")
+    out += ["", f"**Verdict: {report['verdict']['line']}**", "",
+            f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
+    sections = [
+        ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
+         [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
+          for r in report["status"]]),
+        ("Throughput (images/s, median over repeats)",
+         ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
+          "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
+         + "`p (Holm)`: Welch's p adjusted over the cells.",
+         ["run group", "repeats", "baseline", "candidate", "change"] + (["vs others"] if launch else [])
+         + ["floor", "p", "p (Holm)", "verdict", "note"],
+         range(1, 9 if launch else 8),
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
+           r["median_candidate"], _signed(r["change"], "%", 100)]
+          + ([_signed(r.get("departure"), "%", 100)] if launch else [])
+          + [_pct(r["floor"]), r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]]
+          for r in report["throughput"]]),
+        ("Peak memory (max allocated MiB per device)",
+         f"A regression exceeds both +{th['mem_threshold_mib']:g} MiB and +{th['mem_threshold_pct']:g}%.",
+         ["run group", "device", "baseline", "candidate", "change", "change %", "verdict"], range(1, 6),
+         [[_run_group(r), r["device"], r["baseline_mib"], r["candidate_mib"], _signed(r["delta_mib"]),
+           _signed(r["delta_pct"], "%"), _mark(r, r["verdict"])] for r in report["memory"]]),
+        ("Warnings (count per run)", "A new warning is a finding even when the numbers are fine.",
+         ["", "run group", "category", "message", "baseline", "candidate"], [4, 5],
+         [[_mark(r, kind), _run_group(r), r["category"], r["message"], r["count_per_run_baseline"],
+           r["count_per_run_candidate"]] for kind in ("new", "vanished", "changed") for r in w[kind]]),
+        ("Loss curves (loss_global per step)",
+         "`exact`: deterministic on both sides with the same seeds, config and hardware, compared bit "
+         "for bit (where: the first differing step and its difference); `envelope`: the candidate's "
+         "mean curve against the baseline's spread (outside: share of steps beyond the band; where: "
+         "the first such step).",
+         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where",
+          "final loss p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7], _loss_rows(report)),
+        ("Final accuracy (test_acc, mean over repeats)", "",
+         ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"], range(1, 5),
+         [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],
+           _mark(r, r["verdict"])] for r in report["accuracy"]]),
+    ]
+    # Numbers align right, text left (md_table's rule, as in the other reports).
+    for title, note, headers, right, rows in sections:
+        if title.startswith("Throughput") and launch:
+            out += _launch_noise_md(launch)
+        out += ["", f"## {title}", ""] + ([note, ""] if note else []) + [md_table(headers, rows, right)]
+    return "\n".join(out) + "\n"
+
+
+def _throughput_rule(th: dict, launch: dict | None) -> str:
+    if not launch:
+        floor = max(th["threshold"], th["noise_floor"])
+        return (f"A throughput change is called only when it exceeds {100 * floor:g}% (the larger of the "
+                f"threshold and the noise floor between two launches), {th['k_spread']:g} × the repeats' "
+                f"pooled coefficient of variation, and Welch's t-test reaches p < {th['alpha']:g} after "
+                "Holm's correction over the cells.")
+    return (f"A throughput change is called only when it exceeds {100 * th['threshold']:g}% and "
+            f"{th['k_spread']:g} × the repeats' pooled coefficient of variation, and is beyond the noise "
+            f"between launches learned from {len(launch['launches'])} A/A launches (below): either the "
+            f"comparison's common shift (the median over its cells) exceeds {_pct2(launch['shift_floor'])}, "
+            f"or the cell departs from the median of the other cells by more than "
+            f"{_pct2(launch['cell_floor'])} (t prediction intervals at {th['alpha'] / 2:g} each, "
+            "Bonferroni over the cells).")
+
+
+def _pct2(v: float) -> str:
+    """Two significant digits, never in exponent form (130%, 6.5%, 0.57%)."""
+    return f"{100 * v:.0f}%" if abs(v) >= 0.1 else f"{100 * v:.2g}%"
+
+
+def _launch_noise_md(launch: dict) -> list[str]:
+    sw = launch.get("software_differs") or []
+    caveat = ([f"**Not a pure A/A:** the launches differ in {', '.join(sw)}; whatever that changed "
+               "counts as noise here.", ""] if sw else [])
+    rows = [[t, _signed(v, "%", 100)] for t, v in launch["shifts"].items()]
+    return ["", "## Launch noise (A/A)", "",
+            f"Learned from {len(launch['launches'])} launches of the same experiment on "
+            f"{launch['cells']} cells that ran in all of them (`dpbench.analysis.noise`). A cell's median moves "
+            f"around its launch's common shift by sd {_pct2(launch['sigma_cell'])} "
+            f"({launch['df_cell']} df); a launch's mean over cells moves by sd "
+            f"{_pct2(launch['launch_mean_sd'])} ({launch['df_launch']} df). This comparison's common "
+            f"shift: {_signed(launch['shift'], '%', 100)} (floor {_pct2(launch['shift_floor'])}: "
+            f"{'beyond' if launch['shift_beyond'] else 'within'} the launch noise).", "", *caveat,
+            md_table(["launch", "mean shift vs the first"], rows, [1])]

@@ -1,0 +1,100 @@
+"""The run record's format: its version, what its fields hold, and the one upgrade() of older records.
+
+Every reader of metrics.json goes through `upgrade`, so none of them knows which field came
+when. The committed references under results/reference/ are never rewritten: they are read
+through it.
+
+    format 1  records without a `format` key: may lack seed,
+              deterministic, scaling, per_gpu_batch, launch (or its exclusive), start_s,
+              startup, throughput.compile_s and the memory rows' data_mib
+    format 2  every field that record_fields writes, and `format`
+"""
+from __future__ import annotations
+
+from typing import Any
+
+FORMAT = 2
+
+# A run's start-up, in the order it happens: each phase's end in seconds since the launch
+# (runlog.mark_launch), in the record's "startup"; its first step begins at "start_s".
+#   imports: the launcher, torchrun and its ranks where ddp, Python's and torch's imports (with
+#            torch._dynamo, which the optimizer imports anyway: engine.preload)
+#   devices: CUDA and the process group; data: the numeric switches and the dataset read;
+#   model: model, wrapper, optimizer; feed: the batches' source (the gpu feed's upload)
+STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
+
+# A run that measured nothing (skipped, or failed before its first timed step): the keys of
+# dpbench.run.measure.throughput with no steps, and no compile time.
+NO_THROUGHPUT = {"images_per_s": None, "timed_steps": 0, "step_ms_p50": None, "step_ms_p95": None,
+                 "step_ms_mean": None, "compile_s": None}
+
+
+class RecordFormatError(ValueError):
+    """A record from a newer format than this dpbench reads."""
+
+
+def planned_scaling(config: dict[str, Any]) -> str:
+    """Weak when the config fixes the per-GPU batch, else strong (every run before weak scaling
+    existed)."""
+    return "weak" if config.get("per_gpu_batch") is not None else "strong"
+
+
+def planned_per_gpu_batch(config: dict[str, Any], gpus: Any) -> float | None:
+    """The config's per-GPU batch for a weak run, else global batch / gpus (a float: an uneven
+    split stays fractional); None when the global batch or the GPU count is unknown."""
+    global_batch = config.get("global_batch")
+    if global_batch is None or not gpus:
+        return None
+    planned: float | None = config.get("per_gpu_batch")
+    return planned if planned is not None else global_batch / gpus
+
+
+def record_format(record: dict[str, Any]) -> int:
+    """The format a record was written in (1 without the key)."""
+    version = record.get("format", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"its format {version!r} is no format version (an integer from 1)")
+    return version
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """The record in the current format: a new dict, the input left as it was. A record of the
+    current format comes back as it is; one from a newer format is a RecordFormatError that says
+    the way out (the caller adds the file's name), a format that is no version a ValueError."""
+    version = record_format(record)
+    if version > FORMAT:
+        raise RecordFormatError(
+            f"written in record format {version}, newer than this dpbench reads ({FORMAT}): "
+            "read it with the dpbench that wrote it (its provenance.git_sha), or update this one")
+    rec = dict(record)
+    if version == 1:
+        rec = _from_1(rec)
+    return rec
+
+
+def _from_1(rec: dict[str, Any]) -> dict[str, Any]:
+    """Format 1's missing fields, by the rules the readers used before there was a version: the
+    planning fields from the config (strong scaling, the config's seed or 0, not deterministic,
+    global batch / gpus), no start-up measured, no compile time, no dataset on a device, and a
+    launch that held no GPU exclusively."""
+    cfg = rec.get("config") or {}
+    for key, default in (("variant", ""), ("gpus", 0), ("repeat", 0), ("seed", 0),
+                         ("deterministic", False)):
+        if key not in rec:
+            rec[key] = cfg.get(key, default)
+    rec["deterministic"] = bool(rec["deterministic"])
+    rec["options"] = dict(rec.get("options") or cfg.get("options") or {})
+    rec["reason"] = rec.get("reason") or ""
+    rec["scaling"] = rec.get("scaling") or planned_scaling(cfg)
+    if rec.get("per_gpu_batch") is None:
+        rec["per_gpu_batch"] = planned_per_gpu_batch(cfg, rec["gpus"])
+    rec["launch"] = {"exclusive": False, **(rec.get("launch") or {})}
+    rec.setdefault("start_s", None)
+    rec["startup"] = dict(rec.get("startup") or {})
+    if isinstance(rec.get("throughput"), dict):
+        rec["throughput"] = {"compile_s": None, **rec["throughput"]}
+    if isinstance(rec.get("memory"), list):
+        rec["memory"] = [{"data_mib": None, **row} if isinstance(row, dict) else row
+                         for row in rec["memory"]]
+    rec["format"] = FORMAT
+    return rec

@@ -1,0 +1,128 @@
+"""The tidy tables' schema: each table's name, columns and their dtypes, in one place.
+
+collect writes the tables with these columns; `dpbench.results.read_table` reads them back by
+these dtypes (text, a flag, or a number), for every reader alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Literal
+
+if TYPE_CHECKING:   # pandas loads only where a table is read
+    import pandas as pd
+
+# Column order of the tidy tables (one row per observation).
+STEP_COLUMNS = ["epoch", "step", "loss_global", "loss_reported", "lr", "step_ms"]
+SUMMARY_COLUMNS = [
+    "run_id", "variant", "gpus", "repeat", "options", "status", "reason",
+    "images_per_s", "step_ms_p50", "step_ms_p95", "peak_mem_mib", "mem_dev0_over_mean_others",
+    "n_warnings", "final_loss", "test_acc", "wall_s", "timed_steps", "global_batch",
+    "precision", "feed", "dataset", "device_type",
+    # how the run was planned and seeded; setup: a hash of the run's config without its
+    # identity and batch fields, so runs that differ only in batch size share it
+    "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
+]
+# data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
+# to compare what the model and optimizer cost per device.
+MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
+                  "allocated_mib", "reserved_mib", "nvml_used_mib", "data_mib"]
+WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category", "message",
+                   "count", "first_step", "location", "rank"]
+ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
+RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COLUMNS
+# One row per cell (options, variant, gpus) and quantity: a median over the ok repeats or a
+# ratio of medians (speed-up, efficiency against `reference`), with its distribution-free
+# interval and that interval's confidence (ci_level: 0.75 for the range of 3 repeats).
+CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
+                "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
+
+# Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
+TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
+                "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
+                "dataset", "device_type")
+# Columns that hold True/False (written by csv as the words).
+FLAG_COLUMNS = ("deterministic",)
+# Numeric columns that count or index something: empty is never a value there.
+KEY_COLUMNS = ("gpus", "repeat", "epoch", "step", "device")
+# What reads as a number though pandas leaves it text in a column with damaged cells.
+NUMBER_WORDS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity"}
+
+Dtype = Literal["text", "flag", "number"]
+
+
+def dtype(column: str) -> Dtype:
+    """A column's dtype, the same in every table it appears in."""
+    if column in TEXT_COLUMNS:
+        return "text"
+    return "flag" if column in FLAG_COLUMNS else "number"
+
+
+class TableError(ValueError):
+    """A table that cannot be read as its schema says; the message names the file (and column)."""
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    name: str
+    columns: list[str]
+
+    @property
+    def text(self) -> list[str]:
+        return [c for c in self.columns if dtype(c) == "text"]
+
+    def typed(self, df: "pd.DataFrame") -> "pd.DataFrame":
+        """Every column by its dtype: text as str ('' for empty), flags as bool, the rest numeric
+        (NaN where a value is no number). A table with no rows reads back untyped without this."""
+        import pandas as pd
+
+        df = df.copy()
+        for col in df.columns:
+            kind = dtype(col)
+            if kind == "text":
+                df[col] = df[col].astype(object).where(df[col].notna(), "").astype(str)
+            elif kind == "flag":
+                df[col] = df[col].map(lambda v: str(v).strip().lower() in ("true", "1", "1.0"))
+            else:
+                df[col] = pd.to_numeric(df[col], errors="coerce")
+        return df
+
+    def checked(self, df: "pd.DataFrame", path: object, require: Iterable[str]) -> "pd.DataFrame":
+        """The required columns present, those of them that are numbers numeric, and key columns
+        never empty; else a TableError that names the file, the column and the line."""
+        import numpy as np
+        import pandas as pd
+
+        require = list(dict.fromkeys(require))
+        missing = [c for c in require if c not in df.columns]
+        if missing:
+            raise TableError(f"{path} has no column {missing[0]!r}"
+                             + (f" (nor {', '.join(map(repr, missing[1:]))})" if missing[1:] else ""))
+        numeric = [c for c in require if dtype(c) == "number"]
+        for col in numeric:
+            if pd.api.types.is_numeric_dtype(df[col]):
+                continue
+            values = pd.to_numeric(df[col], errors="coerce")
+            raw = df[col].astype(str).str.strip()
+            bad = values.isna() & df[col].notna() & ~raw.str.lower().isin(NUMBER_WORDS | {""})
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise TableError(f"{path}: column {col!r} holds a non-numeric value {raw.iloc[i]!r} "
+                                 f"(line {i + 2})")
+            df[col] = values
+        for col in (c for c in KEY_COLUMNS if c in numeric):
+            if df[col].isna().any():
+                i = int(np.flatnonzero(df[col].isna().to_numpy())[0])
+                raise TableError(f"{path}: column {col!r} is empty at line {i + 2}")
+        return df
+
+
+SCHEMAS = {schema.name: schema for schema in (
+    TableSchema("summary", SUMMARY_COLUMNS),
+    TableSchema("memory", MEMORY_COLUMNS),
+    TableSchema("warnings", WARNING_COLUMNS),
+    TableSchema("accuracy", ACCURACY_COLUMNS),
+    TableSchema("steps", RUN_STEP_COLUMNS),
+    TableSchema("medians", CELL_COLUMNS),
+)}
+# The columns of each table, by name (the order collect writes them in).
+TABLES = {name: schema.columns for name, schema in SCHEMAS.items()}

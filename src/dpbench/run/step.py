@@ -1,0 +1,25 @@
+"""One training step: the variant's losses (under autocast), then zero_grad, backward and the
+optimizer's step. The engine trains with it and tools/device/step_profile.py and the step
+benchmarks time it, so that a timing is of the step a run takes."""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
+
+import torch
+
+from dpbench.run.variants import StepLosses, Variant
+
+
+def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               n_global: int, autocast: Callable[[], AbstractContextManager] = nullcontext,
+               zero_grad: bool = True) -> StepLosses:
+    """One step on the batch (x, y) of n_global images in all. zero_grad=False leaves the
+    gradients to the backward (a CUDA graph's capture writes them anew into its pool)."""
+    with autocast():
+        losses = variant.losses(x, y, n_global)
+    if zero_grad:
+        optimizer.zero_grad(set_to_none=True)
+    losses.optimised.backward()
+    optimizer.step()
+    return losses
