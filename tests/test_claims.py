@@ -11,26 +11,26 @@ import torch
 import torch.nn as nn
 
 from dpbench import results
-from dpbench.claims import (
-    CLAIM_IDS,
-    CONFIRMED,
-    NOT_RUN,
-    NUANCE,
-    REFUTED,
-    c1_max_batch,
-    c2_device_ids,
-    c3_wrap_optimizer,
-    c4_save_load,
-    c5_gather_warning,
-    c6_reduction,
-    c7_cudnn_threads,
-    dp_step,
-    from_probes,
-    from_runs,
-    probe,
-    records,
-    settings,
-)
+from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED, probe, records, settings
+from dpbench.claims.c1 import probe as c1_probe
+from dpbench.claims.c1 import text as c1_text
+from dpbench.claims.c1 import verdict as c1_verdict
+from dpbench.claims.c2 import probe as c2_probe
+from dpbench.claims.c2 import text as c2_text
+from dpbench.claims.c3 import probe as c3_probe
+from dpbench.claims.c3 import text as c3_text
+from dpbench.claims.c4 import probe as c4_probe
+from dpbench.claims.c4 import text as c4_text
+from dpbench.claims.c5 import probe as c5_probe
+from dpbench.claims.c5 import text as c5_text
+from dpbench.claims.c6 import probe as c6_probe
+from dpbench.claims.c6 import text as c6_text
+from dpbench.claims.c6 import verdict as c6_verdict
+from dpbench.claims.c7 import dp_step
+from dpbench.claims.c7 import probe as c7_probe
+from dpbench.claims.c7 import text as c7_text
+from dpbench.claims.c7 import verdict as c7_verdict
+from dpbench.claims.c8 import text as c8_text
 from dpbench.claims.figures import DRAW
 from dpbench.claims.ledger import FIGURES, Evidence, write_ledger
 from dpbench.claims.records import ProbeRecord, obs
@@ -47,7 +47,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 
 @cpu_only
 def test_c3_cpu_path_wrapper_is_inert_and_grads_accumulate():
-    rec = c3_wrap_optimizer.run()
+    rec = c3_probe.run()
     assert rec.values("c3.cpu.construction")["wrapper.device_ids"] == []  # ids dropped without CUDA
     assert rec.values("c3.cpu.zero_grad")["result"].startswith("gradients accumulate")
     assert rec.values("c3.cpu.state_dict")["result"] == "{}"
@@ -58,7 +58,7 @@ def test_c3_cpu_path_wrapper_is_inert_and_grads_accumulate():
 
 
 def test_c4_article_load_fails_and_alternatives_round_trip_bit_for_bit():
-    rec = c4_save_load.run()
+    rec = c4_probe.run()
     article = rec.values("c4.article_load")
     assert article["error"] == "RuntimeError: Error(s) in loading state_dict for DataParallel:"
     assert article["second_line"].startswith('Missing key(s) in state_dict: "module.conv1.weight"')
@@ -69,16 +69,16 @@ def test_c4_article_load_fails_and_alternatives_round_trip_bit_for_bit():
 
 
 def test_c4_identical_sees_one_ulp():
-    sd = c4_save_load.trained_like().state_dict()
+    sd = c4_probe.trained_like().state_dict()
     other = {k: v.clone() for k, v in sd.items()}
     w = other["linear.bias"]
     w[0] = torch.nextafter(w[0], torch.tensor(1e9))
-    assert c4_save_load.identical(sd, {k: v.clone() for k, v in sd.items()})
-    assert not c4_save_load.identical(sd, other)
+    assert c4_probe.identical(sd, {k: v.clone() for k, v in sd.items()})
+    assert not c4_probe.identical(sd, other)
 
 
 def test_c6_article_arithmetic_exactly():
-    a = c6_reduction.article_arithmetic()
+    a = c6_probe.article_arithmetic()
     assert a["split"] == [2, 1]
     assert a["one device mean"]["value"] == a["sum / N"]["value"] == 0.4333
     assert a["mean of per-device means"]["value"] == 0.525
@@ -87,23 +87,23 @@ def test_c6_article_arithmetic_exactly():
 
 @pytest.mark.parametrize("n, k", [(128, 3), (80, 3), (127, 2), (3, 2), (10, 4), (5, 4), (1, 2), (89, 2)])
 def test_chunk_sizes_without_torch_match_torch_chunk(n, k):
-    assert from_runs.chunk_sizes(n, k) == c6_reduction.chunk_sizes(n, k)
+    assert c6_verdict.chunk_sizes(n, k) == c6_probe.chunk_sizes(n, k)
 
 
 @pytest.mark.parametrize("n, k", [(6, 4), (8, 4), (127, 2), (128, 3), (5, 4), (10, 4), (9, 3), (1, 2)])
 def test_uneven_split_is_what_torch_chunk_gives_not_the_remainder(n, k):
-    sizes = c6_reduction.chunk_sizes(n, k)
-    assert from_runs.uneven_split(n, k) == (len(set(sizes)) > 1)
+    sizes = c6_probe.chunk_sizes(n, k)
+    assert c6_verdict.uneven_split(n, k) == (len(set(sizes)) > 1)
     if (n, k) == (6, 4):   # 2/2/2 on three devices: no bias, though 6 % 4 != 0
-        assert sizes == [2, 2, 2] and not from_runs.uneven_split(n, k)
+        assert sizes == [2, 2, 2] and not c6_verdict.uneven_split(n, k)
 
 
 def test_c6_reweighting_of_an_uneven_split():
-    w = from_runs.reweighting(127, 2)
+    w = c6_verdict.reweighting(127, 2)
     assert w["chunks"] == [64, 63]
     assert w["relative_weight"] == pytest.approx([127 / 128 - 1, 127 / 126 - 1])
-    assert from_runs.reweighting(3, 2)["max_abs"] == pytest.approx(0.5)   # the article's [0.3, 0.2, 0.8]
-    assert from_runs.reweighting(128, 2)["max_abs"] == 0.0
+    assert c6_verdict.reweighting(3, 2)["max_abs"] == pytest.approx(0.5)   # the article's [0.3, 0.2, 0.8]
+    assert c6_verdict.reweighting(128, 2)["max_abs"] == 0.0
 
 
 def _small_bn_net():
@@ -113,16 +113,16 @@ def _small_bn_net():
 
 
 def test_c6_cpu_emulation_uneven_split_biases_mean_of_means_only():
-    x, y = c6_reduction._batch(10)
-    e = c6_reduction.emulate(_small_bn_net(), x, y, 3)
+    x, y = c6_probe._batch(10)
+    e = c6_probe.emulate(_small_bn_net(), x, y, 3)
     assert e["chunks"] == [4, 4, 2]
     assert abs(e["loss_sum_over_n"] - e["loss_full_mean"]) < 1e-6
     assert e["grad_rel_diff_sum_over_n"] < 1e-5 < 1e-3 < e["grad_rel_diff_mean_of_means"]
-    assert c6_reduction.biased(e["grad_rel_diff_mean_of_means"], e["grad_rel_diff_sum_over_n"])
+    assert c6_probe.biased(e["grad_rel_diff_mean_of_means"], e["grad_rel_diff_sum_over_n"])
 
 
 @cpu_only
-@pytest.mark.parametrize("module", [c1_max_batch, c2_device_ids, c5_gather_warning, c7_cudnn_threads])
+@pytest.mark.parametrize("module", [c1_probe, c2_probe, c5_probe, c7_probe])
 def test_gpu_probes_report_not_measured_on_cpu(module):
     claim = next(c for c, name in probe.MODULES.items() if module.__name__.endswith("." + name))
     rec = module.run(**settings.probe_settings(claim, read_plan(PLANNED)))
@@ -138,10 +138,10 @@ NOISY = [8.0, 9.0, 12.0, 14.0, 16.0, 17.0, 18.0, 25.0, 30.0, 40.0]   # median 16
 def run_c7(monkeypatch, new_on, new_off=SAME, gpus=1, dp_steps=()):
     """The C7 probe on planted per-step conv times (and, with 2 GPUs, a planted step breakdown)."""
     ms = {(True, True): new_on, (True, False): SAME, (False, True): new_off, (False, False): SAME}
-    monkeypatch.setattr(c7_cudnn_threads, "gpus_visible", lambda: gpus)
-    monkeypatch.setattr(c7_cudnn_threads, "time_ms", lambda b, t: list(ms[b, t]))
-    monkeypatch.setattr(c7_cudnn_threads, "dp_step_observations", lambda n, batches: (list(dp_steps), []))
-    return c7_cudnn_threads.run(batches=[512, 8192])
+    monkeypatch.setattr(c7_probe, "gpus_visible", lambda: gpus)
+    monkeypatch.setattr(c7_probe, "time_ms", lambda b, t: list(ms[b, t]))
+    monkeypatch.setattr(c7_probe, "dp_step_observations", lambda n, batches: (list(dp_steps), []))
+    return c7_probe.run(batches=[512, 8192])
 
 
 @pytest.mark.parametrize("new_on, new_off, verdict", [
@@ -160,14 +160,14 @@ def test_c7_conv_verdict_is_called_only_where_the_ratio_interval_clears_slow(mon
     assert r["benchmark_off_low"] <= r["benchmark_off"] <= r["benchmark_off_high"]
     assert 0.95 <= r["level"] < 1
     if verdict == NUANCE:   # a call on the medians alone would have been made here
-        assert (r["benchmark_on_low"] <= c7_cudnn_threads.SLOW < r["benchmark_on_high"]
-                or r["benchmark_on_low"] <= c7_cudnn_threads.SLOW * r["benchmark_off_high"])
+        assert (r["benchmark_on_low"] <= c7_probe.SLOW < r["benchmark_on_high"]
+                or r["benchmark_on_low"] <= c7_probe.SLOW * r["benchmark_off_high"])
     assert rec.values("c7.conv.bench_on.new_thread")["steps_ms"] == [round(v, 3) for v in new_on]
 
 
 def test_c7_verdict_without_an_interval_calls_nothing():
-    none = c7_cudnn_threads.Estimate(64.0, float("nan"), float("nan"), float("nan"))
-    assert c7_cudnn_threads.verdict_from(none, none) == NUANCE
+    none = c7_probe.Estimate(64.0, float("nan"), float("nan"), float("nan"))
+    assert c7_probe.verdict_from(none, none) == NUANCE
 
 
 def test_c7_persistent_threads_must_surely_escape(monkeypatch):
@@ -344,19 +344,19 @@ def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_pat
     monkeypatch.setattr(dp_step, "PersistentThreadsDataParallel", CpuDataParallel)
     lines = {b: dp_step.measure(False, b, steps=1, device_type="cpu") for b in (4, 8)}
     assert lines[4]["replica_autocast_dtype"]["dpbench_dp"] == "torch.bfloat16"
-    monkeypatch.setattr(c7_cudnn_threads, "run_python",
+    monkeypatch.setattr(c7_probe, "run_python",
                         lambda code, env=None, args=None: {"rc": 0, **lines[int(args[args.index("--batch") + 1])]})
-    steps, parts = c7_cudnn_threads.dp_step_observations(2, [4, 8])
+    steps, parts = c7_probe.dp_step_observations(2, [4, 8])
     assert parts == [] and len(steps) == 3 * 4 + 1
     probes = {**fake_gpu_probes(), "C7": _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7,
                                                                       benchmark_off=3.9), *steps])}
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    f = c8_text.finding(evidence(tmp_path, gpu_tag(), probes))
     assert [b["batch"] for b in f.data["dp_step_batches"]] == [4, 8]
     c = f.data["dp_step"]
     assert set(c["excess"]) == set(records.STAGES) and c["largest_excess_stage"] in records.STAGES
     assert f.data["overhead_growth"]["batches"] == [4, 8]
     assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
-    assert from_runs.c7(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
+    assert c7_text.finding(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
 
 
 def test_replica_dtype_probe_runs_every_kind_on_the_cpu_and_names_each():
@@ -417,7 +417,7 @@ def test_a_probe_setting_the_groups_leave_to_the_plan_comes_from_it():
 
 def test_probe_cli_reads_the_plan_the_pipeline_writes(tmp_path, monkeypatch):
     got = {}
-    monkeypatch.setattr(c7_cudnn_threads, "run", lambda **kw: got.update(kw) or c3_wrap_optimizer.run())
+    monkeypatch.setattr(c7_probe, "run", lambda **kw: got.update(kw) or c3_probe.run())
     path = tmp_path / "plan.json"
     path.write_text(Plan(load_experiment({"experiment": "claims"}, ROOT), 2).plan_json())   # the plan rule's output
     probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--plan", str(path)])
@@ -433,13 +433,13 @@ def test_observation_ids_are_unique_in_a_record():
 
 def test_param_count_follows_the_output_width():
     from dpbench.workloads.resnet import FEATURES, resnet18
-    assert FEATURES == from_runs.FEATURES
+    assert FEATURES == c1_verdict.FEATURES
     with torch.device("meta"):
         for classes in (10, 1000, 32768):
             model = resnet18(num_classes=classes)
             assert model.linear.out_features == classes
-            assert sum(p.numel() for p in model.parameters()) == from_runs.param_count(classes)
-    assert from_runs.param_count(10) == 11_173_962
+            assert sum(p.numel() for p in model.parameters()) == c1_verdict.param_count(classes)
+    assert c1_verdict.param_count(10) == 11_173_962
 
 
 # -- the experiment file -------------------------------------------------------------------
@@ -480,7 +480,7 @@ def test_experiment_groups_are_labelled_per_claim_and_valid():
 def test_the_cudnn_benchmark_group_has_its_off_leg():
     class Ev:
         groups = read_plan(PLANNED)
-    assert from_runs._twin(Ev, "c7_benchmark_on", "cudnn_benchmark") == "c8_fp32_b512"
+    assert c7_verdict._twin(Ev, "c7_benchmark_on", "cudnn_benchmark") == "c8_fp32_b512"
 
 
 def test_ledger_figures_are_figures_the_plots_draw_and_its_own_are_planned():
@@ -490,7 +490,7 @@ def test_ledger_figures_are_figures_the_plots_draw_and_its_own_are_planned():
 
 # -- planted evidence ----------------------------------------------------------------------
 
-GATHER = c5_gather_warning.ARTICLE_TEXT
+GATHER = c5_probe.ARTICLE_TEXT
 RAN_ON_GPU = {"device_type": "cuda", "gpus_visible": 2, "torch": "2.11.0+cu130", "cuda": "13.0",
               "cudnn": 91900, "gpu_names": ["NVIDIA H200"] * 2, "python": "3.12.3"}
 
@@ -553,7 +553,7 @@ def fake_gpu_probes(dp_step=None):
             obs("c5.shown.default_filters", "default", shown=1, steps=5),
             obs("c5.shown.always", "always", shown=5, steps=5)]),
         "C6": _probe("C6", CONFIRMED, [
-            obs("c6.article_example", "article's example", **c6_reduction.article_arithmetic()),
+            obs("c6.article_example", "article's example", **c6_probe.article_arithmetic()),
             obs("c6.cpu.bn_eval.batch128_split3", "CPU emulation, BatchNorm eval: batch 128 as 3 chunks",
                 chunks=[43, 43, 42], grad_rel_diff_mean_of_means=0.015, grad_rel_diff_sum_over_n=6e-7)]),
         "C7": _probe("C7", CONFIRMED, [
@@ -738,10 +738,10 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     for cid, c in claims.items():
         assert re.search(rf"\| {cid} +\| {re.escape(c['title'])} +\| {c['verdict']} +\|", md)
         assert f"## {cid}: " in md and c["summary"] and c["measured_on"] and c["advice"]
-    assert ("last measured slower at 512 and first measured faster at 2,048 images a step on this machine, so the "
-            "crossover lies between 512 and 2,048 (about 1,000 interpolated between medians)") in claims["C8"]["summary"]
-    assert "fresh replica threads" in claims["C8"]["summary"] and "new replica threads" in claims["C8"]["advice"]
-    assert claims["C1"]["summary"].startswith("the article is right from 32,768 outputs at batch 2048")
+    fp32 = next(c for c in claims["C8"]["data"]["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
+    assert [x["between"] for x in fp32["crossings"]] == [[512, 2048]]
+    assert claims["C8"]["data"]["dp_step"]["threads_are_the_cost"] is True
+    assert [c["from_outputs"] for c in claims["C1"]["data"]["conditions"]] == [32768]
     assert any("150 times" in e for e in claims["C5"]["evidence"])
     assert "torch 2.11.0+cu130" in " ".join(claims["C1"]["measured_on"])
     assert claims["C2"]["figures"] == []
@@ -750,7 +750,7 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
 # -- C8: a curve, a crossover computed from the data -------------------------------------
 
 def _c8(tmp_path, **c8):
-    return from_runs.c8(evidence(tmp_path, gpu_tag(c8=c8)))
+    return c8_text.finding(evidence(tmp_path, gpu_tag(c8=c8)))
 
 
 def test_c8_crossover_interpolated_in_log_batch(tmp_path):
@@ -767,18 +767,17 @@ def test_c8_crossover_moves_with_the_data(tmp_path):
     fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
     assert fp32["crossings"][0]["batch"] == pytest.approx(2 ** (11 + 2 * 0.5), rel=1e-2)   # 0.8 -> 1.2 over 2^11..2^13
     assert fp32["crossings"][0]["between"] == [2048, 8192]
-    assert "crossover lies between 2,048 and 8,192 (about 4,100 interpolated between medians)" in f.summary
-    assert "paid off only from 8,192 images a step of the batches measured (slower at 2,048" in f.advice
 
 
 @pytest.mark.parametrize("speedups, verdict", [({128: 1.4, 512: 1.6, 2048: 1.8, 8192: 1.9}, CONFIRMED),
                                                 ({128: 0.2, 512: 0.3, 2048: 0.6, 8192: 0.9}, REFUTED)])
 def test_c8_verdict_without_a_crossover(tmp_path, speedups, verdict):
     f = _c8(tmp_path, dp_speedup=speedups)
+    fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
     if verdict == REFUTED:   # the kuangliu point (0.3x) is slower too
-        assert f.verdict == REFUTED and "slower than one GPU at every batch" in f.summary
+        assert f.verdict == REFUTED and fp32["all_slower"]
     else:   # kuangliu's 0.3x keeps DP from being faster everywhere
-        assert f.verdict == NUANCE and "faster than one GPU at every batch" in f.summary
+        assert f.verdict == NUANCE and fp32["all_faster"]
 
 
 def test_c8_points_within_the_repeats_spread_are_not_called_faster(tmp_path):
@@ -803,9 +802,9 @@ def test_c8_ranges_say_how_much_confidence_their_few_repeats_carry(tmp_path, rep
     f = _c8(tmp_path, repeats=repeats)
     p = next(p for p in f.data["rows"] if p["group"] == "c8_fp32_b2048" and p["variant"] == "dp")
     assert p["level"] == (pytest.approx(level) if level else None)
-    assert f"range over {repeats} repeats each" in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
-    assert text in next(e for e in f.evidence if e.startswith("c8_fp32_b2048: dp"))
-    assert f"each point called from its range over repeats, {text}" in f.summary
+    assert p["repeats"] == repeats
+    fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
+    assert fp32["level"] == (pytest.approx(level) if level else None)
 
 
 def test_c8_crossover_bracket_spans_the_batches_within_noise(tmp_path):
@@ -813,16 +812,13 @@ def test_c8_crossover_bracket_spans_the_batches_within_noise(tmp_path):
     fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
     (x,) = fp32["crossings"]
     assert x["between"] == [512, 8192] and x["within_noise"] == [2048] and 512 < x["batch"] <= 2048
-    assert ("last measured slower at 512 and first measured faster at 8,192 images a step on this machine, so the "
-            "crossover lies between 512 and 8,192") in f.summary
-    assert "by batch: slower at 128-512, within noise at 2,048, faster at 8,192" in f.summary
+    assert fp32["statuses"] == ["slower", "slower", "within noise", "faster"]
 
 
 def test_c8_medians_crossing_one_within_noise_are_no_crossover(tmp_path):
     f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.5, 2048: 0.98, 8192: 1.03}, spread=0.06)
     fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
     assert fp32["crossings"] == [] and fp32["statuses"] == ["slower", "slower", "within noise", "within noise"]
-    assert "DP on 2 GPUs, fp32: no crossover told apart from the repeats' noise" in f.summary
     assert "paid off" not in f.advice
 
 
@@ -834,28 +830,24 @@ def test_c8_one_repeat_measures_no_noise(tmp_path):
 
 
 def test_c8_epoch_time_uses_the_runs_own_training_set(tmp_path):
-    lines = _c8(tmp_path / "a").evidence
-    assert not any("an epoch" in e for e in lines)   # the records say no size: none is assumed
+    assert {p["train_size"] for p in _c8(tmp_path / "a").data["rows"]} == {None}   # the records say none: none assumed
     t = gpu_tag()
     said = {"c8_fp32_b512": {"record": {"provenance": {"dataset": {"name": "cifar10", "train_size": 50000}}}},
             "c8_fp32_b128": {"config": {"dataset": "synthetic", "synthetic_size": 192}}}   # a record, a config
     for group, how in said.items():
         for row in [r for r in t.summary if r["options"] == t.groups[group]["label"]]:
             t.run(group, row["variant"], row["gpus"], row["repeat"], **how)
-    lines = from_runs.c8(evidence(tmp_path / "b", t)).evidence
-    b512 = next(e for e in lines if e.startswith("c8_fp32_b512: dp on 2"))
-    assert "an epoch of this run's 50,000 training images 5.0 s vs 2.5 s" in b512
-    assert "an epoch of this run's 192 training images" in next(e for e in lines if e.startswith("c8_fp32_b128: dp"))
-    assert not any("an epoch" in e for e in lines if e.startswith("c8_fp32_b2048"))
+    rows = c8_text.finding(evidence(tmp_path / "b", t)).data["rows"]
+    sizes = {p["group"]: p["train_size"] for p in rows}
+    assert sizes == {**{p["group"]: None for p in rows}, "c8_fp32_b512": 50000, "c8_fp32_b128": 192}
 
 
 @pytest.mark.parametrize("spread, cost", [(0.03, True), (0.5, False)])
 def test_c8_threads_named_only_beyond_the_step_to_step_spread(tmp_path, spread, cost):
     probes = fake_gpu_probes(dp_step=dp_step_observations(spread=spread))   # 45 ms stock, 19 persistent
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    f = c8_text.finding(evidence(tmp_path, gpu_tag(), probes))
     assert f.data["dp_step"]["threads_are_the_cost"] is cost
     assert f.data["dp_step"]["threads"]["beyond_noise"] is cost
-    assert ("cause: fresh replica threads every step" in f.summary) is cost
 
 
 def test_c8_threads_are_the_cost_by_share_of_dps_overhead_not_a_fixed_ratio():
@@ -863,13 +855,13 @@ def test_c8_threads_are_the_cost_by_share_of_dps_overhead_not_a_fixed_ratio():
     steps = lambda s, p, one: {"gpus": 2, "single": {"step_ms": one}, "dp_persistent_threads": {
         "step_ms": p, "step_ms_min": p * 0.99, "step_ms_max": p * 1.01}, "dp": {
         "step_ms": s, "step_ms_min": s * 0.99, "step_ms_max": s * 1.01}}
-    saved = from_runs._thread_saving(steps(30.0, 24.0, 40.0))
+    saved = c7_verdict._thread_saving(steps(30.0, 24.0, 40.0))
     assert saved["share"] == pytest.approx(0.6) and saved["threads_are_the_cost"]
-    assert not from_runs._thread_saving(steps(45.0, 40.0, 23.0))["threads_are_the_cost"]   # 15% of 33.5 ms
+    assert not c7_verdict._thread_saving(steps(45.0, 40.0, 23.0))["threads_are_the_cost"]   # 15% of 33.5 ms
     old = steps(45.0, 19.0, 23.0)
     del old["dp"]["step_ms_min"]   # a record without the step-to-step range: not told apart
-    assert from_runs._thread_saving(old)["beyond_noise"] is None
-    assert not from_runs._thread_saving(old)["threads_are_the_cost"]
+    assert c7_verdict._thread_saving(old)["beyond_noise"] is None
+    assert not c7_verdict._thread_saving(old)["threads_are_the_cost"]
 
 
 def _dtypes(**got):
@@ -880,7 +872,7 @@ def test_c8_bf16_note_tells_stock_dataparallel_from_dpbenchs_own_replicas(tmp_pa
     # torch 2.14's parallel_apply re-enters autocast without its dtype: stock DP computes in
     # float16; dpbench's runs wrap each replica in autocast(bfloat16) and ran in bfloat16
     stock_only = _dtypes(stock="torch.float16", persistent_threads="torch.bfloat16", dpbench_dp="torch.bfloat16")
-    f = from_runs.c8(evidence(tmp_path / "a", gpu_tag(), fake_gpu_probes(dp_step=stock_only)))
+    f = c8_text.finding(evidence(tmp_path / "a", gpu_tag(), fake_gpu_probes(dp_step=stock_only)))
     assert ("stock nn.DataParallel's replica threads compute in torch.float16 when the caller's autocast asks for "
             "torch.bfloat16 (C7 probe); dpbench's dp runs wrap each replica in autocast(torch.bfloat16) of its own "
             "(variants.Autocast) and computed in torch.bfloat16") in f.summary
@@ -888,13 +880,13 @@ def test_c8_bf16_note_tells_stock_dataparallel_from_dpbenchs_own_replicas(tmp_pa
     assert "enter autocast inside the module's forward: its replica threads computed in torch.float16" in f.advice
     # only where dpbench's own replicas were not bf16 are its bf16 points said to be something else
     ours = _dtypes(stock="torch.float16", persistent_threads="torch.bfloat16", dpbench_dp="torch.float16")
-    f = from_runs.c8(evidence(tmp_path / "b", gpu_tag(), fake_gpu_probes(dp_step=ours)))
+    f = c8_text.finding(evidence(tmp_path / "b", gpu_tag(), fake_gpu_probes(dp_step=ours)))
     assert "dpbench's DataParallel replicas computed in torch.float16" in f.summary
     assert "its bf16 points ran in torch.float16" in f.summary
     fine = _c8(tmp_path / "c")   # no dtype recorded, or bf16 everywhere: nothing said
     assert "torch.float16" not in fine.summary and "autocast" not in fine.advice
     all_bf16 = _dtypes(stock="torch.bfloat16", persistent_threads="torch.bfloat16", dpbench_dp="torch.bfloat16")
-    assert "torch." not in from_runs.c8(evidence(tmp_path / "d", gpu_tag(), fake_gpu_probes(dp_step=all_bf16))).summary
+    assert "torch." not in c8_text.finding(evidence(tmp_path / "d", gpu_tag(), fake_gpu_probes(dp_step=all_bf16))).summary
 
 
 def test_c8_cause_is_the_stage_with_the_largest_excess_over_one_gpus_share(tmp_path):
@@ -902,23 +894,21 @@ def test_c8_cause_is_the_stage_with_the_largest_excess_over_one_gpus_share(tmp_p
     # GPU pays 7 ms of it per replica's share; replication has no counterpart on one GPU
     off = {"replicate": 9.0, "replica_threads": 4.0}
     probes = fake_gpu_probes(dp_step=dp_step_observations(stock=25.0, persistent=24.0, off_stages=off))
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    f = c8_text.finding(evidence(tmp_path, gpu_tag(), probes))
     c = f.data["dp_step"]
     assert c["threads_are_the_cost"] is False and c["stages"]["backward"] == max(
         v for k, v in c["stages"].items() if k in records.STAGES)
     assert c["excess"]["backward"] == pytest.approx(12.0 - 14.0 / 2)
     assert c["excess"]["loss"] == pytest.approx(0.0) and c["excess"]["replicate"] == 9.0
     assert c["largest_excess_stage"] == "replicate"
-    assert "cause: largest excess over one GPU's share: replicate +9.0 ms a step beyond one GPU's share" in f.summary
-    assert "the largest part here is replicate (+9.0 ms a step at batch 512)" in f.advice
-    assert "fresh replica threads" not in f.summary and "backward" not in f.advice
+    assert c["cause"] == "replicate"
 
 
 def test_c8_cause_is_not_named_without_one_gpus_breakdown(tmp_path):
     steps = [o for o in dp_step_observations(stock=25.0, persistent=24.0) if not o.id.endswith("stages.single")]
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
+    f = c8_text.finding(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
     assert f.data["dp_step"]["largest_excess_stage"] is None
-    assert "cause: not named (no breakdown of one GPU's step)" in f.summary and "largest part" not in f.advice
+    assert f.data["dp_step"]["cause"] is None and "largest part" not in f.advice
 
 
 @pytest.mark.parametrize("big_dp_ms, grows", [(176.0, False), (400.0, True)])
@@ -926,7 +916,7 @@ def test_c8_says_whether_dps_cost_grows_with_the_batch_from_two_breakdowns(tmp_p
     # one GPU: 23 ms at 512, 345 ms at 8,192; stock DP 45 ms at 512 (33.5 ms beyond a perfect
     # split) and 176 ms (3.5 ms beyond) or 400 ms (227.5 ms beyond) at 8,192
     probes = fake_gpu_probes(dp_step=dp_step_observations(big=(8192, 345.0, big_dp_ms)))
-    f = from_runs.c8(evidence(tmp_path, gpu_tag(), probes))
+    f = c8_text.finding(evidence(tmp_path, gpu_tag(), probes))
     g = f.data["overhead_growth"]
     assert g["batches"] == [512, 8192] and g["grows"] is grows
     assert g["overhead_ms"] == pytest.approx([45.0 - 11.5, big_dp_ms - 172.5])
@@ -934,14 +924,14 @@ def test_c8_says_whether_dps_cost_grows_with_the_batch_from_two_breakdowns(tmp_p
     assert ("a cost per step, not the data moved, sets the crossover" in f.advice) is not grows
     assert ("the data moved weighs in" in f.advice) is grows
     assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
-    one = from_runs.c8(evidence(tmp_path / "one", gpu_tag(), fake_gpu_probes()))   # one batch: no such claim
+    one = c8_text.finding(evidence(tmp_path / "one", gpu_tag(), fake_gpu_probes()))   # one batch: no such claim
     assert one.data["overhead_growth"] is None and "sets the crossover" not in one.advice
 
 
 # -- C1: the output size at which the gathered outputs dominate ----------------------------
 
 def test_c1_article_right_from_the_output_size_where_gathered_outputs_dominate(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag()))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag()))
     assert f.verdict == CONFIRMED   # with its condition: from 32,768 outputs, not below
     assert f.data["conditions"] == [{"batch": 2048, "gpus": 2, "precision": "fp32", "outputs": [10, 1000, 32768],
                                      "from_outputs": 32768, "clean": True}]
@@ -952,15 +942,13 @@ def test_c1_article_right_from_the_output_size_where_gathered_outputs_dominate(t
     # the estimate sizes the outputs from the run's own config: 2048 x 32768 fp32, and its head
     est = dp[32768]["estimate_mib"]
     assert est["gathered_logits"] == pytest.approx(2048 * 32768 * 4 / 2 ** 20)
-    assert est["summed_grads"] == pytest.approx(from_runs.param_count(32768) * 4 / 2 ** 20)
-    assert "from 32,768 outputs at batch 2048" in f.summary
-    assert "below that, at 10 outputs +100 MiB (1.02x) beyond noise (43 MiB), mostly not the outputs" in f.summary
-    assert "compute the loss inside the replicas" in f.advice
+    assert est["summed_grads"] == pytest.approx(c1_verdict.param_count(32768) * 4 / 2 ** 20)
+    assert dp[10]["above_noise"] and not dp[10]["outputs_dominate"] and dp[10]["excess_mib"] == pytest.approx(100.0, abs=0.5)
 
 
 def test_c1_excess_appearing_at_a_smaller_output_size_moves_the_condition(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 400.0, 32768: 900.0}})))
-    assert "the article is right from 1,000 outputs" in f.summary and f.verdict == CONFIRMED
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 400.0, 32768: 900.0}})))
+    assert f.verdict == CONFIRMED
     assert f.data["conditions"][0]["from_outputs"] == 1000 and "here from 1,000 outputs" in f.advice
 
 
@@ -968,12 +956,12 @@ def test_c1_excess_appearing_at_a_smaller_output_size_moves_the_condition(tmp_pa
                                                 ({10: 0.5, 1000: -0.3, 32768: 0.2}, REFUTED)])
 def test_c1_verdict_at_the_extremes(tmp_path, excess_dp, verdict):
     sums = {10: 50.0, 1000: 55.0, 32768: 60.0} if verdict == CONFIRMED else {10: 0.1, 1000: 0.2, 32768: 0.1}
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": excess_dp, "excess_sum": sums})))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": excess_dp, "excess_sum": sums})))
     assert f.verdict == verdict
 
 
 def test_c1_noise_is_the_spread_over_repeats_and_ddp_ranks(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"ddp_spread": 150.0})))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"ddp_spread": 150.0})))
     dp10 = next(c for c in f.data["cells"] if c["variant"] == "dp" and c["num_classes"] == 10)
     assert dp10["noise_mib"] == pytest.approx(150.0) and not dp10["above_noise"]
 
@@ -986,27 +974,25 @@ def _dp_cell(f, classes):
 def test_c1_noise_is_at_least_one_gradient_set_of_the_runs_model(tmp_path, excess, above):
     # the repeats agree within 0.3 MiB and the DDP ranks within 0.4, but identical runs swing by
     # one fp32 gradient set (gradients allocated or not at the peak): 40 MiB is within it
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: excess, 1000: 115.0, 32768: 900.0},
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: excess, 1000: 115.0, 32768: 900.0},
                                                      "excess_sum": {10: 38.0, 1000: 100.0, 32768: 160.0}})))
     dp10 = _dp_cell(f, 10)
-    assert dp10["noise_mib"] == pytest.approx(from_runs.param_count(10) * 4 / 2 ** 20)   # 42.6 MiB
+    assert dp10["noise_mib"] == pytest.approx(c1_verdict.param_count(10) * 4 / 2 ** 20)   # 42.6 MiB
     assert dp10["noise_basis"] == "one gradient set" and dp10["above_noise"] is above
-    assert _dp_cell(f, 32768)["noise_mib"] == pytest.approx(from_runs.param_count(32768) * 4 / 2 ** 20)
-    line = next(e for e in f.evidence if e.startswith("dp on 2 GPUs, batch 2048, 10 outputs"))
-    assert "one gradient set 42.6 (11,173,962 parameters in 32-bit" in line
-    assert ("at 10 outputs +40 MiB (1.01x), within noise (43 MiB)" in f.summary) is not above
+    assert _dp_cell(f, 32768)["noise_mib"] == pytest.approx(c1_verdict.param_count(32768) * 4 / 2 ** 20)
+    assert dp10["params"] == 11_173_962 and dp10["excess_mib"] == pytest.approx(excess, abs=0.5)
 
 
 def test_c1_gradient_set_keeps_fp32_parameters_under_bf16_autocast():
-    assert from_runs.grad_set_mib(10, "bf16") == from_runs.grad_set_mib(10, "fp32") == pytest.approx(42.63, abs=0.01)
-    assert from_runs.grad_set_mib(10, "fp8") is None   # no parameter dtype known: no floor from sizes
+    assert c1_verdict.grad_set_mib(10, "bf16") == c1_verdict.grad_set_mib(10, "fp32") == pytest.approx(42.63, abs=0.01)
+    assert c1_verdict.grad_set_mib(10, "fp8") is None   # no parameter dtype known: no floor from sizes
 
 
 @pytest.mark.parametrize("swing, above", [(0.0, True), (80.0, False)])
 def test_c1_ddp_noise_pools_ranks_over_repeats(tmp_path, swing, above):
     # every DDP run's ranks agree to 0.4 MiB, but one repeat sits `swing` MiB above the other:
     # that is noise the cells of the same model must clear
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 60.0, 1000: 115.0, 32768: 900.0},
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 60.0, 1000: 115.0, 32768: 900.0},
                                                      "excess_sum": {10: 58.0, 1000: 100.0, 32768: 160.0},
                                                      "ddp_swing": swing})))
     ddp10 = next(c for c in f.data["cells"] if c["variant"] == "ddp" and c["num_classes"] == 10)
@@ -1016,8 +1002,8 @@ def test_c1_ddp_noise_pools_ranks_over_repeats(tmp_path, swing, above):
 
 
 def test_c1_reserved_and_nvml_leave_out_the_resident_dataset(tmp_path):
-    plain = from_runs.c1(evidence(tmp_path / "a", gpu_tag()))
-    fed = from_runs.c1(evidence(tmp_path / "b", gpu_tag(c1={"data_mib": 259.0})))
+    plain = c1_text.finding(evidence(tmp_path / "a", gpu_tag()))
+    fed = c1_text.finding(evidence(tmp_path / "b", gpu_tag(c1={"data_mib": 259.0})))
     for a, b in zip(plain.data["cells"], fed.data["cells"]):
         for k in ("dev0_allocated_mib", "dev0_reserved_mib", "dev0_nvml_mib"):
             assert b[k] == pytest.approx(a[k])
@@ -1030,14 +1016,14 @@ def test_c1_reserved_and_nvml_leave_out_the_resident_dataset(tmp_path):
 
 def test_c1_outputs_that_dominate_at_one_size_only_state_no_condition(tmp_path):
     # the gathered outputs dominate at 1,000 but not at 32,768: no "from N outputs" holds
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 400.0, 32768: 170.0}})))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 400.0, 32768: 170.0}})))
     assert f.verdict == NUANCE and f.data["conditions"][0]["from_outputs"] is None
     assert not f.data["conditions"][0]["clean"] and f.advice is None   # the standing advice
     assert "the article is right" not in f.summary
 
 
 def test_c1_heavier_device0_without_the_outputs_dominating_says_up_to_where(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 115.0, 32768: 170.0}})))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 100.0, 1000: 115.0, 32768: 170.0}})))
     assert f.verdict == NUANCE and f.data["conditions"][0] == {
         "batch": 2048, "gpus": 2, "precision": "fp32", "outputs": [10, 1000, 32768], "from_outputs": None,
         "clean": True}
@@ -1045,10 +1031,10 @@ def test_c1_heavier_device0_without_the_outputs_dominating_says_up_to_where(tmp_
 
 
 def test_c1_within_noise_everywhere_is_refuted_with_the_standing_advice(tmp_path):
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 30.0, 1000: 20.0, 32768: 90.0},
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"excess_dp": {10: 30.0, 1000: 20.0, 32768: 90.0},
                                                      "excess_sum": {10: 29.0, 1000: 20.0, 32768: 80.0}})))
     assert f.verdict == REFUTED and f.advice is None
-    assert f.summary.startswith("device 0 holds no more than the others beyond noise")
+    assert not any(c["above_noise"] for c in f.data["cells"] if c["variant"] == "dp")
 
 
 @pytest.mark.parametrize("rank, at10, at32k", [(4900.0, "within noise", "lower"), (5200.0, "higher", "lower"),
@@ -1056,35 +1042,31 @@ def test_c1_within_noise_everywhere_is_refuted_with_the_standing_advice(tmp_path
 def test_c1_compares_each_ddp_rank_with_dps_device0_beyond_noise(tmp_path, rank, at10, at32k):
     # DP's device 0 holds 4,900 MiB at 10 outputs and 5,700 at 32,768; each cell's noise is at
     # least one gradient set (43 and 107 MiB), and the comparison carries both cells' (85 and 213)
-    f = from_runs.c1(evidence(tmp_path, gpu_tag(c1={"ddp_rank": rank})))
+    f = c1_text.finding(evidence(tmp_path, gpu_tag(c1={"ddp_rank": rank})))
     got = {r["num_classes"]: r for r in f.data["ddp_vs_dp"]}
     assert set(got) == {10, 32768} and (got[10]["call"], got[32768]["call"]) == (at10, at32k)
-    assert got[10]["noise_mib"] == pytest.approx(2 * from_runs.param_count(10) * 4 / 2 ** 20)
+    assert got[10]["noise_mib"] == pytest.approx(2 * c1_verdict.param_count(10) * 4 / 2 ** 20)
     assert got[10]["diff_mib"] == pytest.approx(rank + 0.2 - 4900.15, abs=0.01)
-    beyond = lambda call: "within noise" if call == "within noise" else f"{call} beyond noise"
-    assert (f"each DDP rank against DP's device 0 (allocated less resident data): at 10 outputs "
-            f"{got[10]['diff_mib']:+.0f} MiB, {beyond(at10)} (85 MiB); at 32,768 outputs") in f.summary
-    assert beyond(at32k) in f.summary.split("at 32,768 outputs")[-1]
 
 
 def test_c1_momentum_comes_from_the_run_config(tmp_path):
-    f = from_runs.c1(evidence(tmp_path / "none", gpu_tag(c1={"momentum": 0.0})))
+    f = c1_text.finding(evidence(tmp_path / "none", gpu_tag(c1={"momentum": 0.0})))
     assert all(c["estimate_mib"]["momentum"] == 0.0 for c in f.data["cells"] if "estimate_mib" in c)
     t = gpu_tag()
     for cfg in t.configs.values():   # a record without the key trained with RunConfig's default (0.9)
         del cfg["momentum"]
-    f = from_runs.c1(evidence(tmp_path / "default", t))
+    f = c1_text.finding(evidence(tmp_path / "default", t))
     assert all(c["estimate_mib"]["momentum"] == c["estimate_mib"]["summed_grads"] > 0
                for c in f.data["cells"] if "estimate_mib" in c)
 
 
 def test_c1_says_which_precision_it_cannot_size(tmp_path):
     with pytest.raises(ValueError, match="no sizes known for precision 'fp8' \\(known: bf16, fp32\\)"):
-        from_runs.device0_excess_estimate(2048, 2, precision="fp8")
+        c1_verdict.device0_excess_estimate(2048, 2, precision="fp8")
     t = gpu_tag()
     for cfg in t.configs.values():
         cfg["precision"] = "fp8"
-    f = from_runs.c1(evidence(tmp_path, t))   # the ledger still renders, without estimates from sizes
+    f = c1_text.finding(evidence(tmp_path, t))   # the ledger still renders, without estimates from sizes
     dp = [c for c in f.data["cells"] if c["variant"] == "dp"]
     assert dp and not any("estimate_mib" in c for c in dp)
     assert all(c["unsized"] == "no sizes known for precision 'fp8'" for c in dp)
@@ -1094,7 +1076,7 @@ def test_c1_says_which_precision_it_cannot_size(tmp_path):
 @pytest.mark.parametrize("boundary", [8, 100, 4_000, 5_000, 123_457])
 def test_largest_batch_search_brackets_the_boundary_within_its_resolution(boundary):
     tried = []
-    found = c1_max_batch.largest(lambda b: tried.append(b) or b <= boundary, granule=16)
+    found = c1_probe.largest(lambda b: tried.append(b) or b <= boundary, granule=16)
     lo, hi = found["largest"], found["smallest_failing"]
     assert lo <= boundary < hi and lo % 16 == 0 and hi % 16 == 0
     assert hi - lo <= max(16, lo / 32)                     # within 1/32 (or one granule)
@@ -1103,12 +1085,12 @@ def test_largest_batch_search_brackets_the_boundary_within_its_resolution(bounda
 
 
 def test_max_batch_verdict_needs_a_batch_that_fits():
-    assert c1_max_batch.verdict_from({"dp": {"10": 0}, "dp_sum": {"10": 0}, "single": {"10": 0}}) == NOT_RUN
-    assert c1_max_batch.verdict_from({"single": {"10": 3000}}) == NOT_RUN
+    assert c1_verdict.verdict_from({"dp": {"10": 0}, "dp_sum": {"10": 0}, "single": {"10": 0}}) == NOT_RUN
+    assert c1_verdict.verdict_from({"single": {"10": 3000}}) == NOT_RUN
 
 
 def test_largest_batch_search_keeps_to_the_granule_up_to_the_ceiling():
-    found = c1_max_batch.largest(lambda b: True, granule=24, ceiling=1 << 20)
+    found = c1_probe.largest(lambda b: True, granule=24, ceiling=1 << 20)
     assert found["largest"] % 24 == 0 and found["largest"] > (1 << 20) - 24
 
 
@@ -1120,23 +1102,23 @@ def test_a_probe_subprocess_that_times_out_is_one_part_not_the_record(monkeypatc
 
 
 def test_largest_batch_search_says_when_nothing_or_everything_fits():
-    assert c1_max_batch.largest(lambda b: False, granule=16) == {
+    assert c1_probe.largest(lambda b: False, granule=16) == {
         "largest": 0, "smallest_failing": 16, "trials": [[256, False], [128, False], [64, False], [32, False], [16, False]]}
-    found = c1_max_batch.largest(lambda b: True, granule=16, ceiling=4096)
+    found = c1_probe.largest(lambda b: True, granule=16, ceiling=4096)
     assert found["largest"] == 4096 and found["smallest_failing"] is None
 
 
 @cpu_only
 def test_max_batch_search_without_cuda_says_what_it_needs(capsys):
-    assert c1_max_batch.main(["--variant", "dp", "--classes", "10", "32768"]) == 0
+    assert c1_probe.main(["--variant", "dp", "--classes", "10", "32768"]) == 0
     assert '"skipped": "needs 2 GPUs (found 0)"' in capsys.readouterr().out
 
 
 def max_batch_probe(per_width):
     """A C1 probe record: per_width = {classes: {variant: global batch}}."""
-    return _probe("C1", c1_max_batch.verdict_from(
+    return _probe("C1", c1_verdict.verdict_from(
         {v: {str(c): b for c, row in per_width.items() for vv, b in row.items() if vv == v}
-         for v in c1_max_batch.VARIANTS}), [
+         for v in c1_probe.VARIANTS}), [
         obs(f"c1.max_batch.{v}.out{c}", f"largest batch {v} trains within 8 GiB per GPU, {c:,} outputs (2 GPUs)",
             global_batch=b, smallest_failing=b + 64, cap_gib=8.0, peak_mib_per_device=[8000, 7000], trials=11)
         for c, row in per_width.items() for v, b in row.items()])
@@ -1167,17 +1149,17 @@ def test_c1_max_batch_joins_the_runs_evidence_and_decides_only_without_runs(tmp_
     per_width = {10: {"single": 3000, "dp": 5000, "dp_sum": 5050, "ddp": 5900},
                  32768: {"single": 2000, "dp": 1000, "dp_sum": 3600, "ddp": 3900}}
     probes = {**fake_gpu_probes(), "C1": max_batch_probe(per_width)}
-    f = from_runs.c1(evidence(tmp_path / "runs", gpu_tag(), probes))
-    assert f.verdict == CONFIRMED and "from 32,768 outputs at batch 2048" in f.summary   # the runs decide
-    assert "the loss on the gathered outputs costs batch against dp_sum from 32,768 outputs, not below" in f.summary
-    assert ("largest global batch within 8 GiB allocated per GPU: 10 outputs: single (1 GPU) 3,000, dp 5,000, dp_sum 5,050, "
-            "ddp 5,900; 32,768 outputs: single (1 GPU) 2,000, dp 1,000, dp_sum 3,600, ddp 3,900") in f.summary
+    f = c1_text.finding(evidence(tmp_path / "runs", gpu_tag(), probes))
+    assert f.verdict == CONFIRMED and f.data["conditions"][0]["from_outputs"] == 32768   # the runs decide
+    found = {v: {w: per_width[int(w)][v] for w in ("10", "32768")} for v in ("single", "dp", "dp_sum", "ddp")}
+    assert c1_verdict.gathered_cost_onset(found) == ("32768", True)
+    assert f.data["probe"]["observations"]["c1.max_batch.dp.out32768"]["global_batch"] == 1000
     assert any("global_batch 1000" in e for e in f.evidence) and len(f.measured_on) == 2
     # without memory runs the probe's verdict stands, and the runs' absence is said
     per_width[10]["dp"] = 3900
     probes["C1"] = max_batch_probe(per_width)
-    f = from_runs.c1(evidence(tmp_path / "probe_only", FakeTag(), probes))
-    assert f.verdict == CONFIRMED and f.summary.startswith("largest global batch within 8 GiB allocated per GPU")
+    f = c1_text.finding(evidence(tmp_path / "probe_only", FakeTag(), probes))
+    assert f.verdict == CONFIRMED and "cells" not in f.data   # the probe's verdict, no runs' cells
     assert f.evidence[0].startswith("not measured here") and f.not_run is None
 
 
@@ -1187,7 +1169,7 @@ def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypa
 
     def variant_json(module, variant, *args):
         calls.append((module.rsplit(".", 1)[1], variant, args))
-        if module.endswith("c1_max_batch"):
+        if module.endswith("c1.probe"):
             return {"variant": variant, "gpus": 2, "cap_gib": 8.0, "gpu_name": "H200", "per_classes": {
                 w: {"largest": 1024, "smallest_failing": 1056, "trials": [[1024, True]], "peak_mib_per_device": [1]}
                 for w in args[args.index("--classes") + 1:]}}, None
@@ -1195,13 +1177,13 @@ def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypa
 
     monkeypatch.setattr(common, "gpus_visible", lambda: 2)
     monkeypatch.setattr(common, "ran_on", lambda: RAN_ON_GPU)
-    monkeypatch.setattr(c1_max_batch, "variant_json", variant_json)
-    rec = c1_max_batch.run(**settings.probe_settings("C1", read_plan(PLANNED)))
-    searches = [a for m, _, a in calls if m == "c1_max_batch"]
-    snapshots = [a for m, _, a in calls if m == "c1_attribution"]
-    assert searches == [("--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
-    assert snapshots == [("--batch", "2048", "--classes", "10", "32768")] * len(c1_max_batch.VARIANTS)
-    assert {o.id for o in rec.observations} == {f"c1.max_batch.{v}.out{w}" for v in c1_max_batch.VARIANTS
+    monkeypatch.setattr(c1_probe, "variant_json", variant_json)
+    rec = c1_probe.run(**settings.probe_settings("C1", read_plan(PLANNED)))
+    searches = [a for m, _, a in calls if m == "probe"]
+    snapshots = [a for m, _, a in calls if m == "attribution"]
+    assert searches == [("--classes", "10", "32768")] * len(c1_probe.VARIANTS)
+    assert snapshots == [("--batch", "2048", "--classes", "10", "32768")] * len(c1_probe.VARIANTS)
+    assert {o.id for o in rec.observations} == {f"c1.max_batch.{v}.out{w}" for v in c1_probe.VARIANTS
                                                 for w in (10, 32768)}
 
 
@@ -1212,8 +1194,8 @@ def test_c7_probe_breaks_the_step_down_at_each_batch_it_is_given(monkeypatch):
         calls.append(args[args.index("--benchmark") + 1:])
         return {"rc": 1, "stderr_tail": ["no GPU here"]}
 
-    monkeypatch.setattr(c7_cudnn_threads, "run_python", run_python)
-    obs_, parts = c7_cudnn_threads.dp_step_observations(2, [512, 8192])
+    monkeypatch.setattr(c7_probe, "run_python", run_python)
+    obs_, parts = c7_probe.dp_step_observations(2, [512, 8192])
     assert calls == [["off", "--batch", "512"], ["on", "--batch", "512"], ["off", "--batch", "8192"]]
     assert [o.id for o in obs_] == [records.dp_step_id(f, b, "failed") for f, b in (("off", 512), ("on", 512),
                                                                                      ("off", 8192))]
@@ -1221,24 +1203,24 @@ def test_c7_probe_breaks_the_step_down_at_each_batch_it_is_given(monkeypatch):
 
 
 def test_c1_estimate_itemises_device0_from_sizes():
-    e = from_runs.device0_excess_estimate(2048, 2)
-    weights = from_runs.param_count(10) * 4 / 2 ** 20
+    e = c1_verdict.device0_excess_estimate(2048, 2)
+    weights = c1_verdict.param_count(10) * 4 / 2 ** 20
     assert e["summed_grads"] == e["momentum"] == pytest.approx(weights)
     assert e["input_batch"] == pytest.approx(1024 * (3 * 32 * 32 * 4 + 8) / 2 ** 20)   # the other half
     assert e["gathered_logits"] == pytest.approx(2048 * 10 * 4 / 2 ** 20)
     assert e["loss_log_softmax"] == pytest.approx(2048 * 10 * 4 / 2 ** 20)
-    bf16 = from_runs.device0_excess_estimate(2048, 2, 1000, "bf16")
+    bf16 = c1_verdict.device0_excess_estimate(2048, 2, 1000, "bf16")
     assert bf16["gathered_logits"] == pytest.approx(2048 * 1000 * 2 / 2 ** 20)
-    inside = from_runs.device0_excess_estimate(2048, 2, 32768, loss_on_gathered=False)
+    inside = c1_verdict.device0_excess_estimate(2048, 2, 32768, loss_on_gathered=False)
     assert inside["gathered_logits"] == inside["loss_log_softmax"] == 0.0
-    uneven = from_runs.device0_excess_estimate(128, 3)   # chunks 43/43/42: the others hold 42.5 on average
+    uneven = c1_verdict.device0_excess_estimate(128, 3)   # chunks 43/43/42: the others hold 42.5 on average
     assert uneven["input_batch"] == pytest.approx((128 - 42.5) * (3 * 32 * 32 * 4 + 8) / 2 ** 20)
 
 
 # -- C6: the training effect with an interval ----------------------------------------------
 
 def test_c6_interval_excluding_zero_confirms(tmp_path):
-    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
+    f = c6_text.finding(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
     t = f.data["training"][0]
     ci = t["intervals"]["dp_mean-dp_sum"]["final_loss"]
     assert ci["n"] == 3 and ci["lo"] > 0
@@ -1250,51 +1232,50 @@ def test_c6_interval_excluding_zero_confirms(tmp_path):
     assert t["seeds"] == ["100", "101", "102"] and t["deterministic"]
     # single's final loss over the seeds: 1.80, 1.85, 1.90, sd 0.05; the effect is about its size
     assert t["practical"]["share_lo"] == pytest.approx(ci["lo"] / 0.05) and t["practical"]["negligible"] is False
-    assert f.verdict == CONFIRMED and "a measurable effect, and not negligible" in f.summary
-    assert f"{ci['mean'] / 0.05:+.2f}x [{ci['lo'] / 0.05:+.2f}, {ci['hi'] / 0.05:+.2f}] the seed-to-seed sd" in f.summary
+    assert f.verdict == CONFIRMED and t["practical"]["share"] == pytest.approx(ci["mean"] / 0.05)
 
 
 def test_c6_measurable_but_far_below_the_seed_to_seed_spread_is_negligible(tmp_path):
     # +0.005 told apart from zero (the seeds agree to 0.0003), but changing the seed moves the
     # final loss by 0.05: the whole interval lies within a quarter of that
-    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.005, "noise": 0.0002})))
+    f = c6_text.finding(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.005, "noise": 0.0002})))
     t = f.data["training"][0]
     ci = t["intervals"]["dp_mean-dp_sum"]["final_loss"]
-    assert ci["lo"] > 0 and max(abs(ci["lo"]), abs(ci["hi"])) < from_runs.NEGLIGIBLE * 0.05
+    assert ci["lo"] > 0 and max(abs(ci["lo"]), abs(ci["hi"])) < c6_verdict.NEGLIGIBLE * 0.05
     assert t["practical"]["negligible"] is True
-    assert f.verdict == NUANCE and "measurable but negligible in practice" in f.summary
+    assert f.verdict == NUANCE
 
 
 
 def test_c6_measurable_with_no_seed_to_seed_spread_is_not_confirmed(tmp_path, monkeypatch):
     """Told apart from zero, but with nothing to weigh its size against (single's spread over
     seeds unknown), the effect's size in practice is unknown: needs nuance, not confirmed."""
-    real = from_runs.practical_size
-    monkeypatch.setattr(from_runs, "practical_size", lambda loss, sd: real(loss, math.nan))
-    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
+    real = c6_verdict.practical_size
+    monkeypatch.setattr(c6_verdict, "practical_size", lambda loss, sd: real(loss, math.nan))
+    f = c6_text.finding(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.05, "noise": 0.005})))
     assert f.data["training"][0]["practical"]["negligible"] is None
-    assert f.verdict == NUANCE and "its practical size not weighed" in f.summary
+    assert f.verdict == NUANCE and f.data["training"][0]["intervals"]["dp_mean-dp_sum"]["final_loss"]["lo"] > 0
 
 def test_c6_interval_including_zero_needs_nuance(tmp_path):
-    f = from_runs.c6(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.001, "noise": 0.02})))
+    f = c6_text.finding(evidence(tmp_path, gpu_tag(c6={"mean_shift": 0.001, "noise": 0.02})))
     ci = f.data["training"][0]["intervals"]["dp_mean-dp_sum"]["final_loss"]
     assert ci["lo"] < 0 < ci["hi"]
-    assert f.verdict == NUANCE and "no effect told apart from zero" in f.summary
-    assert "weights off by 0.79%" in f.summary
+    assert f.verdict == NUANCE
+    assert f.data["training"][0]["reweighting"]["max_abs"] == pytest.approx(0.0079, abs=5e-5)
 
 
 # -- C7 ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("on_ms, verdict", [(725.0, CONFIRMED), (60.0, NUANCE), (45.0, REFUTED)])
 def test_c7_verdict_follows_step_times_against_its_off_leg(tmp_path, on_ms, verdict):
-    f = from_runs.c7(evidence(tmp_path, gpu_tag(c7={"dp_on_ms": on_ms})))
+    f = c7_text.finding(evidence(tmp_path, gpu_tag(c7={"dp_on_ms": on_ms})))
     assert f.verdict == verdict
     dp = next(t for t in f.data["training"] if t["variant"] == "dp")
     assert dp["off_group"] == "c8_fp32_b512" and dp["repeats"] == 2
 
 
 def test_c7_advice_names_the_threads_when_persistent_threads_escape_it(tmp_path):
-    f = from_runs.c7(evidence(tmp_path, gpu_tag()))
+    f = c7_text.finding(evidence(tmp_path, gpu_tag()))
     assert "new replica threads" in f.advice and "725 ms a step" in f.advice
 
 
@@ -1303,14 +1284,14 @@ def test_c7_advice_names_the_threads_when_persistent_threads_escape_it(tmp_path)
 def test_observations_are_found_by_id_after_rewording(tmp_path):
     probes = fake_gpu_probes()
     before = {cid: f(evidence(tmp_path / "a", FakeTag(), probes)).summary
-              for cid, f in [("C2", from_probes.c2), ("C3", from_probes.c3), ("C4", from_probes.c4),
-                             ("C5", from_probes.c5), ("C6", from_runs.c6), ("C7", from_runs.c7)]}
+              for cid, f in [("C2", c2_text.finding), ("C3", c3_text.finding), ("C4", c4_text.finding),
+                             ("C5", c5_text.finding), ("C6", c6_text.finding), ("C7", c7_text.finding)]}
     for rec in probes.values():
         for o in rec.observations:
             o.what = f"reworded: {o.what[::-1]}"
     after = {cid: f(evidence(tmp_path / "b", FakeTag(), probes)).summary
-             for cid, f in [("C2", from_probes.c2), ("C3", from_probes.c3), ("C4", from_probes.c4),
-                            ("C5", from_probes.c5), ("C6", from_runs.c6), ("C7", from_runs.c7)]}
+             for cid, f in [("C2", c2_text.finding), ("C3", c3_text.finding), ("C4", c4_text.finding),
+                            ("C5", c5_text.finding), ("C6", c6_text.finding), ("C7", c7_text.finding)]}
     for cid in before:   # C2 quotes the description of the failing case; everything else is by id
         assert after[cid] == before[cid] or cid == "C2"
     assert "0.525 as mean of means" in after["C6"] and "65.7x slower" in after["C7"]
@@ -1363,9 +1344,9 @@ def test_c1_without_run_configs_places_no_cell_on_the_sweep(tmp_path):
     for rid in list(tag.configs):
         if rid.startswith("dp"):
             rs.metrics_path(rid).unlink()
-    f = from_runs.c1(Evidence(tmp_path, "t", PLANNED))
-    assert f.verdict == NUANCE and "from 0 outputs" not in f.summary
-    assert "without a run config: not placed on the output-size sweep" in f.summary
+    f = c1_text.finding(Evidence(tmp_path, "t", PLANNED))
+    assert f.verdict == NUANCE and f.data["conditions"] == []
+    assert not any("num_classes" in c for c in f.data["cells"] if c["variant"] == "dp")
 
 
 @pytest.mark.parametrize("speedups, only", [
@@ -1375,7 +1356,7 @@ def test_c1_without_run_configs_places_no_cell_on_the_sweep(tmp_path):
 def test_c8_advice_says_only_where_no_smaller_batch_paid_off(tmp_path, speedups, only):
     t = FakeTag()
     plant_c8(t, dp_speedup=speedups)
-    f = from_runs.c8(evidence(tmp_path, t))
+    f = c8_text.finding(evidence(tmp_path, t))
     assert ("with fp32 DataParallel on 2 GPUs paid off only from 2,048" in f.advice) == only
     assert "with fp32 DataParallel on 2 GPUs paid off" in f.advice
     assert "with bf16+channels_last DataParallel on 2 GPUs paid off only from 2,048" in f.advice   # starts at 512
@@ -1383,83 +1364,12 @@ def test_c8_advice_says_only_where_no_smaller_batch_paid_off(tmp_path, speedups,
 
 def test_c7_ledger_line_gives_the_conv_slowdowns_intervals_where_recorded():
     old = _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7, benchmark_off=3.9)])
-    assert from_runs._c7_summary(old).endswith("65.7x slower with benchmark on, 3.9x off")
+    assert c7_text._c7_summary(old).endswith("65.7x slower with benchmark on, 3.9x off")
     new = _probe("C7", CONFIRMED, [obs("c7.conv.slowdown", "s", benchmark_on=65.7, benchmark_off=3.9,
                                   benchmark_on_low=60.1, benchmark_on_high=70.2, benchmark_off_low=3.5,
                                   benchmark_off_high=4.4, level=0.957)])
-    assert from_runs._c7_summary(new).endswith(
+    assert c7_text._c7_summary(new).endswith(
         "65.7x (60.1-70.2x) slower with benchmark on, 3.9x (3.5-4.4x) off, intervals at >= 96% confidence")
-
-
-# -- the 2-GPU session: what a cut-off run must have finished first --------------------------
-
-def _claims_plan():
-    pytest.importorskip("snakemake", reason="the plan goes through snakemake's validator")
-    from dpbench.plan.matrix import Plan
-    from dpbench.plan.pipeline import load_experiment
-    return Plan(load_experiment({"experiment": "claims"}, ROOT), 2)
-
-
-def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown():
-    from dpbench.claims import priority
-    plan = _claims_plan()
-    first = priority.first_targets(plan)
-    assert first[-1] == str(plan.results.probe_path("C7"))
-    rids = {Path(p).parent.name for p in first[:-1]}
-    labels = {results.options_label(plan.runs[r].options) for r in rids}
-    groups = read_plan(PLANNED)
-    named = {g for g, spec in groups.items() if spec["label"] in labels}
-    assert named == {"c8_fp32_b128", "c8_fp32_b512", "c8_fp32_b2048", "c8_fp32_b8192", "c1_out10", "c1_out32768"}
-    assert len(rids) == 4 * 3 * 2 + 2 + 3 * 2   # c1_out10's dp and ddp are c8_fp32_b2048's own runs
-    assert {plan.runs[r].num_classes for r in rids} == {10, 32768} and {plan.runs[r].precision for r in rids} == {"fp32"}
-
-
-def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys):
-    import os
-
-    from dpbench.claims import priority
-    cut = time.time() - 100
-    for rid, status, age in [("ddp-g2-r0", results.STATUS_FAILED, 50), ("ddp-g2-r1", results.STATUS_FAILED, 200),
-                             ("single-g1-r0", results.STATUS_OK, 50)]:
-        path = tmp_path / rid / results.METRICS
-        results.write_json(path, {"run_id": rid, "status": status})
-        os.utime(path, (time.time() - age, time.time() - age))
-    assert priority.main(["cut-off", str(tmp_path), str(cut)]) == 0
-    assert capsys.readouterr().out == "cut off by the limit, trains again next call: ddp-g2-r0\n"
-    assert sorted(p.parent.name for p in tmp_path.glob("*/metrics.json")) == ["ddp-g2-r1", "single-g1-r0"]
-
-
-
-def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_path):
-    """Carried from a one-GPU machine, the claims set's 'needs 2 GPUs' records would count as done
-    on two: they go; a run this machine skips too keeps its record, and so does every ok run."""
-    from dpbench.claims import priority
-    from dpbench.plan.matrix import Plan
-    two = _claims_plan()
-    config = {**two.config, "results_dir": str(tmp_path)}
-    two, one = Plan(config, 2), Plan(config, 1)
-    ddp = next(rid for rid, rc in two.runs.items() if rc.variant == "ddp" and rc.gpus == 2)
-    single = next(rid for rid, rc in two.runs.items() if rc.variant == "single")
-    for rid, status in ((ddp, results.STATUS_SKIPPED), (single, results.STATUS_OK)):
-        results.write_json(two.results.metrics_path(rid), {"run_id": rid, "status": status})
-    assert priority.drop_stale_skips(one) == []                    # on one GPU the skip stands
-    assert priority.drop_stale_skips(two) == [ddp]
-    assert not two.results.metrics_path(ddp).exists() and two.results.metrics_path(single).exists()
-
-@pytest.mark.slow
-def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
-    from fakes import copy_workflow, run_snakemake
-
-    from dpbench.claims import priority
-    wd = copy_workflow(tmp_path)
-    first = [str(Path(p).relative_to(ROOT)) if Path(p).is_absolute() else p for p in priority.first_targets(_claims_plan())]
-    dry = run_snakemake(wd, "-n", "-p", "--prioritize", *first, "--config", "experiment=claims", "gpus_available=2",
-                        timeout=300, check=True)
-    probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
-    assert "--experiment '{" in probe_cmd   # the probe measures at the planned groups' settings
-    script = (ROOT / "tools/device/pipeline_run.sh").read_text()
-    assert "< <(python3 -m dpbench.claims.priority first" in script and "priority cut-off" in script
-    assert "priority stale" in script
 
 
 def test_c3_summary_names_no_zero_grad_result_where_none_was_observed():
@@ -1467,14 +1377,14 @@ def test_c3_summary_names_no_zero_grad_result_where_none_was_observed():
     one_gpu = _probe("C3", REFUTED, [
         obs("c3.cuda_one_id.construction", "one id", error="AttributeError: 'SGD' object has no attribute 'to'"),
         obs("c3.misbehaving_calls", "calls that misbehave", result=["construction (cuda:0, device_ids=[0])"])])
-    text = from_probes._c3(one_gpu)
+    text = c3_text._c3(one_gpu)
     assert "zero_grad" not in text and "one CUDA id: `AttributeError" in text
-    assert "wrapper.zero_grad(): gradients accumulate" in from_probes._c3(fake_gpu_probes()["C3"])
+    assert "wrapper.zero_grad(): gradients accumulate" in c3_text._c3(fake_gpu_probes()["C3"])
 
 
 @pytest.mark.parametrize("dp_on_ms, log", [(725.0, True), (23.3, False)])
 def test_c7_figure_uses_a_log_axis_only_for_times_a_decade_apart_and_bars_start_low(dp_on_ms, log):
-    from dpbench.claims.figures import c7_figure
+    from dpbench.claims.c7.figure import c7_figure
     training = [{"variant": "single", "gpus": 1, "p50_on_ms": 23.3, "p50_off_ms": 23.5},
                 {"variant": "dp", "gpus": 2, "p50_on_ms": dp_on_ms, "p50_off_ms": 45.0}]
     fig = c7_figure({"data": {"training": training}})

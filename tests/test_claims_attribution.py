@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpbench.claims import c1_attribution as att
-from dpbench.claims.from_probes import c1_attribution_text, c1_max_batch
+from dpbench.claims.c1 import attribution as att
+from dpbench.claims.c1.text import c1_attribution_text, c1_max_batch
 from dpbench.claims.records import ProbeRecord, obs
 
 MIB = 2 ** 20
@@ -23,8 +23,8 @@ def frames(*where: tuple[str, str]) -> list[dict]:
 
 
 MODEL_TO = frames((f"{TORCH}/nn/modules/module.py", "convert"), (f"{TORCH}/nn/modules/module.py", "_apply"),
-                  ("/src/dpbench/claims/c1_attribution.py", "attribute"))
-FORWARD = frames((f"{TORCH}/nn/modules/conv.py", "_conv_forward"), ("/src/dpbench/model.py", "forward"),
+                  ("/src/dpbench/claims/c1/attribution.py", "attribute"))
+FORWARD = frames((f"{TORCH}/nn/modules/conv.py", "_conv_forward"), ("/src/dpbench/workloads/resnet.py", "forward"),
                  (f"{TORCH}/nn/parallel/parallel_apply.py", "_worker"))
 GATHER = frames((f"{TORCH}/nn/parallel/comm.py", "gather"), (f"{TORCH}/nn/parallel/_functions.py", "forward"),
                 (f"{TORCH}/nn/modules/module.py", "_call_impl"))
@@ -37,7 +37,7 @@ SCATTER_BACK = frames((f"{TORCH}/nn/parallel/comm.py", "scatter"), (f"{TORCH}/nn
 SCATTER = frames((f"{TORCH}/nn/parallel/comm.py", "scatter"), (f"{TORCH}/nn/parallel/scatter_gather.py", "scatter_map"))
 DDP_INIT = frames((f"{TORCH}/nn/parallel/distributed.py", "_ddp_init_helper"),
                  (f"{TORCH}/nn/parallel/distributed.py", "__init__"))
-DDP_FORWARD = frames((f"{TORCH}/nn/modules/conv.py", "_conv_forward"), ("/src/dpbench/model.py", "forward"),
+DDP_FORWARD = frames((f"{TORCH}/nn/modules/conv.py", "_conv_forward"), ("/src/dpbench/workloads/resnet.py", "forward"),
                      (f"{TORCH}/nn/parallel/distributed.py", "_run_ddp_forward"),
                      (f"{TORCH}/nn/parallel/distributed.py", "forward"))
 MOMENTUM = frames((f"{TORCH}/optim/sgd.py", "_multi_tensor_sgd"), (f"{TORCH}/optim/optimizer.py", "wrapper"))

@@ -15,6 +15,7 @@ import pytest
 from dpbench.workloads import registry
 from dpbench.workloads.check import main as check_main
 from dpbench.workloads.registry import WorkloadError
+from dpbench.workloads.spec import build as spec_build
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -61,7 +62,7 @@ def user_file(tmp_path) -> Path:
 @pytest.mark.parametrize("spec", BUILTINS, ids=["resnet18-cifar10", "transformer-lm", "torchvision"])
 def test_a_builtin_builds_draws_the_same_batch_for_a_seed_and_trains_a_step(spec):
     import torch
-    w = registry.build(spec)
+    w = spec_build(spec)
     x, y = w.batch(torch.Generator().manual_seed(3), 4)
     x2, y2 = w.batch(torch.Generator().manual_seed(3), 4)
     assert torch.equal(x, x2) and torch.equal(y, y2)
@@ -84,7 +85,7 @@ def test_a_builtin_builds_draws_the_same_batch_for_a_seed_and_trains_a_step(spec
 
 
 def test_the_default_workload_is_todays_resnet18_on_cifar10():
-    w = registry.build(None)
+    w = spec_build(None)
     assert w.parameters == 11_173_962 and w.dataset == "cifar10" and w.sample_unit == "images"
     assert w.flops() == pytest.approx(3 * 2 * 0.556e9, rel=0.01)   # 0.556 G multiply-adds forward
 
@@ -199,6 +200,6 @@ def test_an_entry_point_plugin_is_found_and_built(tmp_path, monkeypatch):
     (dist / "entry_points.txt").write_text("[dpbench.workloads]\ntiny-mlp = tiny_plugin:build\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert registry.resolve({"name": "tiny-mlp", "args": {"hidden": 4}}) == ("tiny-mlp", "tiny_plugin:build", {"hidden": 4})
-    assert registry.build("tiny-mlp", hidden=4).parameters == 4 * 4 + 4 + 4 * 3 + 3
+    assert spec_build("tiny-mlp", hidden=4).parameters == 4 * 4 + 4 + 4 * 3 + 3
     assert registry.describe("tiny-mlp")["name"] == "tiny-mlp"
     sys.modules.pop("tiny_plugin", None)

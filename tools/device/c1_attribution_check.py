@@ -1,7 +1,7 @@
 """C1 attribution check on a GPU: the replayed peak against max_memory_allocated, width after
 width in one process (as the probe runs them).   PYTHONPATH=src python3 tools/device/c1_attribution_check.py"""
 import torch
-from dpbench.claims import c1_attribution as att
+from dpbench.claims.c1 import attribution as att
 devs = [torch.device("cuda", 0)]
 for classes in (10, 32768):
     torch.cuda.reset_peak_memory_stats()

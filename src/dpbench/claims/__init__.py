@@ -1,9 +1,10 @@
 """The article's claims C1..C8 as experiments with verdicts.
 
-Probes (C2..C7, one module each, run via `python -m dpbench.claims.probe CX`) test API
-behaviour directly; the C7 probe also takes a DataParallel step apart (`dp_step`), which C7
-and C8 name their cause from. C1, C8 and the training-level parts of C6 and C7 come from the
-pipeline's runs of experiments/claims.yaml. `ledger` turns both into claims.md / claims.json.
+One folder per claim (claims/cN/, listed in `registry`): probes (C1..C7, run via
+`python -m dpbench.claims.probe CX`) test API behaviour directly; the C7 probe also takes a
+DataParallel step apart (`c7/dp_step`), which C7 and C8 name their cause from. C1, C8 and the
+training-level parts of C6 and C7 come from the pipeline's runs of experiments/claims.yaml.
+`ledger` turns both into claims.md / claims.json through each claim's verdict.py and text.py.
 """
 
 CONFIRMED, REFUTED, NUANCE, NOT_RUN = "confirmed", "refuted", "needs nuance", "not measured here"

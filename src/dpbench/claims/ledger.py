@@ -2,8 +2,8 @@
 
     python -m dpbench.claims.ledger --results-dir results --tag TAG [--plan results/TAG/plan.json]
 
-Each verdict is computed from the evidence (dpbench.claims.from_runs / from_probes), never
-copied from a table of expectations. Runs are found by (variant, gpus, options label) of the
+Each verdict is computed from the evidence (each claim's cN/verdict.py and text.py, found through
+dpbench.claims.registry), never copied from a table of expectations. Runs are found by (variant, gpus, options label) of the
 experiment's groups; a claim whose runs are absent says why, quoting the skip reasons.
 """
 from __future__ import annotations
@@ -15,15 +15,16 @@ from typing import Any
 import pandas as pd
 
 from dpbench import results
-from dpbench.claims import ADVICE, CLAIM_IDS, CLAIMS, NOT_RUN, from_probes, from_runs, needs_text
+from dpbench.claims import ADVICE, CLAIMS, NOT_RUN, needs_text
 from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
+from dpbench.claims.registry import REGISTRY
 from dpbench.claims.settings import claim_groups
 from dpbench.plan.matrix import read_plan
 from dpbench.report.markdown import md_table
 
 # Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence
-# (C1, C6, C7 and C8 have figures of their own: dpbench.claims.figures).
+# (C1, C6, C7 and C8 have figures of their own: their cN/figure.py).
 FIGURES = {"C5": ("warnings",)}
 
 
@@ -134,26 +135,27 @@ def render_md(tag: str, sections: list[Section]) -> str:
            md_table(["id", "claim", "verdict", "evidence"],
                     [[s.id, s.title, s.verdict, s.summary] for s in sections])]
     for s in sections:
-        out += ["", f"## {s.id}: {s.title}", "", f"**Claim.** {s.claim}", "",
-                f"**Verdict: {s.verdict}.**", ""]
-        if s.not_run:
-            out += [f"**Not measured here:** {s.not_run.removeprefix(NOT_RUN + ': ')}", ""]
-        if s.evidence:
-            out += ["**Evidence.**", ""] + [f"- {line}" for line in s.evidence] + [""]
-        out += [f"![{s.id}: {Path(f).stem}]({f})" for f in s.figures] + ([""] if s.figures else [])
-        out += [f"**Measured on.** {'; '.join(s.measured_on) or 'nothing measured here'}", ""]
-        out += [f"**What to do.** {s.advice}", ""]
+        out += ["", render_section(s).rstrip(), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
-BUILDERS = {"C1": from_runs.c1, "C2": from_probes.c2, "C3": from_probes.c3, "C4": from_probes.c4,
-            "C5": from_probes.c5, "C6": from_runs.c6, "C7": from_runs.c7, "C8": from_runs.c8}
+def render_section(s: Section) -> str:
+    """One claim's part of claims.md: claim, verdict, evidence, figures, where measured, advice."""
+    out = [f"## {s.id}: {s.title}", "", f"**Claim.** {s.claim}", "", f"**Verdict: {s.verdict}.**", ""]
+    if s.not_run:
+        out += [f"**Not measured here:** {s.not_run.removeprefix(NOT_RUN + ': ')}", ""]
+    if s.evidence:
+        out += ["**Evidence.**", ""] + [f"- {line}" for line in s.evidence] + [""]
+    out += [f"![{s.id}: {Path(f).stem}]({f})" for f in s.figures] + ([""] if s.figures else [])
+    out += [f"**Measured on.** {'; '.join(s.measured_on) or 'nothing measured here'}", ""]
+    out += [f"**What to do.** {s.advice}", ""]
+    return "\n".join(out)
 
 
 def build_sections(ev: Evidence) -> list[Section]:
     built = []
-    for cid in CLAIM_IDS:
-        f: Finding = BUILDERS[cid](ev)
+    for cid, claim in REGISTRY.items():
+        f: Finding = claim.finding(ev)
         built.append(Section(id=cid, title=CLAIMS[cid][0], claim=CLAIMS[cid][1], verdict=f.verdict,
                              summary=f.summary or f.not_run or "", advice=f.advice or ADVICE[cid],
                              evidence=f.evidence, data=f.data, measured_on=f.measured_on, not_run=f.not_run,

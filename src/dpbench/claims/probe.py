@@ -11,19 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from dpbench.claims.registry import REGISTRY
 from dpbench.claims.settings import NEEDS_PLAN, probe_settings
 from dpbench.plan.matrix import read_plan
 from dpbench.results import write_json
 
-MODULES = {
-    "C1": "c1_max_batch",
-    "C2": "c2_device_ids",
-    "C3": "c3_wrap_optimizer",
-    "C4": "c4_save_load",
-    "C5": "c5_gather_warning",
-    "C6": "c6_reduction",
-    "C7": "c7_cudnn_threads",
-}
+MODULES = {cid: claim.probe for cid, claim in REGISTRY.items() if claim.probe}
 
 
 def main(argv: list[str] | None = None) -> None:

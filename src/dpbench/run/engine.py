@@ -29,6 +29,7 @@ from dpbench.run.runlog import CHECKPOINT, log, since_launch
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 from dpbench.workloads import registry
+from dpbench.workloads.spec import build as spec_build
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
 EVAL_BATCH = 1000
@@ -196,7 +197,7 @@ def build_workload(cfg: RunConfig):
     name, _, args = registry.resolve(cfg.workload)
     extra = {"num_classes": cfg.num_classes} if name == registry.DEFAULT and "num_classes" not in args else {}
     torch.manual_seed(cfg.seed)
-    return registry.build(cfg.workload, **extra)
+    return spec_build(cfg.workload, **extra)
 
 
 def unsupported(cfg: RunConfig, spec) -> str | None:

@@ -13,7 +13,8 @@ import sys
 
 import yaml
 
-from dpbench.workloads.registry import WorkloadError, build, first_line, resolve
+from dpbench.workloads.registry import WorkloadError, first_line, resolve
+from dpbench.workloads.spec import build
 
 BATCH = 2
 

@@ -3,7 +3,7 @@
 A workload is a built-in's or a plugin's name (`transformer-lm`), a factory (`pkg.mod:build` or
 `path/to/file.py:build`), or a mapping `{name: ..., args: {...}}` / `{factory: ..., args: {...}}`.
 Plugins are entry points of the group `dpbench.workloads` (name = "module:function"); a built-in's
-name wins over a plugin's. A factory is imported only by `build`, so the planning can resolve and
+name wins over a plugin's. A factory is imported only by spec.build, so the planning can resolve and
 describe workloads without torch."""
 from __future__ import annotations
 
@@ -131,19 +131,3 @@ def load_factory(ref: str):
     if not callable(factory):
         raise WorkloadError(f"workload factory {ref!r}: {function} is a {type(factory).__name__}, not a function")
     return factory
-
-
-def build(spec: str | Mapping[str, Any] | None, **ctx):
-    """The workload's WorkloadSpec: its factory imported and called with its args; ctx are
-    arguments the run sets over them (a run's num_classes, say)."""
-    name, ref, args = resolve(spec)
-    factory = load_factory(ref)
-    from dpbench.workloads.spec import WorkloadSpec   # torch: only once a factory is found
-    try:
-        built = factory(**{**args, **ctx})
-    except Exception as exc:
-        raise WorkloadError(f"workload {name!r}: its factory failed: {first_line(exc)}") from exc
-    if not isinstance(built, WorkloadSpec):
-        raise WorkloadError(f"workload {name!r}: its factory returned a {type(built).__name__}, not a "
-                            "dpbench.workloads.spec.WorkloadSpec (return WorkloadSpec(model=..., loss=..., batch=...))")
-    return built

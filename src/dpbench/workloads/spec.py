@@ -1,14 +1,17 @@
 """WorkloadSpec: what a workload factory returns, and the sizes a record reports of it
-(parameters, bytes of parameters, gradients and optimizer state, model FLOPs per sample)."""
+(parameters, bytes of parameters, gradients and optimizer state, model FLOPs per sample); build()
+imports a workload's factory and calls it (the registry beside it only resolves names, without torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
+
+from dpbench.workloads.registry import WorkloadError, first_line, load_factory, resolve
 
 # Optimizer state per trainable parameter, in parameter-sized buffers: SGD with momentum (the
 # engine's) keeps the momentum, Adam exp_avg and exp_avg_sq (its step counter is a scalar).
@@ -86,3 +89,18 @@ def counted_flops(model: nn.Module, inputs: torch.Tensor) -> float:
     finally:
         model.train(was_training)
     return 3.0 * counter.get_total_flops()
+
+
+def build(spec: str | Mapping[str, Any] | None, **ctx):
+    """The workload's WorkloadSpec: its factory imported and called with its args; ctx are
+    arguments the run sets over them (a run's num_classes, say)."""
+    name, ref, args = resolve(spec)
+    factory = load_factory(ref)
+    try:
+        built = factory(**{**args, **ctx})
+    except Exception as exc:
+        raise WorkloadError(f"workload {name!r}: its factory failed: {first_line(exc)}") from exc
+    if not isinstance(built, WorkloadSpec):
+        raise WorkloadError(f"workload {name!r}: its factory returned a {type(built).__name__}, not a "
+                            "dpbench.workloads.spec.WorkloadSpec (return WorkloadSpec(model=..., loss=..., batch=...))")
+    return built

@@ -31,7 +31,7 @@ class LossNet(nn.Module):
 # Counts the warnings Python actually shows over STEPS training steps under a given filter.
 _COUNT = """
 import json, sys, warnings, torch, torch.nn as nn
-from dpbench.claims.c5_gather_warning import LossNet, STEPS
+from dpbench.claims.c5.probe import LossNet, STEPS
 {filter}
 shown = []
 warnings.showwarning = lambda msg, cat, fn, ln, *a: "gather" in str(msg) and shown.append(f"{{fn}}:{{ln}}")

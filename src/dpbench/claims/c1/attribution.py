@@ -1,6 +1,6 @@
 """C1's why: what each device holds at its peak, by what allocated it (PyTorch's memory snapshot).
 
-    python -m dpbench.claims.c1_attribution --variant dp --batch 2048 --classes 10 32768
+    python -m dpbench.claims.c1.attribution --variant dp --batch 2048 --classes 10 32768
 
 prints one JSON line. The C1 probe starts one fresh process per variant (the allocator's
 history must begin before the model exists, or its parameters have no recorded origin), at the
@@ -49,8 +49,8 @@ CATEGORIES: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("loss", [("torch/nn/functional.py", "cross_entropy"), ("torch/nn/functional.py", "log_softmax")]),
     ("backward, from Python", [("torch/autograd/", None), ("torch/_tensor.py", "backward")]),
     ("parameters", [("torch/nn/modules/module.py", "_apply")]),
-    ("forward activations", [("torch/nn/modules/", None), ("dpbench/model.py", None)]),
-    ("input batch", [("dpbench/claims/c1_attribution.py", "_batch")]),
+    ("forward activations", [("torch/nn/modules/", None), ("dpbench/workloads/resnet.py", None)]),
+    ("input batch", [("dpbench/claims/c1/attribution.py", "_batch")]),
 ]
 # CUDA's backward runs in autograd's own device threads, which have no Python stack: the
 # gradients and the buffers of the built-in ops' backward land here.
@@ -142,7 +142,7 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
 
 def measure(variant: str, classes: list[int], batch: int) -> dict[str, Any]:
     """One variant at each output size, in this process (CUDA must start here)."""
-    from dpbench.claims.c1_max_batch import one_rank, variant_devices
+    from dpbench.claims.c1.probe import one_rank, variant_devices
 
     devices, skipped = variant_devices(variant)
     if skipped:

@@ -1,7 +1,7 @@
 """C1 in practice: the largest global batch each variant trains within a fixed memory budget
 per GPU, at a narrow and a wide output.
 
-    python -m dpbench.claims.c1_max_batch --variant dp --classes 10 32768 [--cap-gib 8]
+    python -m dpbench.claims.c1.probe --variant dp --classes 10 32768 [--cap-gib 8]
 
 prints one JSON line (one variant, each output size); the C1 probe starts one fresh process per
 variant, so that no search inherits another's cached or fragmented memory. On every device the
@@ -26,12 +26,12 @@ import json
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from dpbench.claims.c1.verdict import DP_GPUS, RESOLUTION, verdict_from
+
 CAP_GIB = 8.0
 VARIANTS = ("single", "dp", "dp_sum", "ddp")
 START = 256
 CEILING = 1 << 20           # a batch beyond this fits anything this search is for
-RESOLUTION = 1 / 32         # bisect until the gap is this share of the largest fitting batch
-DP_GPUS = 2                 # DataParallel is measured on this many GPUs
 
 
 def devices_for(variant: str) -> int:
@@ -167,43 +167,6 @@ def global_batch(variant: str, largest: int) -> int:
     return largest * DP_GPUS if variant == "ddp" else largest
 
 
-def gathered_cost_onset(found: dict[str, dict[str, int]]) -> tuple[str | None, bool]:
-    """found: variant -> {classes: global batch}. The narrowest width from which computing the
-    loss on the gathered outputs (dp) costs batch against computing it in the replicas (dp_sum)
-    at every wider width measured (None where the widest does not), and whether that is clean:
-    no narrower width costs batch (an effect that comes and goes with the width states no
-    condition). Differences within 2 x RESOLUTION are the search's own granularity."""
-    dp, inside = found.get("dp", {}), found.get("dp_sum", {})
-    margin = 1 - 2 * RESOLUTION
-    widths = sorted((c for c, b in dp.items() if b > 0), key=int)
-    costs = [c in inside and dp[c] < margin * inside[c] for c in widths]
-    first = None
-    for c, cost in zip(reversed(widths), reversed(costs)):
-        if not cost:
-            break
-        first = c
-    below = costs[:widths.index(first)] if first else costs
-    return first, not any(below)
-
-
-def verdict_from(found: dict[str, dict[str, int]]) -> str:
-    """found: variant -> {classes: global batch}. Confirmed where the gathered outputs cost batch
-    from some width on (gathered_cost_onset: the condition the ledger states) and not below it;
-    refuted where dp trains as much as two single GPUs at every width; else nuance."""
-    from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
-    dp, single = found.get("dp", {}), found.get("single", {})
-    widths = sorted((c for c, b in dp.items() if b > 0), key=int)
-    if not widths:
-        return NOT_RUN
-    first, clean = gathered_cost_onset(found)
-    if first is not None and clean:
-        return CONFIRMED
-    margin = 1 - 2 * RESOLUTION
-    if single and all(c in single and dp[c] >= margin * DP_GPUS * single[c] for c in widths):
-        return REFUTED
-    return NUANCE
-
-
 def variant_json(module: str, variant: str, *args: str) -> tuple[dict[str, Any], str | None]:
     """One variant's JSON line from `python -m module --variant V ARGS` in a fresh process, and
     why there is none (skipped, or failed with its exit code and last lines) where there is none."""
@@ -228,7 +191,7 @@ def run(batch: int, classes: list[int]):
     observations, parts_not_run = [], []
     found: dict[str, dict[str, int]] = {}
     for variant in VARIANTS:
-        r, why = variant_json("dpbench.claims.c1_max_batch", variant, "--classes", *map(str, classes))
+        r, why = variant_json("dpbench.claims.c1.probe", variant, "--classes", *map(str, classes))
         if why:
             parts_not_run.append(f"largest batch of {variant} within {CAP_GIB:g} GiB allocated per GPU: {why}")
             continue
@@ -249,9 +212,9 @@ def run(batch: int, classes: list[int]):
                 global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
                 peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
     # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)
-    from dpbench.claims import c1_attribution
+    from dpbench.claims.c1 import attribution as c1_attribution
     for variant in VARIANTS:
-        r, why = variant_json("dpbench.claims.c1_attribution", variant, "--batch", str(batch),
+        r, why = variant_json("dpbench.claims.c1.attribution", variant, "--batch", str(batch),
                               "--classes", *map(str, classes))
         if why:
             parts_not_run.append(f"each device's peak by what allocated it (memory snapshot), {variant}: {why}")

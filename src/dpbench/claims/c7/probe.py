@@ -5,7 +5,7 @@ DataParallel's parallel_apply runs each replica in a fresh threading.Thread ever
 cudnn.benchmark's cache of chosen algorithms is per thread, every step pays the autotuning
 again. Timed here on one conv of ResNet18-CIFAR's first stage, forward + backward; then one
 DataParallel training step taken apart, and DataParallel with persistent replica threads,
-each cudnn.benchmark setting and batch in a fresh process (dpbench.claims.dp_step): both
+each cudnn.benchmark setting and batch in a fresh process (dpbench.claims.c7.dp_step): both
 settings at the C7 group's batch, benchmark off again at the largest batch of C8's sweep.
 """
 from __future__ import annotations
@@ -99,7 +99,7 @@ def dp_step_observations(n: int, batches: Sequence[int]) -> tuple[list[Observati
         return [], [f"DataParallel step breakdown and persistent replica threads: {needs(2, n)}"]
     out, parts_not_run = [], []
     for flag, batch in breakdown_runs(batches):
-        r = run_python("", args=["-m", "dpbench.claims.dp_step", "--benchmark", flag, "--batch", str(batch)])
+        r = run_python("", args=["-m", "dpbench.claims.c7.dp_step", "--benchmark", flag, "--batch", str(batch)])
         where = f"batch {batch} on {r.get('gpus', n)} GPUs, cudnn.benchmark {flag}"
         if r.get("rc") or "single" not in r:
             out.append(observation(dp_step_id(flag, batch, "failed"), f"DataParallel step breakdown, {where}: failed",

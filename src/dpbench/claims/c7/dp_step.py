@@ -1,6 +1,6 @@
 """Where a DataParallel training step's time goes, and DataParallel with persistent replica threads.
 
-    python -m dpbench.claims.dp_step --benchmark off --batch 512 [--steps 15]
+    python -m dpbench.claims.c7.dp_step --benchmark off --batch 512 [--steps 15]
 
 Runs in a process of its own (the C7 probe starts one per cudnn.benchmark setting and batch):
 cuDNN's autotuning state and the per-thread library handles must start fresh. Prints one JSON line.

@@ -1,9 +1,10 @@
 """The claims experiment in time-boxed calls (tools/device/pipeline_run.sh): which jobs first,
-and which records a cut gives back.
+and which records a cut gives back. Lab scaffolding for the device calls, so a script beside
+them rather than part of the package (it imports dpbench).
 
-    python -m dpbench.claims.priority first [EXPERIMENT]     output paths, one a line, for snakemake --prioritize
-    python -m dpbench.claims.priority cut-off RUNS_DIR SINCE  drop failed records written since SINCE (epoch s)
-    python -m dpbench.claims.priority stale [EXPERIMENT]     drop skipped records of runs this machine can run
+    python3 tools/device/priority.py first [EXPERIMENT]     output paths, one a line, for snakemake --prioritize
+    python3 tools/device/priority.py cut-off RUNS_DIR SINCE  drop failed records written since SINCE (epoch s)
+    python3 tools/device/priority.py stale [EXPERIMENT]     drop skipped records of runs this machine can run
 
 First come the parts the ledger's headline verdicts rest on: C8's fp32 batch sweep on the gpu
 feed (the article's premise as a curve, with its crossover), C1 at its narrowest and widest
