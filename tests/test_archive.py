@@ -21,6 +21,7 @@ from dpbench import results
 from dpbench.analysis import collect
 from dpbench.claims import ledger
 from dpbench.claims.records import ProbeRecord
+from dpbench.plan import pipeline
 from dpbench.results import reference
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
@@ -87,10 +88,17 @@ def test_each_comparison_decides_as_committed(tmp_path, stem):
     assert code == (1 if any(kept["verdict"]["counts"][k] for k in kept["fail_on"]) else 0)
 
 
+def planned_gpus(name: str) -> int:
+    """The GPUs a set was planned for: those its runs saw (a CPU set: none)."""
+    names = results.ResultSet(REFERENCE, name).provenance().get("gpu_names") or []
+    return len(names) if isinstance(names, list) else 1
+
+
 @pytest.mark.parametrize("name", LEDGERS)
 def test_each_ledger_decides_as_committed(name):
-    groups = ARCHIVE_GROUPS / f"{name}.claims.yaml"
-    sections = ledger.build_sections(ledger.Evidence(REFERENCE, name, groups))
+    plan = pipeline.plan_of_file(ARCHIVE_GROUPS / f"{name}.claims.yaml", tag=name,
+                                 gpus_available=planned_gpus(name))
+    sections = ledger.build_sections(ledger.Evidence(REFERENCE, name, plan))
     today = {s.id: s.verdict for s in sections}
     kept = {c["id"]: c["verdict"] for c in results.read_json(REFERENCE / name / results.CLAIMS_JSON)["claims"]}
     assert today.keys() == kept.keys()

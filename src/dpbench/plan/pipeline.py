@@ -185,6 +185,13 @@ def make_plan(config: dict) -> Plan:
     return plan
 
 
+def plan_of_file(path: Path | str, **overrides: Any) -> dict:
+    """plan.json's document for a complete experiment kept outside experiments/ (an archived
+    one), planned with `overrides` (tag, gpus_available) as the plan rule would plan it."""
+    config = {**yaml.safe_load(Path(path).read_text()), **overrides}
+    return make_plan(load_experiment(config, Path(path).parent)).document()
+
+
 def table_files(plan: Plan) -> dict[str, str]:
     return {name: str(path) for name, path in plan.results.table_paths().items()}
 
