@@ -363,6 +363,27 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
     return 0
 
 
+def world_mismatch(cfg: RunConfig) -> str | None:
+    """Why a rank must not train: torchrun started another number of processes than `gpus`."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world == cfg.gpus:
+        return None
+    return (f"the run config says gpus={cfg.gpus} but torchrun started {world} processes; set gpus "
+            f"to the world size (nnodes x nproc-per-node) so that the run is labelled as what it is")
+
+
+def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
+    """Every rank sees the mismatch; each writes the same failed record (atomically), without
+    importing torch and before any exits: once one rank has exited, torchrun's agents may end
+    the others (the agent that held the rendezvous store ends it), so the record cannot wait
+    for rank 0."""
+    log(f"run failed: {reason}")
+    write_record(out, record_fields(
+        cfg, results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
+        launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
+    return 1
+
+
 def device_type(cfg: RunConfig, visible: int) -> str:
     """The device a record the launcher writes names: CUDA when the run had GPUs to use."""
     return "cuda" if visible and cfg.device != "cpu" else "cpu"
@@ -375,6 +396,8 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
         die_with_parent()
+        if reason := world_mismatch(cfg):
+            return record_world_mismatch(cfg, out, reason)
         from dpbench.run.engine import run_process
         return run_process(cfg, out)
     clear_stale(out)
