@@ -5,8 +5,12 @@
 #   snakemake --report results/<tag>/report.html
 #   snakemake compare --config baseline=<tag> candidate=<tag>
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
+import os
 import sys
 from pathlib import Path
+
+# A run stops when this Snakemake process is gone (dpbench.run.launch, PIPELINE_PID_ENV).
+os.environ["DPBENCH_PIPELINE_PID"] = str(os.getpid())
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))   # works without `pip install -e .` too
 from snakemake.utils import min_version

@@ -10,6 +10,7 @@ skipped with the reason.
 import json
 import math
 import os
+import random
 import re
 import socket
 import subprocess
@@ -93,9 +94,21 @@ def test_gpu_locks_in_a_slurm_job_are_the_jobs_own(tmp_path, monkeypatch):
 # -- multi-node DDP: two torchrun agents on loopback (no SLURM needed) ---------------------------
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range: a port the kernel hands out (bind to 0,
+    every outgoing connection of a busy machine, gloo's among them) can be taken by another
+    process between this check and torchrun's bind; one below the range only by an explicit bind."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) \
+        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def loopback_env(**extra) -> dict:
@@ -147,6 +160,19 @@ def test_gpus_other_than_the_world_size_is_a_failed_record_not_a_mislabel(tmp_pa
     assert rec["status"] == "failed"
     assert "gpus=1" in rec["reason"] and "2 processes" in rec["reason"], rec["reason"]
     assert rec["launch"]["world_size"] == 2 and rec["final_loss"] is None
+
+
+def test_any_rank_records_a_world_size_mismatch_before_it_exits(tmp_path, monkeypatch):
+    """Rank 1 may be the first to see it, and exit: its agent (which may hold the rendezvous
+    store) then ends rank 0 before rank 0 wrote a word. So the rank that sees it records it."""
+    from dpbench.run import launch
+    monkeypatch.setattr(launch, "die_with_parent", lambda: None)   # not on the test process
+    for var, value in {"LOCAL_RANK": "0", "RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}.items():
+        monkeypatch.setenv(var, value)
+    assert launch.main(["--config", json.dumps(dict(TRAIN, variant="ddp", gpus=1)), "--out", str(tmp_path)]) == 1
+    rec = results.read_json(tmp_path / results.METRICS)
+    assert rec["status"] == "failed" and "gpus=1" in rec["reason"] and "2 processes" in rec["reason"]
+    assert rec["launch"]["world_size"] == 2 and rec["launch"]["nodes"] == 2
 
 
 # -- SLURM ----------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -482,3 +483,162 @@ def test_killing_snakemake_stops_its_training_processes(workflow):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# == item: a run stops with whatever started it, however it was started (issue 28, row 1) =====
+
+def _pids_naming(marker: str) -> list[int]:
+    """Live processes whose command line names `marker` (a run's out folder): its launcher,
+    torchrun and the ranks."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state not in ("Z", "X"):
+            pids.append(int(proc.name))
+    return pids
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:   # only the processes this test started
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _detached_starter(cmd: list[str], tmp_path: Path) -> int:
+    """A Python starter that runs `cmd` as its direct child, itself detached (its parent is init,
+    as for a Snakemake started with setsid or nohup): its pid."""
+    pidfile = tmp_path / "starter.pid"
+    starter = f"import subprocess; subprocess.run({cmd!r})"
+    spawn = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {starter!r}]); "
+             f"open({str(pidfile)!r}, 'w').write(str(p.pid))")
+    subprocess.run([sys.executable, "-c", spawn], env=ENV, check=True, timeout=60)
+    return int(pidfile.read_text())
+
+
+def _wait_gone(marker: str, seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while (left := _pids_naming(marker)) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_watchdog_stops_a_run_that_is_its_starters_direct_child(tmp_path):
+    """No shell between: the starter (Snakemake where bash execs, or any Python starter) is the
+    run's parent; killing it -9 must stop the run (the old watchdog watched the grandparent)."""
+    marker = f"watched-run-{tmp_path.name}"
+    child = (f"import time, dpbench.run.launch as l; l.stop_with_pipeline(0.2); "
+             f"time.sleep(60)  # {marker}")
+    starter = _detached_starter([sys.executable, "-c", child], tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not _pids_naming(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pids_naming(marker), "the run never started"
+        time.sleep(1.0)   # the run is up and watching
+        assert _pids_naming(marker)
+        os.kill(starter, signal.SIGKILL)
+        assert not _wait_gone(marker, 15), "the run outlived the process that started it"
+    finally:
+        _kill_all([starter, *_pids_naming(marker)])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_the_watchdog_watches_the_parent_the_shell_s_parent_and_the_named_pipeline(tmp_path):
+    from dpbench.run import launch
+    show = ("import json, os, dpbench.run.launch as l; "
+            "print(json.dumps([[w.pid, w.child] for w in l.starters()]))")
+    direct = subprocess.run([sys.executable, "-c", show], env=ENV, capture_output=True, text=True, check=True)
+    assert [pid for pid, _ in json.loads(direct.stdout)] == [os.getpid()]   # no shell: the parent alone
+    via_shell = subprocess.run(["sh", "-c", f"{sys.executable} -c '{show}'; true"], env=ENV,
+                               capture_output=True, text=True, check=True)
+    (shell, shell_child), (up, up_child) = json.loads(via_shell.stdout)
+    assert up == os.getpid() and up_child == shell   # the shell must stay the pipeline's child
+    named = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True,
+                           env=dict(ENV, **{launch.PIPELINE_PID_ENV: str(os.getppid())}))
+    assert [pid for pid, _ in json.loads(named.stdout)] == [os.getpid(), os.getppid()]
+    gone = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True,
+                          env=dict(ENV, **{launch.PIPELINE_PID_ENV: "999999999"}))
+    assert [pid for pid, _ in json.loads(gone.stdout)] == [os.getpid()]   # no such process: not watched
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_killing_the_direct_starter_of_a_ddp_run_stops_torchrun_and_its_ranks(tmp_path):
+    """A Python starter runs the launcher as the pipeline does (no shell between, as on the GPU
+    machine) for DDP on 2 gloo ranks, and is killed -9: no launcher, torchrun or rank is left
+    within 30 s, and the record is failed, naming the lost starter."""
+    out = tmp_path / "ddp-run"
+    cfg = dict(TINY, variant="ddp", gpus=2, device="cpu", synthetic_size=4800, max_steps=100_000,
+               workers=0, log_every=1)
+    cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", str(out),
+           "--lease", "--planned-gpus", "0", "--log", str(tmp_path / "run.log")]
+    starter = _detached_starter(cmd, tmp_path)
+    marker = str(out)
+    try:
+        deadline = time.monotonic() + 180
+        log = tmp_path / "run.log"
+        trained = re.compile(r"rank 1\] epoch 1/\d+ step 2/")
+        while time.monotonic() < deadline and not (log.exists() and trained.search(log.read_text())):
+            time.sleep(0.5)
+        assert trained.search(log.read_text()), log.read_text()[-TAIL:]
+        os.kill(starter, signal.SIGKILL)
+        left = _wait_gone(marker, 30)
+        assert not left, f"processes {left} of the run outlived its starter:\n{log.read_text()[-TAIL:]}"
+        rec = results.read_json(out / results.METRICS)
+        assert rec["status"] == "failed"
+        assert f"pid {starter}" in rec["reason"] and "gone" in rec["reason"], rec["reason"]
+    finally:
+        _kill_all([starter, *_pids_naming(marker)])
+
+
+# == item: one rank's line per line of the log (issue 28, row 10) ===========================
+
+def _glued(text: str) -> list[str]:
+    """Lines that are not one dpbench line each: two lines' text on one, or a line's tail."""
+    return [line for line in text.splitlines()
+            if line.count("[dpbench ") > 1 or ("[dpbench " in line and not line.startswith("[dpbench "))]
+
+
+def test_two_processes_logging_at_once_never_glue_their_lines(tmp_path):
+    """Unbuffered output (PYTHONUNBUFFERED=1, as on many GPU machines) used to write a line's text
+    and its newline apart: two ranks on one log file glued their lines."""
+    go = tmp_path / "go"
+    code = ("import os, sys, time; from dpbench.run.runlog import log\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"   # both at once
+            "for i in range(20000): log(f'line {i} of a rank, long enough to be seen whole ' + 'x' * 40)")
+    path = tmp_path / "run.log"
+    with open(path, "ab") as sink:   # one file shared by both, as the ranks share the run's log
+        procs = [subprocess.Popen([sys.executable, "-c", code], stdout=sink, stderr=sink,
+                                  env=dict(ENV, PYTHONUNBUFFERED="1", RANK=str(r))) for r in (0, 1)]
+        time.sleep(1.0)
+        go.touch()
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    lines = path.read_text().splitlines()
+    assert not _glued(path.read_text()) and "" not in lines
+    assert sum(" rank 0] " in line for line in lines) == sum(" rank 1] " in line for line in lines) == 20000
+
+
+@pytest.mark.slow
+def test_a_two_rank_ddp_log_has_one_ranks_line_per_line(tmp_path):
+    out = tmp_path / "run"
+    cfg = dict(TINY, variant="ddp", gpus=2, device="cpu", synthetic_size=480, max_steps=40,
+               workers=0, log_every=1, eval_each_epoch=False)
+    proc = cli("dpbench.run.launch", "--config", json.dumps(cfg), "--out", str(out),
+               "--planned-gpus", "0", "--log", str(tmp_path / "run.log"),
+               env=dict(ENV, PYTHONUNBUFFERED="1"))
+    text = (tmp_path / "run.log").read_text()
+    assert proc.returncode == 0, text[-TAIL:]
+    assert results.read_json(out / results.METRICS)["status"] == "ok", text[-TAIL:]
+    assert not _glued(text), _glued(text)[:5]
+    for rank in (0, 1):
+        steps = [line for line in text.splitlines() if f" rank {rank}] epoch 1/1 step " in line]
+        assert len(steps) == 40

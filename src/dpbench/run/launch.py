@@ -16,6 +16,12 @@ On several nodes, start it under torchrun yourself, on every node (`gpus` = the 
 
 Whatever happens, the folder ends with metrics.json (status ok / failed / skipped, and why),
 written last so a half-written run is never mistaken for a finished one.
+
+A run does not outlive the process that started it (see `stop_with_pipeline`): its parent, the
+parent's parent where the parent is a shell, and the pipeline process the environment names
+(`DPBENCH_PIPELINE_PID`, which the Snakefile sets). Within seconds of losing one, the run is
+stopped (torchrun and its ranks too) and leaves a failed record naming the lost process.
+`DPBENCH_OUTLIVE_STARTER=1` lets a run started by hand train on (under nohup, say).
 """
 from __future__ import annotations
 
@@ -26,7 +32,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from dpbench import results
@@ -38,6 +46,10 @@ from dpbench.run import provenance
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 
 CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic cuBLAS needs
+PIPELINE_PID_ENV = "DPBENCH_PIPELINE_PID"   # the pipeline's process (Snakemake's): a run stops without it
+OUTLIVE_ENV = "DPBENCH_OUTLIVE_STARTER"     # "1": no watchdog (a run started by hand, under nohup)
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+STOP_GRACE_S = 10.0   # from the stop's SIGTERM to SIGKILL of whatever of the run is left
 
 
 def cuda_devices() -> int:
@@ -108,18 +120,22 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
     started = time.perf_counter()
     # A session of its own, so that a signal to this launcher reaches every rank too.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent)
+    STOP.torchrun = proc.pid
     with forward_signals(proc):
         code = proc.wait()
+    STOP.torchrun = None
     # Ranks that failed left a note; the first to fail is the root cause, the others its echo.
     errors = sorted(out.glob("rank*.error.txt"), key=lambda p: p.stat().st_mtime)
     reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
         or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
+    if STOP.reason:   # stopped from outside: that is why, whatever the ranks said as they went
+        reason = f"{STOP.reason} (torchrun exited with code {code})"
     rec = results.read_metrics(out)
     if rec is None:   # the torch-free facts, as in a skipped record: importing torch here costs seconds
         Record(cfg, out, device_type(cfg, visible), started=started).write(
             results.STATUS_FAILED, reason, launch=provenance.launch_facts([socket.gethostname()]),
             provenance=provenance.host_facts(cfg))
-    elif rec["status"] == results.STATUS_FAILED and errors:
+    elif rec["status"] == results.STATUS_FAILED and (errors or STOP.reason):
         rec["reason"] = reason
         write_record(out, rec)
     return 0
@@ -136,6 +152,7 @@ class forward_signals:
         self.proc, self.saved = proc, {}
 
     def _forward(self, signum, _frame):
+        STOP.reason = STOP.reason or f"stopped by {signal.Signals(signum).name}"
         try:
             os.killpg(self.proc.pid, signum)
         except ProcessLookupError:
@@ -163,31 +180,175 @@ def die_with_parent() -> None:
         pass
 
 
-def stop_with_pipeline(poll_s: float = 2.0) -> None:
-    """End this run when the process that started it is gone (Snakemake killed with -9 leaves
-    the job's shell behind, reparented, and the run would otherwise train on to the end)."""
-    import threading
+class Stopped(Exception):
+    """This run was stopped from outside: a signal, or the loss of the process that started it."""
 
-    def alive(pid: int) -> bool:
-        return Path(f"/proc/{pid}").exists()
 
-    def grandparent() -> int | None:
-        try:
-            return int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+class _Stop:
+    """Why this launcher is stopping its run (None: it is not), and torchrun's pid while it runs."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self.torchrun: int | None = None
+
+
+STOP = _Stop()
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    name: str
+    ppid: int
+    start: int   # clock ticks after boot: a pid taken again by a new process is not the old one
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """A live process's name, parent and start time from /proc (None: gone, or a zombie)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        name, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if rest[0] in ("Z", "X"):
             return None
+        return ProcStat(name, int(rest[1]), int(rest[19]))
+    except (OSError, ValueError, IndexError):
+        return None
 
-    starter = grandparent()
-    if starter is None or starter <= 1:
-        return
+
+@dataclass(frozen=True)
+class Watched:
+    """A process the run must not outlive: gone when it has exited, when its pid names another
+    process, or when `child` (the process it started on the way to this run) is no longer its."""
+    pid: int
+    start: int | None
+    what: str
+    child: int | None = None
+
+    def gone(self) -> bool:
+        if self.child == os.getpid() and os.getppid() != self.pid:
+            return True
+        if self.start is None:   # no /proc: the parent's pid is all there is to watch
+            return False
+        now = proc_stat(self.pid)
+        if now is None or now.start != self.start:
+            return True
+        if self.child is not None and self.child != os.getpid():
+            child = proc_stat(self.child)
+            return child is None or child.ppid != self.pid
+        return False
+
+
+def starters(env=None) -> list[Watched]:
+    """The processes this run must not outlive, as it starts: its parent; the parent's parent
+    where the parent is a shell (Snakemake's job shell where bash does not exec the command:
+    a killed Snakemake leaves it behind, reparented); the pipeline process `PIPELINE_PID_ENV`
+    names, whatever stands in between. Init (pid 1) is never watched."""
+    env = os.environ if env is None else env
+    watched, parent = [], os.getppid()
+    if parent <= 1:
+        return []
+    stat = proc_stat(parent)
+    if stat is None:   # no /proc here: the parent's pid alone
+        return [Watched(parent, None, f"the process that started this run (pid {parent})", os.getpid())]
+    watched.append(Watched(parent, stat.start, f"the process that started this run ({stat.name}, pid {parent})",
+                           os.getpid()))
+    if stat.name in SHELLS and stat.ppid > 1 and (up := proc_stat(stat.ppid)):
+        watched.append(Watched(stat.ppid, up.start, f"the process that started this run's shell "
+                                                    f"({up.name}, pid {stat.ppid})", parent))
+    try:
+        named = int(env.get(PIPELINE_PID_ENV, ""))
+    except ValueError:
+        named = 0
+    if named > 1 and named not in {w.pid for w in watched} and (pipe := proc_stat(named)):
+        watched.append(Watched(named, pipe.start, f"the pipeline ({pipe.name}, pid {named}, "
+                                                  f"named by {PIPELINE_PID_ENV})"))
+    return watched
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (torchrun's ranks sit in sessions of their own, but below it)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := proc_stat(int(entry.name))):
+            children.setdefault(stat.ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def stop_run(reason: str, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop this run from outside the training: SIGTERM to torchrun's group (or to this process,
+    where it trains itself: `Stopped` is raised and the record says why); what is left after
+    `grace_s` is killed, and this process ends after a failed record if nobody wrote one."""
+    STOP.reason = reason
+    log(f"stopping the run: {reason}")
+    target = STOP.torchrun
+    try:
+        if target is not None:
+            os.killpg(target, signal.SIGTERM)
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc = Path("/proc").exists()
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (threading.main_thread().is_alive() or proc and descendants(os.getpid())):
+        time.sleep(0.2)
+    for pid in descendants(os.getpid()) if proc else []:   # what did not stop by itself
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(2)   # the main thread writes the record and returns; if it has not by now:
+    log(f"the run did not stop within {grace_s + 2:.0f} s of being told: ending it")
+    os._exit(1)
+
+
+def stop_with_pipeline(poll_s: float = 2.0, grace_s: float = STOP_GRACE_S):
+    """Stop this run within seconds of losing a process that started it (`starters`): a killed
+    Snakemake, or any starter killed -9, must not leave a run training with nobody waiting for it.
+    Returns a function that ends the watch (None: nothing to watch)."""
+    watched = starters()
+    if not watched:
+        return None
+    done = threading.Event()
 
     def watch():
-        while alive(starter) and grandparent() == starter:
-            time.sleep(poll_s)
-        log("the process that started this run is gone: stopping")
-        os.kill(os.getpid(), signal.SIGTERM)
+        while not done.wait(poll_s):
+            if lost := next((w for w in watched if w.gone()), None):
+                stop_run(f"stopped: {lost.what} is gone", grace_s)
+                return
 
     threading.Thread(target=watch, daemon=True, name="dpbench-watchdog").start()
+    return done.set
+
+
+class stop_on_signals:
+    """While this process trains itself (or waits for its lease): SIGTERM, SIGINT and SIGHUP
+    raise `Stopped`, once, so that the run ends as a failed record saying why (launch_ddp
+    forwards them to torchrun instead, see `forward_signals`)."""
+
+    def __init__(self):
+        self.saved, self.raised = {}, False
+
+    def _raise(self, signum, _frame):
+        if self.raised:   # the first one is handled: a second must not cut the record short
+            return
+        self.raised = True
+        STOP.reason = STOP.reason or f"stopped by {signal.Signals(signum).name}"
+        raise Stopped(STOP.reason)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for s in forward_signals.SIGNALS:
+                self.saved[s] = signal.signal(s, self._raise)
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.saved.items():
+            signal.signal(s, handler)
 
 
 def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, visible: int) -> int:
@@ -202,6 +363,27 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
     return 0
 
 
+def world_mismatch(cfg: RunConfig) -> str | None:
+    """Why a rank must not train: torchrun started another number of processes than `gpus`."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world == cfg.gpus:
+        return None
+    return (f"the run config says gpus={cfg.gpus} but torchrun started {world} processes; set gpus "
+            f"to the world size (nnodes x nproc-per-node) so that the run is labelled as what it is")
+
+
+def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
+    """Every rank sees the mismatch; each writes the same failed record (atomically), without
+    importing torch and before any exits: once one rank has exited, torchrun's agents may end
+    the others (the agent that held the rendezvous store ends it), so the record cannot wait
+    for rank 0."""
+    log(f"run failed: {reason}")
+    write_record(out, record_fields(
+        cfg, results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
+        launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
+    return 1
+
+
 def device_type(cfg: RunConfig, visible: int) -> str:
     """The device a record the launcher writes names: CUDA when the run had GPUs to use."""
     return "cuda" if visible and cfg.device != "cpu" else "cpu"
@@ -214,6 +396,8 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
         die_with_parent()
+        if reason := world_mismatch(cfg):
+            return record_world_mismatch(cfg, out, reason)
         from dpbench.run.engine import run_process
         return run_process(cfg, out)
     clear_stale(out)
@@ -252,11 +436,31 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(args.config)
     except (ValueError, TypeError, OSError) as exc:
         p.error(str(exc))
-    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
     if args.log:
         redirect_output(args.log)
-    if args.lease:   # started by the pipeline: stop with it
-        stop_with_pipeline()
+    if "LOCAL_RANK" in os.environ:   # one rank under torchrun: its agent starts and stops it
+        return start(cfg, args)
+    STOP.__init__()
+    unwatch = None if os.environ.get(OUTLIVE_ENV) == "1" else stop_with_pipeline()
+    try:
+        with stop_on_signals():
+            code = start(cfg, args)
+    except Stopped as exc:   # where the training did not catch it (the lease's wait, the imports)
+        visible = 0 if os.environ.get("CUDA_VISIBLE_DEVICES") == "" else cfg.gpus
+        args.out.mkdir(parents=True, exist_ok=True)
+        Record(cfg, args.out, device_type(cfg, visible)).write(
+            results.STATUS_FAILED, str(exc), launch=provenance.launch_facts([socket.gethostname()]),
+            provenance=provenance.host_facts(cfg))
+    finally:
+        if unwatch:
+            unwatch()
+    # Stopped from outside: not a result the pipeline keeps (Snakemake, if alive, reruns it).
+    return 1 if STOP.reason else code
+
+
+def start(cfg: RunConfig, args: argparse.Namespace) -> int:
+    """The run, in its GPU lease where the pipeline asks for one."""
+    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
     planned = args.planned_gpus
     # A run its plan gave no GPU (the CPU plan, or a run it counts as skipped) takes none here either.
     no_gpu = planned is not None and (planned == 0 or skip_reason(cfg, planned) is not None)
@@ -283,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
 def redirect_output(path: Path) -> None:
     """Point this process's stdout/stderr (and so torchrun's ranks') at the run's log file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    # O_APPEND: every write lands whole at the end, whoever writes (the launcher, torchrun, ranks)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
     sys.__stderr__.flush()
     keep = os.dup(2)
     sys.__stderr__ = os.fdopen(keep, "w")   # placement lines still reach the pipeline's output

@@ -3,6 +3,7 @@ when it was launched (a leaf module, so that neither has to import the other for
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 CHECKPOINT = "model.pt"
@@ -24,6 +25,19 @@ def since_launch() -> float | None:
 
 
 def log(msg: str) -> None:
-    """One line of the run's log, tagged with the rank under torchrun."""
+    """One line of the run's log, tagged with the rank under torchrun, written whole: one
+    write() of the line and its newline, so that two ranks sharing the log (unbuffered output,
+    PYTHONUNBUFFERED=1, writes text and newline apart) never glue their lines together."""
     rank = f" rank {os.environ['RANK']}" if "RANK" in os.environ else ""
-    print(f"[dpbench {time.strftime('%H:%M:%S')}{rank}] {msg}", flush=True)
+    line = f"[dpbench {time.strftime('%H:%M:%S')}{rank}] {msg}\n"
+    out = sys.stdout
+    out.flush()   # what was printed before comes before
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):   # not a file (a test's capture): one write() still
+        out.write(line)
+        out.flush()
+        return
+    data = line.encode(getattr(out, "encoding", None) or "utf-8", errors="replace")
+    while data:
+        data = data[os.write(fd, data):]
