@@ -30,3 +30,12 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
     if cfg.gpus > visible:
         return f"needs {cfg.gpus} GPUs, {visible} visible"
     return None
+
+
+def world_mismatch(cfg: RunConfig, world: int) -> str | None:
+    """Why a rank must not train (None when it may): torchrun started `world` processes for a
+    run planned on another number of GPUs, which would label the run as what it is not."""
+    if world == cfg.gpus:
+        return None
+    return (f"the run config says gpus={cfg.gpus} but torchrun started {world} processes; set gpus "
+            f"to the world size (nnodes x nproc-per-node) so that the run is labelled as what it is")

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from dpbench import DP_VARIANTS, results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
-from dpbench.plan.skips import skip_reason
+from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
 from dpbench.run import device_facts, measure, provenance
@@ -126,10 +126,8 @@ class Context:
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
         local = int(os.environ.get("LOCAL_RANK", 0))
-        if self.distributed and self.world != cfg.gpus:
-            raise ValueError(f"the run config says gpus={cfg.gpus} but torchrun started "
-                             f"{self.world} processes; set gpus to the world size "
-                             f"(nnodes x nproc-per-node) so that the run is labelled as what it is")
+        if self.distributed and (mismatch := world_mismatch(cfg, self.world)):
+            raise ValueError(mismatch)
         cuda = uses_cuda(cfg)
         if cfg.variant in DP_VARIANTS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]

@@ -40,7 +40,7 @@ from pathlib import Path
 from dpbench import results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
-from dpbench.plan.skips import skip_reason
+from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.record import Record, record_fields, write_record
 from dpbench.run import provenance
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
@@ -363,15 +363,6 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
     return 0
 
 
-def world_mismatch(cfg: RunConfig) -> str | None:
-    """Why a rank must not train: torchrun started another number of processes than `gpus`."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if world == cfg.gpus:
-        return None
-    return (f"the run config says gpus={cfg.gpus} but torchrun started {world} processes; set gpus "
-            f"to the world size (nnodes x nproc-per-node) so that the run is labelled as what it is")
-
-
 def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
     """Every rank sees the mismatch; each writes the same failed record (atomically), without
     importing torch and before any exits: once one rank has exited, torchrun's agents may end
@@ -396,7 +387,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
         die_with_parent()
-        if reason := world_mismatch(cfg):
+        if reason := world_mismatch(cfg, int(os.environ.get("WORLD_SIZE", 1))):
             return record_world_mismatch(cfg, out, reason)
         from dpbench.run.engine import run_process
         return run_process(cfg, out)
