@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-# A run stops when this Snakemake process is gone (dpbench.run.launch, PIPELINE_PID_ENV).
+# A run stops when this Snakemake process is gone (dpbench.run.watchdog, PIPELINE_PID_ENV).
 os.environ["DPBENCH_PIPELINE_PID"] = str(os.getpid())
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))   # works without `pip install -e .` too

@@ -535,7 +535,7 @@ def test_a_watchdog_stops_a_run_that_is_its_starters_direct_child(tmp_path):
     """No shell between: the starter (Snakemake where bash execs, or any Python starter) is the
     run's parent; killing it -9 must stop the run (the old watchdog watched the grandparent)."""
     marker = f"watched-run-{tmp_path.name}"
-    child = (f"import time, dpbench.run.launch as l; l.stop_with_pipeline(0.2); "
+    child = (f"import time, dpbench.run.watchdog as l; l.stop_with_pipeline(0.2); "
              f"time.sleep(60)  # {marker}")
     starter = _detached_starter([sys.executable, "-c", child], tmp_path)
     try:
@@ -553,8 +553,8 @@ def test_a_watchdog_stops_a_run_that_is_its_starters_direct_child(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_the_watchdog_watches_the_parent_the_shell_s_parent_and_the_named_pipeline(tmp_path):
-    from dpbench.run import launch
-    show = ("import json, os, dpbench.run.launch as l; "
+    from dpbench.run import watchdog
+    show = ("import json, os, dpbench.run.watchdog as l; "
             "print(json.dumps([[w.pid, w.child] for w in l.starters()]))")
     direct = subprocess.run([sys.executable, "-c", show], env=ENV, capture_output=True, text=True, check=True)
     assert [pid for pid, _ in json.loads(direct.stdout)] == [os.getpid()]   # no shell: the parent alone
@@ -563,10 +563,10 @@ def test_the_watchdog_watches_the_parent_the_shell_s_parent_and_the_named_pipeli
     (shell, shell_child), (up, up_child) = json.loads(via_shell.stdout)
     assert up == os.getpid() and up_child == shell   # the shell must stay the pipeline's child
     named = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True,
-                           env=dict(ENV, **{launch.PIPELINE_PID_ENV: str(os.getppid())}))
+                           env=dict(ENV, **{watchdog.PIPELINE_PID_ENV: str(os.getppid())}))
     assert [pid for pid, _ in json.loads(named.stdout)] == [os.getpid(), os.getppid()]
     gone = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, check=True,
-                          env=dict(ENV, **{launch.PIPELINE_PID_ENV: "999999999"}))
+                          env=dict(ENV, **{watchdog.PIPELINE_PID_ENV: "999999999"}))
     assert [pid for pid, _ in json.loads(gone.stdout)] == [os.getpid()]   # no such process: not watched
 
 
