@@ -55,3 +55,21 @@ def test_tiny_run_writes_every_row(tmp_path):
     assert (tmp_path / "runs" / "lm-bf16-ddp" / "metrics.json").is_file()
     table = (tmp_path / "workload_bench.md").read_text()
     assert table.count("| lm |") == 3 and "MFU (989T)" in table
+
+
+def test_fixed_workload_feed_keeps_one_batch_resident():
+    """feed: fixed is the bare loop's ceiling: one batch on the device, served every step (it
+    drew and kept a copy per step, so the run's peak memory held every step's batch)."""
+    import torch
+
+    from dpbench.run.data import WorkloadFeed
+
+    def make(generator, n):
+        return torch.randn(n, 3, generator=generator), torch.randint(0, 2, (n,), generator=generator)
+
+    feed = WorkloadFeed(make, samples=40, batch=8, seed=1, device=torch.device("cpu"), total=4, fixed=True)
+    steps = list(feed.epoch(0))
+    assert len(steps) == 4 and all(s[0] is steps[0][0] for s in steps)
+    assert feed.resident_bytes == steps[0][0].nbytes + steps[0][1].nbytes
+    assert torch.equal(steps[0][0], feed.global_batch(0, 8)[0]) and steps[0][2] == 8
+    assert list(feed.epoch(1)) == []   # total reached in epoch 0
