@@ -256,3 +256,16 @@ def test_the_workloads_experiments_cpu_plan_runs_end_to_end(tmp_path):
     assert replaced["resnet50_224.workload.args"] == {"asked": {"resolution": 224}, "used": {"resolution": 32}}
     lm = [rc for rc in plan["runs"].values() if "transformer-lm" in json.dumps(rc.get("workload"))]
     assert lm and all(rc["workload"]["args"]["width"] == 64 for rc in lm)
+
+
+def test_your_model_docs_experiment_plans_and_shrinks_on_the_cpu():
+    """docs/your-model.md's experiment, as a user copies it: it plans without importing the
+    factory, and its CPU plan trains the workload at cpu_plan.workload_args's width."""
+    import yaml
+    text = (REPO / "docs" / "your-model.md").read_text()
+    config = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])
+    runs = pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=0)).runs
+    assert {rc.workload["args"]["width"] for rc in runs.values()} == {32}
+    assert {rc.workload["factory"] for rc in runs.values()} == {"mypkg.models:build"}
+    gpu = pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=2)).runs
+    assert {rc.workload["args"]["width"] for rc in gpu.values()} == {512}
