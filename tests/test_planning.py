@@ -373,3 +373,18 @@ def test_the_mixed_experiment_has_a_single_baseline_for_both_kinds_of_scaling():
             assert (setup, 512) in singles, f"{rc.variant} g2 at 1024: no weak baseline"
     assert {rc.global_batch for rc in multi} == {512, 1024}
     assert plan.config["exclusive_timing"] is True
+
+
+def test_the_cpu_plan_shrinks_a_named_workloads_args_and_says_so():
+    lm = {"name": "transformer-lm", "args": {"width": 768, "layers": 12, "heads": 12, "vocab": 50257}}
+    over = {"matrix": [{"name": "lm", "variants": ["single"], "options": {"workload": lm}}],
+            "cpu_plan": {"workload_args": {"transformer-lm": {"width": 64, "layers": 2, "heads": 4}}}}
+    cpu = _plan(0, **over)
+    (rc,) = cpu.runs.values()
+    assert rc.workload == {"name": "transformer-lm", "args": {"width": 64, "layers": 2, "heads": 4, "vocab": 50257}}
+    assert rc.options["workload"] == rc.workload          # the label names what trains
+    doc = cpu.document()["cpu_replaced"]["lm.workload.args"]
+    assert doc == {"asked": {"heads": 12, "layers": 12, "width": 768}, "used": {"heads": 4, "layers": 2, "width": 64}}
+    assert "lm.workload.args=" in cpu.banner()
+    (gpu,) = _plan(2, **over).runs.values()                # a GPU plan trains the size asked for
+    assert gpu.workload == lm

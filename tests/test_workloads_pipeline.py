@@ -227,3 +227,45 @@ def test_an_old_record_reads_as_the_default_workload():
     new = upgrade(old)
     assert new["workload"] == {"name": "resnet18-cifar10", "args": {}, "source_sha256": None}
     assert new["throughput"]["samples_per_s"] == 5.0 and new["parameters"] is None
+
+
+# -- the workloads experiment's CPU plan, end to end --------------------------------------------
+
+@pytest.mark.slow
+def test_the_workloads_experiments_cpu_plan_runs_end_to_end(tmp_path):
+    """experiments/workloads.yaml without CUDA, through the real Snakemake: its workloads shrunk
+    by cpu_plan.workload_args, every run ok or skipped with its reason, the summary by workload."""
+    import pandas as pd
+    from fakes import copy_workflow, run_snakemake
+
+    wd = copy_workflow(tmp_path)
+    proc = run_snakemake(wd, "--config", "experiment=workloads", "tag=wl", timeout=600, check=True)
+    assert "lm_124m.workload.args=" in proc.stderr   # the banner says what it shrank
+    base = wd / "results" / "wl"
+    summary = pd.read_csv(base / "summary.csv", keep_default_na=False)
+    assert set(summary.status) <= {"ok", "skipped"}
+    assert set(summary.workload) == {"resnet18-cifar10", "torchvision", "transformer-lm"}
+    ok = summary[summary.status == "ok"]
+    assert set(ok.variant) == {"single", "ddp"} and set(ok.workload) == set(summary.workload)
+    skipped = summary[summary.status == "skipped"]
+    assert (skipped.reason != "").all()
+    assert skipped[skipped.variant.str.startswith("dp") & (skipped.variant != "ddp")].reason.str.contains("needs CUDA").all()
+    plan = json.loads((base / "plan.json").read_text())
+    replaced = plan["cpu_replaced"]
+    assert replaced["lm_1b.workload.args"]["used"] == {"heads": 4, "layers": 2, "seq_len": 32, "vocab": 256, "width": 64}
+    assert replaced["resnet50_224.workload.args"] == {"asked": {"resolution": 224}, "used": {"resolution": 32}}
+    lm = [rc for rc in plan["runs"].values() if "transformer-lm" in json.dumps(rc.get("workload"))]
+    assert lm and all(rc["workload"]["args"]["width"] == 64 for rc in lm)
+
+
+def test_your_model_docs_experiment_plans_and_shrinks_on_the_cpu():
+    """docs/your-model.md's experiment, as a user copies it: it plans without importing the
+    factory, and its CPU plan trains the workload at cpu_plan.workload_args's width."""
+    import yaml
+    text = (REPO / "docs" / "your-model.md").read_text()
+    config = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])
+    runs = pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=0)).runs
+    assert {rc.workload["args"]["width"] for rc in runs.values()} == {32}
+    assert {rc.workload["factory"] for rc in runs.values()} == {"mypkg.models:build"}
+    gpu = pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=2)).runs
+    assert {rc.workload["args"]["width"] for rc in gpu.values()} == {512}

@@ -3,7 +3,8 @@
 Groups in `matrix` expand to variants x gpus x repeats; `options` are per-group overrides that
 also label the runs. Without CUDA the CPU plan applies: its `train` settings (synthetic data, a
 small step and evaluation budget) and `repeats` replace the experiment's, except keys the user
-gave (pipeline.load_experiment keeps those); the same run ids are kept, what cannot run there is
+gave (pipeline.load_experiment keeps those), and its `workload_args` are merged over the args of
+the workloads a group or `train` names (a transformer trains at a CPU size); the same run ids are kept, what cannot run there is
 recorded as skipped with its reason, and its timed runs take one `cpu_timing` slot each, so that
 no two of them share the machine.
 
@@ -26,6 +27,7 @@ from typing import Any
 from dpbench import results
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason
+from dpbench.workloads.registry import resolve
 
 
 def visible_gpus() -> int:
@@ -129,6 +131,8 @@ class Plan:
                         train = {**cfg.get("train", {}), **options}
                         if self.cpu:
                             train.update(cpu_plan["train"], max_cpu_ranks=cpu_plan["max_ranks"])
+                            if "workload" in train:
+                                train["workload"] = self.cpu_workload(train["workload"])[0]
                         rc = RunConfig.from_dict(resolve_run(train, variant, gpus, repeat, options,
                                                              cfg.get("seeds", "distinct")))
                         rid = results.run_id(variant, gpus, repeat, options)
@@ -146,7 +150,23 @@ class Plan:
         options = group.get("options", {})
         if self.cpu:
             options = {k: v for k, v in options.items() if k not in self.config["cpu_plan"]["train"]}
+            if "workload" in options:
+                options["workload"] = self.cpu_workload(options["workload"])[0]
         return options
+
+    def cpu_workload(self, workload) -> tuple[Any, dict, dict]:
+        """A workload as the CPU plan trains it: cpu_plan.workload_args[its name] (a built-in's or
+        plugin's name, or a factory's reference) merged over its args; and the args it replaced,
+        (asked, used), empty when none."""
+        shrink = self.config["cpu_plan"].get("workload_args", {})
+        name, _, args = resolve(workload)
+        used = {**args, **shrink.get(name, {})}
+        changed = sorted(k for k in used if args.get(k) != used[k])
+        if not changed:
+            return workload, {}, {}
+        spec = dict(workload) if isinstance(workload, dict) else (
+            {"factory": workload} if ":" in workload else {"name": workload})
+        return ({**spec, "args": used}, {k: args.get(k) for k in changed}, {k: used[k] for k in changed})
 
     def document(self) -> dict:
         """plan.json: what every later reader takes from the plan (the probes, the ledger, the
@@ -219,7 +239,13 @@ class Plan:
         """The experiment's train settings that the CPU plan replaced: key -> (asked, used)."""
         asked = self.config.get("train", {})
         used = self.config["cpu_plan"]["train"]
-        return {k: (asked[k], used[k]) for k in sorted(used) if k in asked and asked[k] != used[k]}
+        replaced = {k: (asked[k], used[k]) for k in sorted(used) if k in asked and asked[k] != used[k]}
+        # and the workload args that cpu_plan.workload_args replaced, where a workload is named
+        named = [("train", asked)] + [(g["name"], g.get("options", {})) for g in self.config["matrix"]]
+        for where, given in named:
+            if "workload" in given and (change := self.cpu_workload(given["workload"]))[1]:
+                replaced[f"{where}.workload.args"] = change[1:]
+        return replaced
 
     def skipped_summary(self, runs: list[RunConfig]) -> str:
         """Runs by variant and GPU counts: 'dp on [1, 2], ddp on [3]'."""

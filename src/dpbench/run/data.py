@@ -441,7 +441,8 @@ class WorkloadFeed:
     single, dp* and ddp on any number of ranks see the same global batches. An epoch is
     `samples` samples in global batches (the last may be short); its batches are drawn and
     copied to the device when epoch() is called, before its step clock starts, and no more of
-    them than the run's `total` steps take. fixed=True: global step 0's batch every step."""
+    them than the run's `total` steps take. fixed=True: global step 0's batch every step, the
+    same device tensors (one batch resident, as a bare loop holds it)."""
 
     def __init__(self, make_batch, samples: int, batch: int, seed: int, device: torch.device,
                  world: int = 1, rank: int = 0, total: int | None = None, fixed: bool = False):
@@ -460,12 +461,21 @@ class WorkloadFeed:
     def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
         first = epoch * len(self)
         out = []
+        if self.fixed:
+            steps = len(self) if self.total is None else max(0, min(len(self), self.total - first))
+            if not hasattr(self, "_fixed"):
+                x, y = self.global_batch(0, self.batch)
+                part = shard(len(x), self.world, self.rank)
+                self._fixed = (x[part].to(self.device), y[part].to(self.device), len(x))
+            out = [self._fixed] * steps
+            self.resident_bytes = max(self.resident_bytes, self._fixed[0].nbytes + self._fixed[1].nbytes)
+            return iter(out)
         for i, pos in enumerate(global_batches(self.samples, self.batch)):
             step = first + i
             if self.total is not None and step >= self.total:
                 break
             n = pos.stop - pos.start
-            x, y = self.global_batch(0 if self.fixed else step, self.batch if self.fixed else n)
+            x, y = self.global_batch(step, n)
             part = shard(len(x), self.world, self.rank)
             out.append((x[part].to(self.device), y[part].to(self.device), len(x)))
         self.resident_bytes = max(self.resident_bytes, sum(x.nbytes + y.nbytes for x, y, _ in out))
