@@ -10,7 +10,8 @@ repeats counts with its median and the interval dpbench.analysis.tables gives it
 the training split the runs' records name. A target whose cell (or baseline) has no
 measurement reads "not measured (<why>)", never a verdict. The rows carry short labels (a
 cell's knobs, why it was not measured, a verdict) since targets.json holds them; the prose
-and the figures are dpbench.report.perf_targets'.
+and the figures are dpbench.report.perf_targets'. At 450-odd lines it holds one table of
+targets and the functions that fill it; the whole-experiment time is analysis.experiment_time's.
 """
 from __future__ import annotations
 

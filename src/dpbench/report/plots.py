@@ -9,6 +9,9 @@ present (an option set or GPU count without ok runs gets no panel, and a line un
 names the cells that have runs but no ok one), titles say the option set in words, and each
 panel's y range holds all of its points. The look (sizes, colours, grids, notes) is
 dpbench.report.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.analysis.tables'.
+At about 680 lines it is longer than the house's 450: the seven figures share one set of panel
+helpers (the not-drawn note, dodging, intervals, ideal lines, curve smoothing), which a split
+would either copy or scatter across modules that import each other.
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ scatter would (`torch.chunk`). The `gpu` feed also draws each sample's crop and 
 seed, so its augmentations are identical across variants and GPU counts; the `torch` feed uses
 torchvision's transforms in DataLoader workers, as the kuangliu/pytorch-cifar recipe does: its
 draws are seeded too, but depend on the workers and on how a batch is sharded, so they differ
-between GPU counts (same distribution, different draws).
+between GPU counts (same distribution, different draws). A workload other than CIFAR's draws its
+global batches from its own batch maker (WorkloadFeed), sharded the same way. Both feeds live here,
+over 450 lines, because they must shard a global batch identically: one module keeps them in step.
 """
 from __future__ import annotations
 

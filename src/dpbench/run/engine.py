@@ -2,7 +2,8 @@
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
 in `dpbench.run.launch`; `python -m dpbench.run.engine ...` is the same command (it forwards there).
-One process here is a `single` or `dp*` run, or one DDP rank.
+One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
+because set-up, loop, evaluation and the record's measured parts are one run's life in order.
 """
 from __future__ import annotations
 
