@@ -19,7 +19,7 @@ export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
 [ -f data/cifar-10-batches-py/test_batch ] || "$py" -m dpbench.run.cifar_pack .carry/cifar10-jpeg.npz data > /dev/null || exit 3
 mkdir -p "$out"
 start=$(date +%s)
-timeout "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
+timeout -s INT -k 60 "$limit" snakemake --cores all --rerun-incomplete --config experiment="$exp" tag="$tag" "$@" \
   > "$out/${tag//+/_}-snakemake.log" 2>&1
 rc=$?   # before anything else runs: the line below would read date's status
 echo "pipeline wall time: $(( $(date +%s) - start )) s, snakemake exit $rc ($tag)" | tee -a "$out/${tag//+/_}-snakemake.log"
