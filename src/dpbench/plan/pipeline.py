@@ -129,6 +129,20 @@ def _validation_message(merged: dict) -> str | None:
             f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
 
 
+def tag_problem(tag: Any, key: str = "tag") -> str | None:
+    """Why `tag` is not a result set's name (one folder under results_dir), or None. A path
+    (a separator, '..') would nest the set or leave results_dir; a leading dot hides it."""
+    if not isinstance(tag, str) or tag == "":
+        return None   # not a string: the schema says so; empty: the default tag
+    bad = ("a path separator" if "/" in tag or "\\" in tag else "'..'" if ".." in tag
+           else "a leading '.'" if tag.startswith(".") else "white space" if any(c.isspace() for c in tag)
+           else None)
+    if bad is None:
+        return None
+    return (f"config key {key}: {tag!r} has {bad}; a tag is a name, one folder under results_dir "
+            f"(e.g. {key}=quick or {key}=torch-2.14.1)")
+
+
 def fill_defaults(value: dict, spec: dict | None = None) -> dict:
     """`value` with the schema's defaults filled in for the keys it leaves out. A `$ref` is not
     followed: the `train` options' defaults are a run's (RunConfig applies them), and filled in
@@ -164,6 +178,9 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     unknown = unknown_keys(merged)
     if unknown:
         raise ConfigError(_typo_message(unknown) + f" (in {path.name})")
+    problem = tag_problem(merged.get("tag"))
+    if problem:   # before the schema's pattern, which would only show the regular expression
+        raise ConfigError(problem)
     problem = _validation_message(merged)
     if problem:
         raise ConfigError(problem)
@@ -247,6 +264,10 @@ def compare_args(config: dict, tag: str) -> str:
     if not baseline:
         raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
                           "[candidate=<tag>] (tags are the folders under results/)")
+    for key in ("baseline", "candidate"):
+        problem = tag_problem(config.get(key), key)
+        if problem:
+            raise ConfigError(problem)
     c = dict(config["compare"])
     args = ["--results-dir", config["results_dir"], "--baseline", baseline,
             "--candidate", config.get("candidate") or tag]
@@ -264,6 +285,6 @@ def compare_args(config: dict, tag: str) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-__all__ = ["ConfigError", "load_experiment", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
+__all__ = ["ConfigError", "load_experiment", "tag_problem", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
            "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]
