@@ -45,6 +45,13 @@ if "cpu_timing" not in workflow.global_resources and LOCAL:
 localrules: all, plan, collect, plots, summary, claims, compare
 
 onstart:
+    # One pipeline per result set, for the life of this process (dry runs never get here): a
+    # second one on the same tag stops with one line naming the holder's pid.
+    if pipeline.needs_pipeline_lock(workflow.dag_settings.targets):
+        try:
+            pipeline.hold_pipeline_lock(RS.dir, PLAN.tag)
+        except pipeline.ConfigError as exc:
+            sys.exit(f"dpbench: {exc}")
     print(PLAN.banner(), file=sys.stderr)
 
 wildcard_constraints:

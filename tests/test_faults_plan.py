@@ -4,6 +4,7 @@ default experiment instead of the set's own, sets of two experiments read as reg
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from dpbench.analysis import collect
 from dpbench.plan import pipeline
 
 REPO = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           OMP_NUM_THREADS="1")
 
 
 def write_set(root: Path, tag: str, runs: list[dict]) -> None:
@@ -83,3 +86,109 @@ def test_compare_refuses_a_baseline_that_is_a_path():
     config = pipeline.load_experiment({"experiment": "smoke", "baseline": "../etc"}, REPO)
     with pytest.raises(pipeline.ConfigError, match="baseline"):
         pipeline.compare_args(config, "quick")
+
+
+# == row 5: one pipeline per result set ========================================================
+
+HOLD = ("import sys; from dpbench.plan import pipeline; "
+        "pipeline.hold_pipeline_lock(sys.argv[1], 'lock'); print('held', flush=True); sys.stdin.read()")
+
+
+@pytest.fixture
+def held(tmp_path):
+    """results/lock/ held by another process (as a running pipeline holds it); yields (set folder, pid)."""
+    import subprocess
+    import sys
+    folder = tmp_path / "results" / "lock"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield folder, proc.pid
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+
+
+def test_a_second_holder_of_a_result_set_is_refused_naming_the_tag_and_pid(held):
+    folder, pid = held
+    with pytest.raises(pipeline.PipelineBusy) as err:
+        pipeline.hold_pipeline_lock(folder, "lock")
+    assert "'lock'" in str(err.value) and f"pid {pid}" in str(err.value)
+
+
+def test_the_lock_goes_with_the_process_that_held_it(tmp_path):
+    import subprocess
+    import sys
+    folder = tmp_path / "results" / "lock"
+    proc = subprocess.run([sys.executable, "-c", HOLD, str(folder)], input="", capture_output=True, text=True,
+                          env=ENV, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert pipeline.hold_pipeline_lock(folder, "lock") == folder / pipeline.PIPELINE_LOCK   # no stale lock
+
+
+@pytest.mark.parametrize("targets, locks", [((), True), (("all",), True), (("results/x/summary.csv",), True),
+                                            (("compare",), False)])
+def test_compare_alone_takes_no_lock(targets, locks):
+    assert pipeline.needs_pipeline_lock(targets) is locks
+
+
+TINY_CPU_PLAN = {"repeats": 1, "max_ranks": 1,
+                 "train": {"dataset": "synthetic", "synthetic_size": 48, "synthetic_test_size": 16,
+                           "global_batch": 12, "epochs": 1, "max_steps": 3, "warmup_steps": 1,
+                           "workers": 0, "log_every": 1000}}
+
+
+@pytest.fixture
+def lock_workflow(tmp_path) -> Path:
+    """A copy of the workflow with a one-run smoke-like experiment (tag `lock`) on the CPU plan."""
+    import yaml
+    from fakes import copy_workflow
+    wd = copy_workflow(tmp_path / "wf")
+    (wd / "lock.yaml").write_text(yaml.safe_dump(dict(experiment="smoke", tag="lock", repeats=1,
+                                                      variants=["single"], gpus=[1], cpu_plan=TINY_CPU_PLAN)))
+    return wd
+
+
+def snakemake(wd: Path, *args: str):
+    import subprocess
+    import sys
+    return subprocess.Popen([sys.executable, "-m", "snakemake", "results/lock/summary.csv", "--cores", "1",
+                             *args, "--configfile", "lock.yaml"], cwd=wd, env={**ENV, "CUDA_VISIBLE_DEVICES": ""},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("snakemake_lock", ["raced", "its own"])
+def test_two_pipelines_started_together_on_one_tag_train_once(lock_workflow, snakemake_lock):
+    # "raced": --nolock stands for Snakemake's own lock letting both through, as it did once in three.
+    extra = ("--nolock",) if snakemake_lock == "raced" else ()
+    procs = [snakemake(lock_workflow, *extra) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    trained = [out.count("rule train:") for out in outs]
+    assert sorted(codes) == [0, 1] and sorted(trained) == [0, 1], "\n====\n".join(o[-3000:] for o in outs)
+    loser = outs[codes.index(1)]
+    if snakemake_lock == "raced":
+        winner = procs[codes.index(0)].pid
+        assert f"result set 'lock' is in use by another pipeline (pid {winner}" in loser, loser[-3000:]
+
+
+@pytest.mark.slow
+def test_a_dry_run_needs_no_lock_and_a_real_run_is_refused(lock_workflow):
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(lock_workflow / "results" / "lock")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        dry = snakemake(lock_workflow, "-n")
+        out = dry.communicate(timeout=300)[0]
+        assert dry.returncode == 0 and "rule train:" in out, out[-3000:]
+        real = snakemake(lock_workflow)
+        out = real.communicate(timeout=300)[0]
+        assert real.returncode == 1 and f"pid {proc.pid}" in out and "rule train:" not in out, out[-3000:]
+        assert not (lock_workflow / "results" / "lock" / "runs").exists()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)

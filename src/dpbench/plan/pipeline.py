@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,59 @@ def plan_of_file(path: Path | str, **overrides: Any) -> dict:
     return make_plan(load_experiment(config, Path(path).parent)).document()
 
 
+# -- one pipeline per result set -------------------------------------------------------------
+
+PIPELINE_LOCK = ".pipeline.lock"
+_HELD: dict[str, int] = {}   # lock file -> its open descriptor, held for the life of the process
+# Targets that write nothing into the pipeline's own result set: no lock (compare writes under
+# results/compare/ and only reads the sets).
+LOCK_FREE_TARGETS = frozenset({"compare"})
+
+
+class PipelineBusy(ConfigError):
+    """Another pipeline holds the result set: its runs would train twice at once, timed together."""
+
+
+def needs_pipeline_lock(targets: Any) -> bool:
+    """Whether a Snakemake run of `targets` (empty: the default target) writes into the result set."""
+    return not targets or not set(targets) <= LOCK_FREE_TARGETS
+
+
+def hold_pipeline_lock(set_dir: Path | str, tag: str) -> Path:
+    """Takes results/<tag>/.pipeline.lock (a non-blocking flock) for the life of this process, or
+    raises PipelineBusy naming the tag and the holder's pid. The kernel lets it go when the
+    process ends, however it ends (kill -9 included): no stale lock to remove. The descriptor is
+    not inherited by the jobs (Python opens it close-on-exec). Taken again in one process: kept."""
+    import fcntl
+
+    path = Path(set_dir) / PIPELINE_LOCK
+    if str(path) in _HELD:
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"result set {tag!r}: cannot open {path} ({exc.strerror}); "
+                          f"choose a writable results_dir or another tag") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        for _ in range(20):   # the holder writes its pid just after it locks: a bounded wait
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if holder:
+                break
+            time.sleep(0.05)
+        os.close(fd)
+        raise PipelineBusy(f"result set {tag!r} is in use by another pipeline (pid {holder or 'unknown'}, "
+                           f"{path}): wait for it, stop it (kill {holder or '<pid>'}), or use "
+                           f"--config tag=<another>") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[str(path)] = fd
+    return path
+
+
 def table_files(plan: Plan) -> dict[str, str]:
     return {name: str(path) for name, path in plan.results.table_paths().items()}
 
@@ -285,6 +340,7 @@ def compare_args(config: dict, tag: str) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-__all__ = ["ConfigError", "load_experiment", "tag_problem", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
+__all__ = ["ConfigError", "PipelineBusy", "hold_pipeline_lock", "needs_pipeline_lock", "load_experiment",
+           "tag_problem", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
            "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]
