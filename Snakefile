@@ -2,7 +2,7 @@
 #   snakemake --cores all                              the experiment in config.yaml
 #   snakemake --cores all --config experiment=smoke    another one (experiments/*.yaml)
 #   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
-#   snakemake --report results/<tag>/report.html
+#   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
 #   snakemake compare --config baseline=<tag> candidate=<tag>
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
 import sys
@@ -16,8 +16,9 @@ min_version("8.0")
 
 configfile: "config.yaml"
 
+GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it (`dpbench report`)
 config.update(pipeline.load_experiment(config, workflow.basedir))
-PLAN = pipeline.make_plan(config)
+PLAN = pipeline.make_plan(config, GIVEN)
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,80 @@ def test_a_dry_run_needs_no_lock_and_a_real_run_is_refused(lock_workflow):
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+# == row 8: the report of the set it names =====================================================
+
+def planned_set(wd: Path, given: dict) -> dict:
+    """results/<tag>/plan.json as the plan rule writes it for `given` (and a Snakefile beside it)."""
+    (wd / "Snakefile").touch()
+    plan = pipeline.make_plan(pipeline.load_experiment(dict(given), REPO), given)
+    path = wd / "results" / plan.tag / "plan.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(plan.plan_json())
+    return json.loads(path.read_text())
+
+
+def test_plan_json_keeps_the_config_as_given(tmp_path):
+    doc = planned_set(tmp_path, {"experiment": "smoke", "tag": "quick", "repeats": "1", "gpus": ["1"]})
+    assert doc["given"] == {"experiment": "smoke", "tag": "quick", "repeats": 1, "gpus": [1]}
+
+
+def test_the_report_command_carries_the_sets_experiment_tag_and_config(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    import yaml
+
+    from dpbench import cli
+    planned_set(tmp_path, {"experiment": "smoke", "tag": "quick", "repeats": 1, "gpus_available": 2,
+                           "train": {"max_steps": 5}})
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: ran.append((cmd, kw)) or subprocess.CompletedProcess(cmd, 0))
+    assert cli.main(["report", "quick", "--workflow", str(tmp_path)]) == 0
+    ((cmd, kw),) = ran
+    assert cmd[1:5] == ["-m", "snakemake", "--report", "results/quick/report.html"] and kw["cwd"] == tmp_path
+    config = yaml.safe_load(Path(cmd[cmd.index("--configfile") + 1]).read_text())
+    assert (config["experiment"], config["tag"], config["results_dir"]) == ("smoke", "quick", "results")
+    assert config["repeats"] == 1 and config["train"] == {"max_steps": 5} and config["gpus_available"] == 2
+
+
+def test_a_default_tag_is_pinned_to_the_one_the_set_was_planned_with(tmp_path, monkeypatch):
+    import subprocess
+
+    import yaml
+
+    from dpbench import cli
+    doc = planned_set(tmp_path, {"experiment": "smoke", "tag": "", "gpus_available": 0})
+    doc.update(tag="smoke-torch-2.13.0", given={"experiment": "smoke"})   # made under an older torch
+    (tmp_path / "results" / "smoke-torch-2.13.0").mkdir()
+    (tmp_path / "results" / "smoke-torch-2.13.0" / "plan.json").write_text(json.dumps(doc))
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert cli.main(["report", "smoke-torch-2.13.0", "--workflow", str(tmp_path)]) == 0
+    config = yaml.safe_load(Path(ran[0][ran[0].index("--configfile") + 1]).read_text())
+    assert config["tag"] == "smoke-torch-2.13.0" and config["experiment"] == "smoke"
+
+
+@pytest.mark.parametrize("tag, fragment", [("nothere", "plan.json: not found"), ("a/b", "config key tag")])
+def test_a_report_of_no_set_is_exit_2_with_one_line(tmp_path, tag, fragment, capsys):
+    from dpbench import cli
+    (tmp_path / "Snakefile").touch()
+    assert cli.main(["report", tag, "--workflow", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_report_of_a_set_made_with_other_config_shows_that_set(lock_workflow):
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "lock.yaml",
+                          "--config", "tag=other"], cwd=lock_workflow, env={**ENV, "CUDA_VISIBLE_DEVICES": ""},
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = subprocess.run([sys.executable, "-m", "dpbench.cli", "report", "other", "--workflow", str(lock_workflow)],
+                            env=ENV, capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-3000:]
+    html = (lock_workflow / "results" / "other" / "report.html").read_text(errors="replace")
+    assert "results/other/figures" in html and not re.search(r"results/(?!other/)[\w.+-]+/figures", html)
+

@@ -195,8 +195,9 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     return merged
 
 
-def make_plan(config: dict) -> Plan:
-    plan = Plan(config, plan_gpus(config))
+def make_plan(config: dict, given: dict | None = None) -> Plan:
+    """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps it)."""
+    plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
     try:
         plan.runs
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
