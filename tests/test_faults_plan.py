@@ -270,3 +270,20 @@ def test_the_report_of_a_set_made_with_other_config_shows_that_set(lock_workflow
     html = (lock_workflow / "results" / "other" / "report.html").read_text(errors="replace")
     assert "results/other/figures" in html and not re.search(r"results/(?!other/)[\w.+-]+/figures", html)
 
+
+# == row 12: one install order =================================================================
+
+def test_one_install_order_the_pair_first_then_the_readmes_install_lines():
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    installs = [i for i, b in enumerate(blocks) if 'pip install -e ".[' in b]
+    pairs = [i for i, b in enumerate(blocks) if "torchvision==" in b]
+    assert installs == [0] and pairs, (installs, pairs)   # dpbench is installed by the set-up lines only
+    intro = " ".join(readme.split("```bash\n" + blocks[pairs[0]])[0].strip().rsplit("\n\n", 1)[1].split())
+    assert "pair first" in intro and "lines above" in intro and "then dpbench" not in intro
+    # Wherever a command installs the pair and dpbench, the pair comes first (docs, the conda env).
+    for doc in [*sorted((REPO / "docs").glob("*.md")), REPO / "envs" / "dpbench.yaml"]:
+        text = doc.read_text()
+        if "torchvision" in text and ("pip install -e" in text or "- -e" in text):
+            dpbench = min(i for i in (text.find("pip install -e"), text.find("- -e")) if i >= 0)
+            assert text.find("torchvision") < dpbench, doc.name
