@@ -2,7 +2,7 @@
 #   snakemake --cores all                              the experiment in config.yaml
 #   snakemake --cores all --config experiment=smoke    another one (experiments/*.yaml)
 #   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
-#   snakemake --report results/<tag>/report.html
+#   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
 #   snakemake compare --config baseline=<tag> candidate=<tag>
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
 import os
@@ -20,8 +20,9 @@ min_version("8.0")
 
 configfile: "config.yaml"
 
+GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it (`dpbench report`)
 config.update(pipeline.load_experiment(config, workflow.basedir))
-PLAN = pipeline.make_plan(config)
+PLAN = pipeline.make_plan(config, GIVEN)
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
@@ -49,6 +50,13 @@ if "cpu_timing" not in workflow.global_resources and LOCAL:
 localrules: all, plan, collect, plots, summary, claims, compare
 
 onstart:
+    # One pipeline per result set, for the life of this process (dry runs never get here): a
+    # second one on the same tag stops with one line naming the holder's pid.
+    if pipeline.needs_pipeline_lock(workflow.dag_settings.targets):
+        try:
+            pipeline.hold_pipeline_lock(RS.dir, PLAN.tag)
+        except pipeline.ConfigError as exc:
+            sys.exit(f"dpbench: {exc}")
     print(PLAN.banner(), file=sys.stderr)
 
 wildcard_constraints:

@@ -10,6 +10,7 @@
     dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench perf-targets results/TAG --md F --json F     (the perf experiment's targets)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
+    dpbench report TAG                                   (results/TAG/report.html, from the set's plan.json)
     dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 # subcommand -> (module with main(argv), what it does)
 COMMANDS = {
@@ -46,6 +48,95 @@ def tag_main(argv: list[str]) -> int:
     return 0
 
 
+REPORT_CONFIG = "report.config.yaml"   # next to plan.json: the config the report was planned with
+
+
+class ReportError(ValueError):
+    """A report that cannot be built: the message names the file and the way out."""
+
+
+def report_config(results_dir: str, tag: str, workflow: Path) -> tuple[dict, str | None]:
+    """The config that plans TAG's DAG again: what the set's plan.json says was given, with its
+    experiment, its tag (a default tag names another torch once torch is upgraded) and the GPUs it
+    was planned for pinned; and a note when plan.json is older than its `given`."""
+    import json
+
+    from dpbench import results
+    from dpbench.plan.pipeline import tag_problem
+
+    problem = tag_problem(tag)
+    if problem or not tag:
+        raise ReportError(problem or "a tag is needed: dpbench report TAG (the folders under results/)")
+    rs = results.ResultSet(workflow / results_dir, tag)
+    try:
+        doc = json.loads(rs.plan_path.read_text())
+        experiment, planned_tag, gpus = doc["experiment"], doc["tag"], doc["gpus_planned"]
+    except FileNotFoundError:
+        raise ReportError(f"{rs.plan_path}: not found; the report is built from the set's plan: run its "
+                          f"pipeline first (snakemake --cores all --config tag={tag} ...)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{rs.plan_path}: unreadable ({type(exc).__name__}: {exc}); rebuild it with "
+                          f"snakemake --cores all {rs.plan_path} --config tag={tag} ...") from None
+    given, note = doc.get("given"), None
+    if not isinstance(given, dict):
+        given, note = {}, (f"{rs.plan_path} predates the config it was given: the report plans experiment "
+                           f"{experiment!r} without the set's other --config keys")
+    config = {**given, "experiment": experiment, "tag": planned_tag, "results_dir": results_dir,
+              "gpus_available": gpus}
+    return config, note
+
+
+def report_command(results_dir: str, tag: str, out: str | None, workflow: Path) -> tuple[list[str], Path, dict, str | None]:
+    """`snakemake --report OUT --configfile F` for TAG (run in the workflow folder), the file F to
+    write the set's config to, the config, and report_config's note."""
+    if not (workflow / "Snakefile").is_file():
+        raise ReportError(f"no Snakefile in {workflow.resolve()}: run from the repository's root or give --workflow DIR")
+    config, note = report_config(results_dir, tag, workflow)
+    set_dir = workflow / results_dir / config["tag"]
+    target = str(Path(out).resolve()) if out else str(Path(results_dir) / config["tag"] / "report.html")
+    configfile = (set_dir / REPORT_CONFIG).resolve()
+    return ([sys.executable, "-m", "snakemake", "--report", target, "--configfile", str(configfile)],
+            configfile, config, note)
+
+
+def report_main(argv: list[str]) -> int:
+    import shlex
+    import subprocess
+
+    import yaml
+
+    from dpbench.results.files import NotWritable, write_atomic
+
+    parser = argparse.ArgumentParser(
+        prog="dpbench report",
+        description="The HTML report of one result set (snakemake --report), planned with the set's own "
+                    "experiment, tag and config as its plan.json keeps them.")
+    parser.add_argument("tag", help="the result set: a folder under --results-dir")
+    parser.add_argument("--results-dir", default="results", help="relative to --workflow (default: results)")
+    parser.add_argument("--out", help="the report (default: RESULTS_DIR/TAG/report.html)")
+    parser.add_argument("--workflow", type=Path, default=Path("."), help="the folder of the Snakefile (default: .)")
+    parser.add_argument("--print", action="store_true", dest="print_only",
+                        help="print the command and the config file it reads, build nothing")
+    args = parser.parse_args(argv)
+    try:
+        command, configfile, config, note = report_command(args.results_dir, args.tag, args.out, args.workflow)
+    except ReportError as exc:
+        print(f"dpbench report: error: {exc}", file=sys.stderr)
+        return 2
+    if note:
+        print(f"dpbench report: note: {note}", file=sys.stderr)
+    try:
+        write_atomic(configfile, yaml.safe_dump(config, sort_keys=True).encode())
+    except NotWritable as exc:
+        print(f"dpbench report: error: {exc}", file=sys.stderr)
+        return 2
+    shown = shlex.join(["snakemake", *command[3:]])
+    print(f"dpbench report: {shown}   (in {args.workflow.resolve()})", file=sys.stderr)
+    if args.print_only:
+        return 0
+    return subprocess.run(command, cwd=args.workflow).returncode
+
+
 def perf_targets_main(argv: list[str]) -> int:
     from dpbench.report import perf_targets
 
@@ -65,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, (_, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("tag", help="the default results tag here (torch-<version>)", add_help=False)
+    sub.add_parser("report", help="the HTML report of one result set, with the set's own config", add_help=False)
     sub.add_parser("perf-targets", help="the perf experiment's targets (targets.md, targets.json, figures)",
                    add_help=False)
     if not argv or argv[0] in ("-h", "--help"):
@@ -75,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         return tag_main(rest)
     if command == "perf-targets":
         return perf_targets_main(rest)
+    if command == "report":
+        return report_main(rest)
     if command not in COMMANDS:
         parser.parse_args([command])   # argparse's own message and exit status 2
     from dpbench.results.files import NotWritable

@@ -95,6 +95,9 @@ def plan_gpus(config: dict) -> int:
 class Plan:
     config: dict
     gpus_visible: int
+    # The config as given (config.yaml, --configfile, --config), before the experiment's file and
+    # the defaults: plan.json keeps it, so that `dpbench report TAG` plans the set's DAG again.
+    given: dict | None = None
 
     @property
     def cpu(self) -> bool:
@@ -180,7 +183,8 @@ class Plan:
                             "label": results.options_label(self.group_options(g)),
                             "runs": sorted(self.group_runs[g["name"]])} for g in cfg["matrix"]],
                 "runs": {rid: rc.to_dict() for rid, rc in sorted(self.runs.items())},
-                "skipped": {rid: self.skip_reason(rc) for rid, rc in sorted(self.runs.items()) if self.skipped(rc)}}
+                "skipped": {rid: self.skip_reason(rc) for rid, rc in sorted(self.runs.items()) if self.skipped(rc)},
+                "given": self.given}
 
     def plan_json(self) -> str:
         return json.dumps(self.document(), indent=1, default=str) + "\n"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,20 @@ def _validation_message(merged: dict) -> str | None:
             f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
 
 
+def tag_problem(tag: Any, key: str = "tag") -> str | None:
+    """Why `tag` is not a result set's name (one folder under results_dir), or None. A path
+    (a separator, '..') would nest the set or leave results_dir; a leading dot hides it."""
+    if not isinstance(tag, str) or tag == "":
+        return None   # not a string: the schema says so; empty: the default tag
+    bad = ("a path separator" if "/" in tag or "\\" in tag else "'..'" if ".." in tag
+           else "a leading '.'" if tag.startswith(".") else "white space" if any(c.isspace() for c in tag)
+           else None)
+    if bad is None:
+        return None
+    return (f"config key {key}: {tag!r} has {bad}; a tag is a name, one folder under results_dir "
+            f"(e.g. {key}=quick or {key}=torch-2.14.1)")
+
+
 def fill_defaults(value: dict, spec: dict | None = None) -> dict:
     """`value` with the schema's defaults filled in for the keys it leaves out. A `$ref` is not
     followed: the `train` options' defaults are a run's (RunConfig applies them), and filled in
@@ -164,6 +180,9 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     unknown = unknown_keys(merged)
     if unknown:
         raise ConfigError(_typo_message(unknown) + f" (in {path.name})")
+    problem = tag_problem(merged.get("tag"))
+    if problem:   # before the schema's pattern, which would only show the regular expression
+        raise ConfigError(problem)
     problem = _validation_message(merged)
     if problem:
         raise ConfigError(problem)
@@ -176,8 +195,9 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     return merged
 
 
-def make_plan(config: dict) -> Plan:
-    plan = Plan(config, plan_gpus(config))
+def make_plan(config: dict, given: dict | None = None) -> Plan:
+    """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps it)."""
+    plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
     try:
         plan.runs
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
@@ -190,6 +210,59 @@ def plan_of_file(path: Path | str, **overrides: Any) -> dict:
     one), planned with `overrides` (tag, gpus_available) as the plan rule would plan it."""
     config = {**yaml.safe_load(Path(path).read_text()), **overrides}
     return make_plan(load_experiment(config, Path(path).parent)).document()
+
+
+# -- one pipeline per result set -------------------------------------------------------------
+
+PIPELINE_LOCK = ".pipeline.lock"
+_HELD: dict[str, int] = {}   # lock file -> its open descriptor, held for the life of the process
+# Targets that write nothing into the pipeline's own result set: no lock (compare writes under
+# results/compare/ and only reads the sets).
+LOCK_FREE_TARGETS = frozenset({"compare"})
+
+
+class PipelineBusy(ConfigError):
+    """Another pipeline holds the result set: its runs would train twice at once, timed together."""
+
+
+def needs_pipeline_lock(targets: Any) -> bool:
+    """Whether a Snakemake run of `targets` (empty: the default target) writes into the result set."""
+    return not targets or not set(targets) <= LOCK_FREE_TARGETS
+
+
+def hold_pipeline_lock(set_dir: Path | str, tag: str) -> Path:
+    """Takes results/<tag>/.pipeline.lock (a non-blocking flock) for the life of this process, or
+    raises PipelineBusy naming the tag and the holder's pid. The kernel lets it go when the
+    process ends, however it ends (kill -9 included): no stale lock to remove. The descriptor is
+    not inherited by the jobs (Python opens it close-on-exec). Taken again in one process: kept."""
+    import fcntl
+
+    path = Path(set_dir) / PIPELINE_LOCK
+    if str(path) in _HELD:
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConfigError(f"result set {tag!r}: cannot open {path} ({exc.strerror}); "
+                          f"choose a writable results_dir or another tag") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        for _ in range(20):   # the holder writes its pid just after it locks: a bounded wait
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if holder:
+                break
+            time.sleep(0.05)
+        os.close(fd)
+        raise PipelineBusy(f"result set {tag!r} is in use by another pipeline (pid {holder or 'unknown'}, "
+                           f"{path}): wait for it, stop it (kill {holder or '<pid>'}), or use "
+                           f"--config tag=<another>") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[str(path)] = fd
+    return path
 
 
 def table_files(plan: Plan) -> dict[str, str]:
@@ -247,6 +320,10 @@ def compare_args(config: dict, tag: str) -> str:
     if not baseline:
         raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
                           "[candidate=<tag>] (tags are the folders under results/)")
+    for key in ("baseline", "candidate"):
+        problem = tag_problem(config.get(key), key)
+        if problem:
+            raise ConfigError(problem)
     c = dict(config["compare"])
     args = ["--results-dir", config["results_dir"], "--baseline", baseline,
             "--candidate", config.get("candidate") or tag]
@@ -264,6 +341,7 @@ def compare_args(config: dict, tag: str) -> str:
     return " ".join(shlex.quote(str(a)) for a in args)
 
 
-__all__ = ["ConfigError", "load_experiment", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
+__all__ = ["ConfigError", "PipelineBusy", "hold_pipeline_lock", "needs_pipeline_lock", "load_experiment",
+           "tag_problem", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
            "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
            "environment_fingerprint"]

@@ -39,7 +39,9 @@ The command line is dpbench.compare_cli, the markdown dpbench.report.compare_rep
 package is numbers and verdicts only: loading, stats, throughput, loss, aspects, provenance,
 verdict, thresholds. The report's `sets` says when the two sides are one result set (the same
 folder, or identical records) and when they ran different experiments (other cells), with the
-number of cells they share; neither changes the exit status.
+number of cells they share. Neither changes the exit status by itself, but between different
+experiments the runs of a cell only one side has are "not in the other experiment" (info), not
+runs missing in the candidate (a regression within one experiment).
 """
 from __future__ import annotations
 
@@ -75,13 +77,14 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     prov = compare_provenance(base, cand)
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
     throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"))
+    sets = compare_sets(results_dir, baseline, candidate, base, cand)
     report: dict[str, Any] = {
         "baseline": baseline, "candidate": candidate,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
-        "sets": compare_sets(results_dir, baseline, candidate, base, cand),
+        "sets": sets,
         "provenance": prov,
-        "status": [asdict(r) for r in compare_status(base, cand)],
+        "status": [asdict(r) for r in compare_status(base, cand, sets)],
         "noise": None if model is None else {
             **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}},
         "throughput": [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()],

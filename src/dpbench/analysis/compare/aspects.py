@@ -143,16 +143,34 @@ def _status_change(before: str | None, after: str | None) -> tuple[str | None, s
     return (f"{before} → ok (fixed)" if after == R.STATUS_OK else f"{before} → {after}"), "info"
 
 
-def compare_status(base: dict, cand: dict) -> list[StatusChange]:
+NOT_IN_OTHER = "not in the other experiment"
+
+
+def _one_sided_cells(sets: dict | None) -> set[tuple]:
+    """The cells only one side planned, when the two sides ran different experiments (compare_sets):
+    their runs are the other experiment's absence, not a run that went missing."""
+    if not sets or not sets["experiments"]["differ"]:
+        return set()
+    return {cell_key(c) for c in sets["only_baseline"] + sets["only_candidate"]}
+
+
+def compare_status(base: dict, cand: dict, sets: dict | None = None) -> list[StatusChange]:
+    """Runs whose status changed. With `sets` (compare_sets) saying the experiments differ, a run
+    of a cell only one side has is "not in the other experiment" (info); in the same experiment,
+    a run the candidate lacks stays a regression."""
     a = base["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
     b = cand["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
+    one_sided = _one_sided_cells(sets)
     rows = []
     for rid in sorted(a.keys() | b.keys()):
         before, after = a.get(rid, {}).get("status"), b.get(rid, {}).get("status")
-        change, severity = _status_change(before, after)
+        run = b.get(rid) or a[rid]
+        if (before is None or after is None) and cell_key(run) in one_sided:
+            change, severity = NOT_IN_OTHER, "info"
+        else:
+            change, severity = _status_change(before, after)
         if change is None:
             continue
-        run = b.get(rid) or a[rid]
         reason = run["reason"] if isinstance(run["reason"], str) else ""
         rows.append(StatusChange(run_id=rid, **cell_fields(cell_key(run)), repeat=int(run["repeat"]),
                                  baseline=before, candidate=after, change=change, reason=reason,
