@@ -5,16 +5,14 @@
 #   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
 #   snakemake compare --config baseline=<tag> candidate=<tag>
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
-import os
 import sys
 from pathlib import Path
-
-# A run stops when this Snakemake process is gone (dpbench.run.watchdog, PIPELINE_PID_ENV).
-os.environ["DPBENCH_PIPELINE_PID"] = str(os.getpid())
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))   # works without `pip install -e .` too
 from snakemake.utils import min_version
 from dpbench.plan import pipeline
+
+pipeline.name_the_pipeline()   # a run stops when this Snakemake process is gone
 
 min_version("8.0")
 
@@ -97,10 +95,13 @@ rule plan:
     # GPUs planned for): the probes and the ledger read it instead of resolving settings again.
     output:
         str(RS.plan_path),
+    log:
+        str(RS.log_path("plan")),
     params:
         plan=PLAN.plan_json(),   # a new plan (--config, other GPUs) rewrites it
     run:
         Path(output[0]).write_text(params.plan)
+        Path(log[0]).write_text(f"wrote {output[0]}\n")
 
 
 rule collect:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from dpbench import results
+from dpbench.host import PIPELINE_PID_ENV
 from dpbench.plan.config import schema
 from dpbench.plan.matrix import Plan, environment_fingerprint, plan_gpus
 
@@ -156,6 +157,12 @@ def fill_defaults(value: dict, spec: dict | None = None) -> dict:
         if isinstance(value.get(key), dict) and "$ref" not in sub:
             fill_defaults(value[key], sub)
     return value
+
+
+def name_the_pipeline() -> None:
+    """Tell every run this process starts which process is the pipeline: its watchdog
+    (dpbench.run.watchdog) stops the run when that process is gone."""
+    os.environ[PIPELINE_PID_ENV] = str(os.getpid())
 
 
 def load_experiment(config: dict, basedir: str | Path) -> dict:

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpbench.host import PIPELINE_PID_ENV
 from dpbench.run.runlog import log
 
-PIPELINE_PID_ENV = "DPBENCH_PIPELINE_PID"   # the pipeline's process (Snakemake's): a run stops without it
 OUTLIVE_ENV = "DPBENCH_OUTLIVE_STARTER"     # "1": no watchdog (a run started by hand, under nohup)
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
 STOP_GRACE_S = 10.0   # from the stop's SIGTERM to SIGKILL of whatever of the run is left
