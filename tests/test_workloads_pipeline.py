@@ -150,7 +150,8 @@ def workloads(user: Path) -> dict:
             "user": {"factory": f"{user}:build", "args": {"width": 5}}}
 
 
-@pytest.mark.parametrize("which", ["lm", "user", pytest.param("torchvision", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("which", ["lm", pytest.param("user", marks=pytest.mark.slow),
+                                   pytest.param("torchvision", marks=pytest.mark.slow)])
 def test_ddp_on_2_and_3_gloo_ranks_follows_singles_curve(which, user_factory, tmp_path):
     """Global batch 7 splits 4/3 and 3/3/1: the same global batches and the same global loss."""
     workload = workloads(user_factory)[which]
