@@ -10,7 +10,8 @@ import tarfile
 from pathlib import Path
 
 
-def _run(cmd: list[str], cwd: str | None = None) -> str | None:
+def command_output(cmd: list[str], cwd: str | None = None) -> str | None:
+    """A command's stdout, stripped; None where it is missing, fails or hangs (20 s)."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired):
@@ -25,8 +26,8 @@ def git_sha() -> str | None:
     if explicit := os.environ.get("DPBENCH_GIT_SHA"):
         return explicit
     here = str(Path(__file__).resolve().parent)
-    sha = _run(["git", "rev-parse", "HEAD"], cwd=here)
-    if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
+    sha = command_output(["git", "rev-parse", "HEAD"], cwd=here)
+    if sha and command_output(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
         sha += "+dirty"
     return sha
 

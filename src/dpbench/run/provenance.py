@@ -7,19 +7,10 @@ import os
 import platform
 import re
 import socket
-import subprocess
 
 from dpbench.host import gpu_lease
-from dpbench.host.source import git_sha, source_digest
+from dpbench.host.source import command_output, git_sha, source_digest
 from dpbench.plan.matrix import torch_version
-
-
-def _run(cmd: list[str], cwd: str | None = None) -> str | None:
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=20, cwd=cwd)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _plain(text: str | None) -> str | None:
@@ -57,4 +48,4 @@ def host_facts(cfg=None) -> dict:
 
 def nvidia_smi_topology() -> str | None:
     """`nvidia-smi topo -m`, as text (None where nvidia-smi is missing or fails)."""
-    return _plain(_run(["nvidia-smi", "topo", "-m"]))
+    return _plain(command_output(["nvidia-smi", "topo", "-m"]))
