@@ -34,11 +34,8 @@ FIRST_PROBES = ("C7",)
 
 
 def _group_runs(plan: Plan) -> dict[str, list[tuple[str, RunConfig]]]:
-    """Group name -> its planned runs (a group's runs are those with its options label)."""
-    by_label: dict[str, list[tuple[str, RunConfig]]] = {}
-    for rid, rc in sorted(plan.runs.items()):
-        by_label.setdefault(results.options_label(rc.options), []).append((rid, rc))
-    return {g["name"]: by_label.get(results.options_label(plan.group_options(g)), []) for g in plan.config["matrix"]}
+    """Group name -> its planned runs, as the plan made them (Plan.group_runs)."""
+    return {name: sorted(runs.items()) for name, runs in plan.group_runs.items()}
 
 
 def first_targets(plan: Plan) -> list[str]:
