@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from dpbench.claims.figure_data import Section, data, missing
 from dpbench.claims.findings import about
 from dpbench.claims.records import STAGES
-from dpbench.report.figstyle import new_figure, palette
+from dpbench.report.figstyle import figure_title, new_figure, palette
 
 
 def c8_figure(s: Section) -> Figure:
@@ -52,8 +52,9 @@ def c8_figure(s: Section) -> Figure:
     fig.legend(uniq.values(), uniq.keys(), loc="outside right center", frameon=False, fontsize="small")
     levels = [lv for lv in df.get("level", pd.Series(dtype=float)).dropna()]
     confidence = f", each at confidence at least {min(levels):.0%}" if levels else ""
-    fig.suptitle(title + f"\nbars: each point's range over repeats{confidence}; shaded: the crossover's bracket "
-                 "(last batch measured slower, first measured faster); dashed: interpolated between medians in log batch")
+    figure_title(fig, f"{title}. Bars: each point's range over repeats{confidence}; shaded: the crossover's "
+                      "bracket (last batch measured slower, first measured faster); dashed: interpolated "
+                      "between medians in log batch")
     return fig
 
 
