@@ -33,6 +33,7 @@ from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUM
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
 from dpbench.results.files import NotWritable, read_json, write_atomic, write_csv, write_json  # noqa: F401
+from dpbench.results.errors import message_line
 
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
@@ -401,12 +402,8 @@ def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | N
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         if require is None:
             raise
-        raise TableError(f"{path} is not a readable CSV table ({_first_line(exc)})") from None
+        raise TableError(f"{path} is not a readable CSV table ({message_line(exc)})") from None
     return df if require is None else schema.checked(df, path, require)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 # -- typed records --------------------------------------------------------------------------

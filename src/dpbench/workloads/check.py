@@ -13,7 +13,8 @@ import sys
 
 import yaml
 
-from dpbench.workloads.registry import WorkloadError, first_line, resolve
+from dpbench.results.errors import error_text
+from dpbench.workloads.registry import WorkloadError, resolve
 from dpbench.workloads.spec import build
 
 BATCH = 2
@@ -37,7 +38,7 @@ def _run(what: str, fn, *args):
     try:
         return fn(*args)
     except Exception as exc:
-        raise WorkloadError(f"{what} failed: {first_line(exc)}") from exc
+        raise WorkloadError(f"{what} failed: {error_text(exc)}") from exc
 
 
 def check(spec, seed: int = 0) -> list[str]:
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lines = check(parse(args.spec), args.seed)
     except Exception as exc:   # any problem, WorkloadError or not, is one line and status 2
-        message = str(exc) if isinstance(exc, WorkloadError) else first_line(exc)
+        message = str(exc) if isinstance(exc, WorkloadError) else error_text(exc)
         print(f"dpbench check-workload: {message}", file=sys.stderr)
         return 2
     print("\n".join(lines))

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from dpbench.results.errors import error_text
+
 ENTRY_POINT_GROUP = "dpbench.workloads"
 DEFAULT = "resnet18-cifar10"
 BUILTINS = {
@@ -99,12 +101,6 @@ def describe(spec: str | Mapping[str, Any] | None) -> dict:
     return {key: name, "args": args, "source_sha256": digest}
 
 
-def first_line(exc: BaseException) -> str:
-    """An exception as one line: its type and its message's first line."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def load_factory(ref: str):
     """The factory function a reference names, imported (a file is loaded as its own module)."""
     target, _, function = ref.rpartition(":")
@@ -120,12 +116,12 @@ def load_factory(ref: str):
             loader_spec.loader.exec_module(module)
         except Exception as exc:
             sys.modules.pop(module_name, None)
-            raise WorkloadError(f"workload factory {ref!r}: cannot import {path}: {first_line(exc)}") from exc
+            raise WorkloadError(f"workload factory {ref!r}: cannot import {path}: {error_text(exc)}") from exc
     else:
         try:
             module = importlib.import_module(target)
         except Exception as exc:
-            raise WorkloadError(f"workload factory {ref!r}: cannot import {target}: {first_line(exc)} "
+            raise WorkloadError(f"workload factory {ref!r}: cannot import {target}: {error_text(exc)} "
                                 "(is its package installed, or its folder on PYTHONPATH?)") from exc
     factory = getattr(module, function, None)
     if factory is None:

@@ -11,7 +11,8 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from dpbench.workloads.registry import WorkloadError, first_line, load_factory, resolve
+from dpbench.results.errors import error_text
+from dpbench.workloads.registry import WorkloadError, load_factory, resolve
 
 # Optimizer state per trainable parameter, in parameter-sized buffers: SGD with momentum (the
 # engine's) keeps the momentum, Adam exp_avg and exp_avg_sq (its step counter is a scalar).
@@ -99,7 +100,7 @@ def build(spec: str | Mapping[str, Any] | None, **ctx):
     try:
         built = factory(**{**args, **ctx})
     except Exception as exc:
-        raise WorkloadError(f"workload {name!r}: its factory failed: {first_line(exc)}") from exc
+        raise WorkloadError(f"workload {name!r}: its factory failed: {error_text(exc)}") from exc
     if not isinstance(built, WorkloadSpec):
         raise WorkloadError(f"workload {name!r}: its factory returned a {type(built).__name__}, not a "
                             "dpbench.workloads.spec.WorkloadSpec (return WorkloadSpec(model=..., loss=..., batch=...))")

@@ -10,7 +10,7 @@ import numpy as np
 
 from dpbench import results as R
 from dpbench.analysis.cells import CELL_KEY
-from dpbench.results.errors import error_text
+from dpbench.results.errors import error_text, message_line
 
 class InputError(Exception):
     """An input is missing or damaged; the message names the file (and column)."""
@@ -38,10 +38,6 @@ def _read_table(root: Path | str, tag: str, name: str):
         raise InputError(str(exc)) from None
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 def _read_json(path: Path, what: str) -> dict:
     try:
         obj = R.read_json(path)
@@ -49,7 +45,7 @@ def _read_json(path: Path, what: str) -> dict:
         raise InputError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, "
                          f"column {exc.colno})") from None
     except (UnicodeDecodeError, OSError) as exc:
-        raise InputError(f"{path} cannot be read ({_first_line(exc)})") from None
+        raise InputError(f"{path} cannot be read ({message_line(exc)})") from None
     if not isinstance(obj, dict):
         raise InputError(f"{path} is not a JSON object ({what} expected)")
     return obj
