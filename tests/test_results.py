@@ -59,9 +59,9 @@ def test_old_records_read_with_the_planning_defaults():
     assert (rec.scaling, rec.per_gpu_batch, rec.seed, rec.deterministic) == ("strong", 125.0, 7, False)
     weak = results.RunRecord.from_json({**old, "config": {"global_batch": 256, "per_gpu_batch": 128}})
     assert (weak.scaling, weak.per_gpu_batch, weak.seed) == ("weak", 128, 0)
-    assert results.RunRecord.planned_per_gpu_batch({"global_batch": 3}, 2) == 1.5
-    assert results.RunRecord.planned_per_gpu_batch({}, 2) is None
-    assert results.RunRecord.planned_per_gpu_batch({"global_batch": 3}, 0) is None
+    assert results.planned_per_gpu_batch({"global_batch": 3}, 2) == 1.5
+    assert results.planned_per_gpu_batch({}, 2) is None
+    assert results.planned_per_gpu_batch({"global_batch": 3}, 0) is None
 
 
 # -- the record's format and its upgrade ------------------------------------------------------

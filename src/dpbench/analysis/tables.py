@@ -239,8 +239,8 @@ def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
                          ("seed", np.nan), ("deterministic", legacy.deterministic)):
         if col not in df.columns:
             df[col] = default
-    df["scaling"] = df["scaling"].replace("", results.RunRecord.planned_scaling({}))
-    planned = [results.RunRecord.planned_per_gpu_batch({"global_batch": b}, g)
+    df["scaling"] = df["scaling"].replace("", results.planned_scaling({}))
+    planned = [results.planned_per_gpu_batch({"global_batch": b}, g)
                for b, g in zip(df["global_batch"], df["gpus"])]
     df["per_gpu_batch"] = df["per_gpu_batch"].fillna(pd.Series(planned, index=df.index, dtype=float))
     fallback = [results.options_label(without_batch(o)) + "|" + str(p)

@@ -449,11 +449,6 @@ class RunRecord:
             start_s=rec["start_s"], startup=dict(rec["startup"]), final_loss=rec.get("final_loss"),
             config=dict(rec.get("config") or {}), raw=rec)
 
-    # The defaults of the planning fields, for a record (or a table row) that lacks them: the
-    # tables' reader asks these too (tables.with_run_defaults), so both read old runs alike.
-    planned_scaling = staticmethod(planned_scaling)
-    planned_per_gpu_batch = staticmethod(planned_per_gpu_batch)
-
 
 # -- provenance.json: each key one value, or the sorted distinct values when runs disagree -----
 
