@@ -110,6 +110,10 @@ class RunConfig:
     gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")
     static_graph: bool = _option("static_graph")
     broadcast_buffers: bool = _option("broadcast_buffers")
+    # the sharded variants' knobs (fsdp/hsdp), and every distributed variant's bounded wait
+    reshard_after_forward: bool = _option("reshard_after_forward")
+    hsdp_shard_size: int | None = _option("hsdp_shard_size")   # None: the ranks of one node
+    collective_timeout_s: float = _option("collective_timeout_s")
     batchnorm: str = _option("batchnorm")               # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
     seed: int = _option("seed")                         # the seed this run used (the plan adds the repeat under seeds: distinct)
     num_classes: int = _option("num_classes")           # width of the output layer (labels stay CIFAR's 0..9)
@@ -142,6 +146,9 @@ class RunConfig:
                 f"per_gpu_batch x gpus = {self.per_gpu_batch * self.gpus} (weak scaling), or drop per_gpu_batch")
         if self.batchnorm == "sync" and self.variant != "ddp":
             bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
+        if self.variant == "hsdp" and self.hsdp_shard_size is not None and self.gpus % self.hsdp_shard_size:
+            bad("hsdp_shard_size", self.hsdp_shard_size,
+                f"a divisor of gpus={self.gpus} (the mesh is replicas x shard size), or null for one node")
         try:   # torch-free: the factory is found, not imported (the run builds it)
             resolve(self.workload)
         except WorkloadError as exc:
