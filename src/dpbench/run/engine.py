@@ -483,6 +483,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
                     rec.warnings = warn.rows()
                 if rank == 0:
                     rec.write(results.STATUS_OK)
+                waits.done()
         except Exception as exc:   # the process group or the device could not be set up
             return _failed(rec, warn, exc, distributed, rank, waits)
     return 0

@@ -26,6 +26,11 @@ class Waits:
         if self.out is not None:
             (self.out / NOTE.format(rank=self.rank)).write_text(where + "\n")
 
+    def done(self) -> None:
+        """The run ended with its record: no place to name any more."""
+        if self.out is not None:
+            (self.out / NOTE.format(rank=self.rank)).unlink(missing_ok=True)
+
 
 def notes(out: Path) -> dict[int, str]:
     """rank -> the place its note names."""
