@@ -31,10 +31,8 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
     the launcher's skipped ones (none). workload: registry.describe() of the run's workload
     (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one.
-    memory_components (a row per rank) and collectives (rank 0's, one profiled step): optional
-    keys (docs/records.md), present where the run measured them."""
-    measured = {key: value for key, value in
-                (("memory_components", memory_components), ("collectives", collectives)) if value is not None}
+    memory_components (a row per rank) and collectives (rank 0's, one profiled step): empty
+    where the run measured none (docs/records.md); records older than them lack the keys."""
     return {
         "format": FORMAT,
         "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
@@ -49,7 +47,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
         "startup": dict(startup or {}), "provenance": provenance,
         "workload": workload or plain_workload(cfg.workload),
         **{key: (sizes or {}).get(key) for key in WORKLOAD_SIZES},
-        **measured,
+        "memory_components": memory_components or [], "collectives": collectives or [],
     }
 
 
