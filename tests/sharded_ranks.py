@@ -53,6 +53,7 @@ class Trained:
     memory: list[dict]                          # one row per rank
     parameter_count: int = 0
     units: int = 0
+    buckets: dict | None = None                 # DDP's all-reduce as its buckets tell it
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
@@ -99,6 +100,7 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
         if step in (0, steps - 1):
             out.grads[step] = {k: whole(p.grad) for k, p in model.named_parameters()}
     out.params = {k: whole(p) for k, p in model.named_parameters()}
+    out.buckets = components.ddp_buckets(variant)
     return out if rank == 0 else None
 
 

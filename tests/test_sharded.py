@@ -89,6 +89,7 @@ def check_collectives(trained: dict, world: int) -> None:
     padded, units = padded_bytes(params, world), trained["fsdp"].units
     ddp = by_name(trained["ddp"].collectives)
     assert ddp["all_reduce"]["bytes"] == p_bytes   # one bucket pass over every gradient
+    assert trained["ddp"].buckets == ddp["all_reduce"]   # what stands in where the reducer is out of sight
     zero1 = by_name(trained["zero1"].collectives)
     assert zero1["all_reduce"]["bytes"] == p_bytes
     # ZeRO-1 broadcasts every parameter from its owner after the step, one op per tensor
@@ -233,3 +234,24 @@ def test_a_rank_that_never_joins_ends_as_a_failed_record_naming_the_wait(tmp_pat
     assert rec["status"] == results.STATUS_FAILED
     assert "rank0: at training, epoch 1 from step 0" in rec["reason"]
     assert os.path.exists(tmp_path / "run" / "rank0.error.txt")
+
+
+def test_a_stalled_rank_ends_itself_naming_where_and_the_launcher_names_the_places(tmp_path):
+    """What no collective timeout sees (a host-side hang) the stall guard ends; ranks aborted
+    without a word (NCCL's watchdog) are named from their notes."""
+    import subprocess
+    import sys
+
+    from dpbench.run import waits
+    code = ("import time; from pathlib import Path; from dpbench.run.waits import Waits; "
+            f"w = Waits(Path({str(tmp_path)!r}), 1); w.at('training, epoch 1 from step 0'); "
+            "w.arm(0.3, poll_s=0.05); time.sleep(30)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert (tmp_path / "rank1.error.txt").read_text().startswith("at training, epoch 1 from step 0: no progress")
+    waits.Waits(tmp_path, 0).at("evaluation after epoch 1")
+    assert waits.notes(tmp_path) == {0: "evaluation after epoch 1", 1: "training, epoch 1 from step 0"}
+    assert waits.waited_text(tmp_path, 300) == ("last places: rank 0 at evaluation after epoch 1, rank 1 at "
+                                                "training, epoch 1 from step 0 (collective timeout 300 s)")
+    waits.clear(tmp_path)
+    assert waits.notes(tmp_path) == {} and waits.waited_text(tmp_path, 300) == ""

@@ -91,9 +91,9 @@ def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
     from torch.nn.parallel import DistributedDataParallel as DDP
     if not isinstance(variant.module, DDP):
         return None
-    grads = [p for p in variant.module.module.parameters() if p.requires_grad]
-    buckets = variant.module._get_ddp_logging_data().get("num_buckets_reduced") or 1
-    return {"collective": "all_reduce", "count": int(buckets), "bytes": sum(local_bytes(p) for p in grads)}
+    sizes = str(variant.module._get_ddp_logging_data().get("bucket_sizes", ""))   # "bytes, bytes, ..."
+    buckets = [int(b) for b in sizes.split(",") if b.strip()]
+    return {"collective": "all_reduce", "count": len(buckets), "bytes": sum(buckets)} if buckets else None
 
 
 class PhasePeaks:

@@ -354,6 +354,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             losses = train_step(variant, opt, x, y, n_global, autocast)
                         ep.add(losses, n_global, lr)
                         step += 1
+                        ctx.waits.beat()
+                        if step >= max(1, COMPILE_STEPS[cfg.compile]):   # compiling is not a stall
+                            ctx.waits.arm(2 * cfg.collective_timeout_s)
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
                             # end logs the global loss.
@@ -364,6 +367,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         with suppress(Exception):
                             _close_epoch(cfg, ctx, rec, epoch, ep)
                     raise
+                ctx.waits.disarm()   # evaluation and the rest wait only in timed-out collectives
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
@@ -493,6 +497,7 @@ def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distri
             waits: Waits | None = None) -> int:
     reason = error_text(exc)
     if distributed and waits is not None:   # where it was waiting (a peer's timeout names the place)
+        waits.disarm()
         reason = f"at {waits.where}: {reason}"
     log(f"run failed: {reason}")
     traceback.print_exc()

@@ -7,9 +7,16 @@ writes its own reason (engine._failed) with the place it was at; a rank that was
 writes nothing, so the launcher names the place from the note each rank keeps here. The note
 changes at phase boundaries only (set-up, the first steps, evaluation, checkpoint, the
 record), never per timed step.
+
+What no collective timeout sees (a rank stuck on the host: a CUDA event never recorded, a lock)
+the stall guard ends: once armed, a rank that goes `stall_s` without a step or a phase change
+writes its error note naming the place and exits, and torchrun ends its peers.
 """
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 NOTE = "rank{rank}.wait.txt"
@@ -20,14 +27,42 @@ class Waits:
 
     def __init__(self, out: Path | None = None, rank: int = 0):
         self.out, self.rank, self.where = out, rank, "start-up"
+        self.last = time.monotonic()
+        self._guard: threading.Event | None = None
+
+    def beat(self) -> None:
+        """Progress (a step finished): cheap enough for every step."""
+        self.last = time.monotonic()
+
+    def arm(self, stall_s: float, poll_s: float = 1.0) -> None:
+        """Start the stall guard (once): from now on `stall_s` without progress ends the rank."""
+        if self._guard is not None or self.out is None:
+            return
+        self._guard = stop = threading.Event()
+        self.beat()
+
+        def watch():
+            while not stop.wait(poll_s):
+                if (idle := time.monotonic() - self.last) > stall_s:
+                    reason = f"at {self.where}: no progress for {idle:.0f} s (stall guard, {stall_s:g} s)"
+                    (self.out / f"rank{self.rank}.error.txt").write_text(reason + "\n")
+                    os._exit(1)
+        threading.Thread(target=watch, name="dpbench-stall-guard", daemon=True).start()
+
+    def disarm(self) -> None:
+        if self._guard is not None:
+            self._guard.set()
+            self._guard = None
 
     def at(self, where: str) -> None:
         self.where = where
+        self.beat()
         if self.out is not None:
             (self.out / NOTE.format(rank=self.rank)).write_text(where + "\n")
 
     def done(self) -> None:
         """The run ended with its record: no place to name any more."""
+        self.disarm()
         if self.out is not None:
             (self.out / NOTE.format(rank=self.rank)).unlink(missing_ok=True)
 
