@@ -255,3 +255,17 @@ def test_a_stalled_rank_ends_itself_naming_where_and_the_launcher_names_the_plac
                                                 "training, epoch 1 from step 0 (collective timeout 300 s)")
     waits.clear(tmp_path)
     assert waits.notes(tmp_path) == {} and waits.waited_text(tmp_path, 300) == ""
+
+
+@pytest.mark.slow
+def test_fsdp_in_bf16_trains_a_batchnorm_model_and_evaluates(tmp_path):
+    """MixedPrecisionPolicy(bf16 parameters, fp32 reduction) on ResNet18: its BatchNorms compute
+    in fp32 (PyTorch refuses bf16 weights beside fp32 running statistics); evaluation runs
+    through the sharded model."""
+    rec = launch(tmp_path / "bf16", variant="fsdp", workload="resnet18-cifar10", precision="bf16",
+                 synthetic_size=16, synthetic_test_size=4, eval_samples=4, eval_each_epoch=True)
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["accuracy"] and math.isfinite(rec["final_loss"])
+    gathered = by_name(rec["collectives"])["all_gather"]["bytes"]
+    reduced = by_name(rec["collectives"])["reduce_scatter"]["bytes"]
+    assert gathered < 1.2 * reduced   # gathered twice in bf16 (~2 x P/2), reduced once in fp32 (P)

@@ -52,11 +52,21 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
               if options.param_dtype is not None else MixedPrecisionPolicy())
     kwargs = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward, "mp_policy": policy}
+    norms = []
+    if options.param_dtype is not None:
+        # BatchNorm's running statistics stay fp32, and PyTorch's batch norm refuses bf16 weights
+        # beside them ("expected scalar type BFloat16 but found Float", seen on the CPU): each
+        # norm is a unit of its own that computes in fp32 and hands bf16 on.
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        fp32_norm = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                                         output_dtype=options.param_dtype)
+        for norm in norms:
+            fully_shard(norm, **{**kwargs, "mp_policy": fp32_norm})
     units = [m for m in model.modules() if options.units and isinstance(m, options.units) and m is not model]
     for unit in units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
-    return [*units, model]
+    return [*norms, *units, model]
 
 
 def make_optimizer(variant: str, params, lr: float, momentum: float, weight_decay: float,
