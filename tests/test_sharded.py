@@ -269,3 +269,20 @@ def test_fsdp_in_bf16_trains_a_batchnorm_model_and_evaluates(tmp_path):
     gathered = by_name(rec["collectives"])["all_gather"]["bytes"]
     reduced = by_name(rec["collectives"])["reduce_scatter"]["bytes"]
     assert gathered < 1.2 * reduced   # gathered twice in bf16 (~2 x P/2), reduced once in fp32 (P)
+
+
+@pytest.mark.slow
+def test_the_one_gpu_sharding_bench_runs_its_tiny_cells_on_the_cpu(tmp_path):
+    import subprocess
+    import sys
+    bench = os.path.join(os.path.dirname(__file__), "..", "tools", "device", "sharding_bench.py")
+    done = subprocess.run([sys.executable, bench, "--tiny", "--cells", "lm", "--variants", "single,fsdp",
+                           "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "out" / "sharding_bench.json").read_text())
+    assert [(r["variant"], r["status"]) for r in rows] == [("single", "ok"), ("fsdp", "ok"), ("fsdp-bf16", "ok")]
+    single, fsdp = rows[0], rows[1]
+    assert fsdp["ratio_to_single"] > 0 and fsdp["largest_unit_mib"] > 0
+    assert fsdp["parameters_mib"] == single["parameters_mib"] > 0   # one rank holds every shard
+    assert (tmp_path / "out" / "runs.tar.gz").is_file()

@@ -5,13 +5,18 @@ ResNet18-CIFAR (synthetic, global batch 256, fp32) and the transformer LM at thr
 one bf16 fsdp run under a hard timeout (does "FSDP2 with a bf16 MixedPrecisionPolicy hangs"
 reproduce on one GPU?).
 
-    python3 tools/device/sharding_bench.py --out $OUT            # the H200 call (< 8 min)
-    python3 tools/device/sharding_bench.py --tiny --out DIR      # CPU, tiny sizes (the test)
+    python3 tools/device/sharding_bench.py --out $OUT --runs-dir /tmp/sharding   # the H200 call
+    python3 tools/device/sharding_bench.py --tiny --cells lm --out DIR              # CPU (the test)
+
+Time on one H200, from the start-ups seen there (workload_bench.STARTUP_S: ~12 s a single run,
+~20 s a torchrun one) and 25 steps a run: 4 cells x (12 + 4 x 20 s) + the bf16 probe (20 s,
+120 s if it hangs) + ~40 s of steps = 7-8 min; no run starts after --budget-s (420 s).
 
 Prints, per run: samples/s, the ratio to single, rank 0's memory components (parameters,
 gradients, optimizer state, largest unit) beside the allocator's peaks in the profiled step
 (forward, backward, step, activations, reserved), and each collective of that step. Writes
-DIR/sharding_bench.json, DIR/sharding_bench.md and each run's folder (run.log inside).
+DIR/sharding_bench.json, DIR/sharding_bench.md and, where the runs' folders lie elsewhere
+(--runs-dir), DIR/runs.tar.gz of their records and logs (few files come back from the device).
 Runs stop being started once the budget is spent; those are listed as not run.
 """
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -100,10 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="CPU, tiny sizes, a few steps")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--timed", type=int, default=20)
-    p.add_argument("--budget-s", type=float, default=450, help="start no run after this many seconds")
+    p.add_argument("--budget-s", type=float, default=420, help="start no run after this many seconds")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cells", help="comma-separated cells (default: all)")
+    p.add_argument("--runs-dir", type=Path, help="where the runs' folders go (default: OUT/runs)")
     args = p.parse_args(argv)
     cells = TINY_CELLS if args.tiny else GPU_CELLS
+    if args.cells:
+        cells = {c: cells[c] for c in args.cells.split(",")}
+    runs = args.runs_dir or args.out / "runs"
     device = "cpu" if args.tiny else "cuda"
     warmup, timed = (2, 2) if args.tiny else (args.warmup, args.timed)
     variants = args.variants.split(",")
@@ -123,12 +134,18 @@ def main(argv: list[str] | None = None) -> int:
         if bf16:   # a hang must end: every collective wait bounded, the run killed at the latest here
             cfg["collective_timeout_s"] = 60
         t0 = time.perf_counter()
-        rec = launch_record(cfg, args.out / name, BF16_PROBE_TIMEOUT_S if bf16 else RUN_TIMEOUT_S)
+        rec = launch_record(cfg, runs / name, BF16_PROBE_TIMEOUT_S if bf16 else RUN_TIMEOUT_S)
         single = next((r.get("record") for r in rows if r["cell"] == cell and r["variant"] == "single"), None)
         rows.append({**row_of(cell, name.removeprefix(f"{cell}-"), rec, single), "record": rec,
                      "wall_s": time.perf_counter() - t0})
         print(f"{name}: {rec['status']} in {rows[-1]['wall_s']:.0f} s {rec.get('reason', '')[:200]}", flush=True)
     table = markdown(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.runs_dir:
+        with tarfile.open(args.out / "runs.tar.gz", "w:gz") as tar:
+            for path in sorted(runs.glob("*/*")):
+                if path.name in ("metrics.json", "run.log", "steps.csv"):
+                    tar.add(path, arcname=str(path.relative_to(runs)))
     (args.out / "sharding_bench.md").write_text(table)
     (args.out / "sharding_bench.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "record"}
                                                                for r in rows], indent=1))
