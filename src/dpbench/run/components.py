@@ -89,9 +89,10 @@ def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
     """DDP's gradient all-reduce of one step, from its buckets (one all-reduce per bucket of the
     gradients' bytes), for where the counter cannot see the reducer's thread; None otherwise."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    if not isinstance(variant.module, DDP):
+    ddp = getattr(variant.module, "_orig_mod", variant.module)   # under torch.compile too
+    if not isinstance(ddp, DDP):
         return None
-    sizes = str(variant.module._get_ddp_logging_data().get("bucket_sizes", ""))   # "bytes, bytes, ..."
+    sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))   # "bytes, bytes, ..."
     buckets = [int(b) for b in sizes.split(",") if b.strip()]
     return {"collective": "all_reduce", "count": len(buckets), "bytes": sum(buckets)} if buckets else None
 
@@ -158,14 +159,16 @@ def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhaseP
 def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                   n_global: int, autocast, distributed: bool) -> tuple[StepLosses, dict[str, Any], list[dict]]:
     """One training step (the engine's train_step) with its memory by phase and, in a
-    distributed run, its collectives: (losses, this rank's memory row, collective rows)."""
+    distributed run, its collectives: (losses, this rank's memory row, collective rows).
+    A compiled module runs without the counter (a dispatch mode around a compiled graph would
+    change what runs): its collectives are DDP's buckets alone."""
     peaks = PhasePeaks(x.device)
-    counter = CollectiveCounter() if distributed else None
+    compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule)
+    counter = CollectiveCounter() if distributed and not compiled else None
     peaks.begin()
     with counter if counter is not None else nullcontext():
         losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=peaks.mark)
     rows = counter.rows() if counter is not None else []
-    if counter is not None and "all_reduce" not in counter.counts and (bucketed := ddp_buckets(variant)):
+    if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):
         rows = sorted([*rows, bucketed], key=lambda r: r["collective"])
     return losses, memory_row(variant, optimizer, peaks), rows
-
