@@ -346,6 +346,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             group["lr"] = lr
                         if cfg.channels_last and x.dim() == 4:
                             x = x.contiguous(memory_format=torch.channels_last)
+                        if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
+                            ctx.waits.arm(2 * cfg.collective_timeout_s)
                         if step == profile_at:
                             losses, row, rec.collectives = components.profiled_step(
                                 variant, opt, x, y, n_global, autocast, ctx.distributed)
@@ -355,8 +357,6 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         ep.add(losses, n_global, lr)
                         step += 1
                         ctx.waits.beat()
-                        if step >= max(1, COMPILE_STEPS[cfg.compile]):   # compiling is not a stall
-                            ctx.waits.arm(2 * cfg.collective_timeout_s)
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
                             # end logs the global loss.
