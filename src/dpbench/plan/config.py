@@ -71,6 +71,10 @@ def _allowed(error: jsonschema.ValidationError) -> str:
     return f"a value {words[rule]} {value}" if rule in words else error.message
 
 
+# Options added after records existed: absent from a run's config while at their defaults.
+QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s")
+
+
 @dataclass
 class RunConfig:
     # identity of the run inside the experiment matrix (the plan sets these)
@@ -161,11 +165,13 @@ class RunConfig:
         return "weak" if self.per_gpu_batch is not None else "strong"
 
     def to_dict(self) -> dict[str, Any]:
-        """The run's settings; the default workload is left out, so that a default run's config
-        (in its record, its setup hash, compare's config check) reads as before workloads."""
+        """The run's settings; keys newer than the first records are left out at their defaults
+        (QUIET_AT_DEFAULT), so that a default run's config (in its record, its setup hash,
+        compare's config check) reads as it did before them."""
         out = dataclasses.asdict(self)
-        if out["workload"] == train_schema()["workload"]["default"]:
-            del out["workload"]
+        for key in QUIET_AT_DEFAULT:
+            if out[key] == train_schema()[key]["default"]:
+                del out[key]
         return out
 
     @classmethod
