@@ -21,7 +21,7 @@ from dpbench.results.errors import error_text
 # weak scaling vary) and DistributedDataParallel's knobs, which single runs ignore.
 NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
              "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers",
-             "max_cpu_ranks"}
+             "max_cpu_ranks", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s"}
 
 
 def _ident(rec: dict) -> dict:

@@ -71,6 +71,10 @@ def _allowed(error: jsonschema.ValidationError) -> str:
     return f"a value {words[rule]} {value}" if rule in words else error.message
 
 
+# Options added after records existed: absent from a run's config while at their defaults.
+QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s")
+
+
 @dataclass
 class RunConfig:
     # identity of the run inside the experiment matrix (the plan sets these)
@@ -110,6 +114,10 @@ class RunConfig:
     gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")
     static_graph: bool = _option("static_graph")
     broadcast_buffers: bool = _option("broadcast_buffers")
+    # the sharded variants' knobs (fsdp/hsdp), and every distributed variant's bounded wait
+    reshard_after_forward: bool = _option("reshard_after_forward")
+    hsdp_shard_size: int | None = _option("hsdp_shard_size")   # None: the ranks of one node
+    collective_timeout_s: float = _option("collective_timeout_s")
     batchnorm: str = _option("batchnorm")               # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
     seed: int = _option("seed")                         # the seed this run used (the plan adds the repeat under seeds: distinct)
     num_classes: int = _option("num_classes")           # width of the output layer (labels stay CIFAR's 0..9)
@@ -142,6 +150,9 @@ class RunConfig:
                 f"per_gpu_batch x gpus = {self.per_gpu_batch * self.gpus} (weak scaling), or drop per_gpu_batch")
         if self.batchnorm == "sync" and self.variant != "ddp":
             bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
+        if self.variant == "hsdp" and self.hsdp_shard_size is not None and self.gpus % self.hsdp_shard_size:
+            bad("hsdp_shard_size", self.hsdp_shard_size,
+                f"a divisor of gpus={self.gpus} (the mesh is replicas x shard size), or null for one node")
         try:   # torch-free: the factory is found, not imported (the run builds it)
             resolve(self.workload)
         except WorkloadError as exc:
@@ -154,11 +165,13 @@ class RunConfig:
         return "weak" if self.per_gpu_batch is not None else "strong"
 
     def to_dict(self) -> dict[str, Any]:
-        """The run's settings; the default workload is left out, so that a default run's config
-        (in its record, its setup hash, compare's config check) reads as before workloads."""
+        """The run's settings; keys newer than the first records are left out at their defaults
+        (QUIET_AT_DEFAULT), so that a default run's config (in its record, its setup hash,
+        compare's config check) reads as it did before them."""
         out = dataclasses.asdict(self)
-        if out["workload"] == train_schema()["workload"]["default"]:
-            del out["workload"]
+        for key in QUIET_AT_DEFAULT:
+            if out[key] == train_schema()[key]["default"]:
+                del out[key]
         return out
 
     @classmethod

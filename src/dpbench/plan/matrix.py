@@ -24,7 +24,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from dpbench import results
+from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason
 from dpbench.workloads.registry import resolve
@@ -225,12 +225,12 @@ class Plan:
         return skip_reason(rc, self.gpus_visible)
 
     def threads_for(self, run_id: str) -> int:
-        """CPU cores of a run: one per DDP rank, plus its loader workers; one for a run that will
+        """CPU cores of a run: one per rank of a distributed variant, plus its loader workers; one for a run that will
         be recorded as skipped (on SLURM, --cpus-per-task beyond a node's CPUs never starts)."""
         rc = self.run(run_id)
         if self.skipped(rc):
             return 1
-        ranks = rc.gpus if rc.variant == "ddp" else 1
+        ranks = rc.gpus if rc.variant in DISTRIBUTED_VARIANTS else 1
         return max(1, ranks) + (rc.workers if rc.feed == "torch" else 0)
 
     def cpu_timing_for(self, run_id: str) -> int:

@@ -1,10 +1,42 @@
 """Which runs cannot run with a given number of visible CUDA devices, and why: the one rule,
 asked by the plan (with the GPUs it is made for, without torch), by the launcher (with the GPUs
-its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted)."""
+its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted).
+torch-free: the torch release it knows is read from torch's version file (plan.matrix.torch_version)."""
 from __future__ import annotations
 
-from dpbench import DP_VARIANTS
+import re
+
+from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS, FSDP_VARIANTS
 from dpbench.plan.config import RunConfig
+
+FULLY_SHARD_SINCE = (2, 4)   # torch.distributed._composable.fsdp (public as torch.distributed.fsdp from 2.6)
+FSDP_ON_GLOO_SINCE = (2, 9)
+FSDP_ON_GLOO = ("FSDP2 on gloo is correct only from torch 2.9.0 (2.4-2.6 need CUDA streams; 2.7.1 and "
+                "2.8.0 produce gradients world-size times too large, pytorch/pytorch#162338)")
+
+
+def torch_release() -> tuple[int, ...]:
+    """The installed torch's (major, minor, patch), without importing it; () when unknown."""
+    from dpbench.plan.matrix import torch_version   # matrix imports this module
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", torch_version()["version"] or "")
+    return tuple(int(p or 0) for p in found.groups()) if found else ()
+
+
+def sharded_reason(cfg: RunConfig, cuda: bool) -> str | None:
+    """Why PyTorch cannot run this fsdp/hsdp run (None when it can): too old a torch, FSDP2 on
+    gloo before its fix, or what fully_shard refuses."""
+    release = torch_release()
+    if release and release[:2] < FULLY_SHARD_SINCE:
+        return f"fully_shard (FSDP2) needs torch >= 2.4; this is torch {'.'.join(map(str, release))}"
+    if not cuda and release and release[:2] < FSDP_ON_GLOO_SINCE:
+        return FSDP_ON_GLOO
+    if cfg.channels_last:
+        return ("FSDP2 refuses non-contiguous parameters (NotImplementedError for channels_last "
+                "weights); run fsdp/hsdp with channels_last: false")
+    if cfg.compile != "none":
+        return ("torch.compile of fully_shard models is not wired in dpbench (it needs compiling each "
+                "unit before fully_shard); run fsdp/hsdp with compile: none")
+    return None
 
 
 def skip_reason(cfg: RunConfig, visible: int) -> str | None:
@@ -12,6 +44,8 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
     if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
         return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
                 "step, outside the compiled graph); use compile with single or ddp")
+    if cfg.variant in FSDP_VARIANTS and (reason := sharded_reason(cfg, visible > 0 and cfg.device != "cpu")):
+        return reason
     if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
         return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
     if cfg.device == "cpu":
@@ -23,8 +57,8 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
             return "nn.DataParallel needs CUDA devices and none is visible: DP variants run only on GPUs"
         if cfg.device == "cuda":
             return "device=cuda was asked for but no CUDA device is visible"
-        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
-            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
+        if cfg.variant in DISTRIBUTED_VARIANTS and cfg.gpus > cfg.max_cpu_ranks:
+            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, {cfg.variant} runs on at most "
                     f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None
     if cfg.gpus > visible:

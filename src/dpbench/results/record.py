@@ -26,10 +26,13 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
                   accuracy: list[dict[str, Any]] | None = None, final_loss: float | None = None,
                   steps: int = 0, wall_s: float = 0.0, start_s: float | None = None,
                   startup: dict[str, float] | None = None, workload: dict[str, Any] | None = None,
-                  sizes: dict[str, Any] | None = None) -> dict[str, Any]:
+                  sizes: dict[str, Any] | None = None, memory_components: list[dict[str, Any]] | None = None,
+                  collectives: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
     the launcher's skipped ones (none). workload: registry.describe() of the run's workload
-    (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one."""
+    (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one.
+    memory_components (a row per rank) and collectives (rank 0's, one profiled step): empty
+    where the run measured none (docs/records.md); records older than them lack the keys."""
     return {
         "format": FORMAT,
         "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
@@ -44,6 +47,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
         "startup": dict(startup or {}), "provenance": provenance,
         "workload": workload or plain_workload(cfg.workload),
         **{key: (sizes or {}).get(key) for key in WORKLOAD_SIZES},
+        "memory_components": memory_components or [], "collectives": collectives or [],
     }
 
 
@@ -72,6 +76,8 @@ class Record:
         self.startup: dict[str, float] = {}          # phase -> seconds since the launch when it ended
         self.workload: dict[str, Any] | None = None  # registry.describe() of the run's workload
         self.sizes: dict[str, Any] = {}              # WORKLOAD_SIZES, once the workload is built
+        self.memory_components: list[dict[str, Any]] | None = None   # a row per rank, from the profiled step
+        self.collectives: list[dict[str, Any]] | None = None         # rank 0's, in the profiled step
 
     def write(self, status: str, reason: str = "", *, launch: dict[str, Any], provenance: dict[str, Any],
               throughput: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -83,6 +89,7 @@ class Record:
             throughput=throughput, memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
             wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
-            workload=self.workload, sizes=self.sizes)
+            workload=self.workload, sizes=self.sizes, memory_components=self.memory_components,
+            collectives=self.collectives)
         write_record(self.out, rec, self.steps)
         return rec

@@ -13,26 +13,28 @@ import sys
 import time
 import traceback
 from contextlib import nullcontext, suppress
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from dpbench import DP_VARIANTS, results
+from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS, FSDP_VARIANTS, results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
-from dpbench.run import device_facts, measure, provenance
+from dpbench.run import components, device_facts, measure, provenance, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
+from dpbench.run.waits import Waits
 from dpbench.workloads import registry
 from dpbench.workloads.spec import build as spec_build
 
-FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP": raise at that step on that rank (tests of the failure path)
+FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP[:hang]": raise (or sleep for ever) at that step on that rank
 EVAL_BATCH = 1000
 # The steps a torch.compile mode spends before it runs what it will run from then on: the
 # compilation (step 0), and in the modes that use CUDA graphs a warm-up run and the graph's
@@ -121,8 +123,8 @@ class Context:
     """Process layout: the devices this process drives, and its place in a DDP group. A context
     manager: the process group is opened on entry and closed on exit, whatever happened."""
 
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: RunConfig, waits: Waits | None = None):
+        self.cfg, self.waits = cfg, waits or Waits()
         self.distributed = "LOCAL_RANK" in os.environ
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.rank = int(os.environ.get("RANK", 0))
@@ -143,7 +145,10 @@ class Context:
             torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
         if self.distributed:
             cuda = self.device.type == "cuda"
-            dist.init_process_group("nccl" if cuda else "gloo", device_id=self.device if cuda else None)
+            self.waits.at("process group set-up (init_process_group)")
+            # Every wait on a peer is bounded: a rank that never joins ends the run as a failure.
+            dist.init_process_group("nccl" if cuda else "gloo", device_id=self.device if cuda else None,
+                                    timeout=timedelta(seconds=self.cfg.collective_timeout_s))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -242,8 +247,18 @@ def _fault_step(ctx: Context) -> int | None:
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return None
-    rank, step = (int(v) for v in spec.split(":"))
+    rank, step = (int(v) for v in spec.split(":")[:2])
     return step if rank == ctx.rank else None
+
+
+def _inject_fault(ctx: Context, step: int) -> None:
+    """The failure FAULT_ENV asks for: an exception, or (":hang") a rank that never joins its
+    peers' next collective, which the collective timeout must end."""
+    if os.environ[FAULT_ENV].endswith(":hang"):
+        ctx.waits.at(f"a hang injected by {FAULT_ENV} at step {step}")
+        while True:
+            time.sleep(60)
+    raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
 
 
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
@@ -262,11 +277,13 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     warn.drain()   # set-up warnings (a checksum mismatch) keep step -1
     model = build_model(cfg, ctx, spec)
     bf16 = cfg.precision == "bf16"
+    ctx.waits.at(f"wrapping the model for {cfg.variant}")
     variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
-                      autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss)
-    # fused needs the parameters on a device with the fused kernel (CUDA, or the CPU in torch >= 2.4)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=cfg.weight_decay, **({"fused": True} if cfg.fused_sgd else {}))
+                      autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+    # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
+    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
+                                 cfg.fused_sgd)
     rec.phase_done("model")
     test_feed = None
     if dataset is None:
@@ -290,7 +307,12 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
         data_mib = {0: (feed.resident_bytes + test_feed.resident_bytes) / measure.MIB}
     total = len(feed) * cfg.epochs if cfg.max_steps is None else cfg.max_steps
     epochs = math.ceil(total / len(feed))
-    autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
+    # fsdp/hsdp compute in bf16 through MixedPrecisionPolicy (the Variant's), not autocast
+    autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \
+        if bf16 and cfg.variant not in FSDP_VARIANTS else nullcontext
+    # One untimed step after the first (the first where warm-up leaves only one) is profiled.
+    untimed = range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps)
+    profile_at = untimed[min(1, len(untimed) - 1)] if untimed else None
     fault = _fault_step(ctx)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
@@ -305,6 +327,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
             for epoch in range(epochs):
                 batches = feed.epoch(epoch)   # the epoch's set-up, before its clock starts
                 ep = EpochLog(measure.StepClock(ctx.device))
+                ctx.waits.at(f"training, epoch {epoch + 1} from step {step}")
                 try:
                     for x, y, n_global in batches:
                         if step >= total:
@@ -317,14 +340,23 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                                 log(f"first step {rec.start_s:.1f} s after the launch (imports, "
                                     f"{'torchrun, ' if ctx.distributed else ''}devices, data, model)")
                         if step == fault:
-                            raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
+                            _inject_fault(ctx, step)
                         lr = lr_at(cfg, step, total)
                         for group in opt.param_groups:
                             group["lr"] = lr
                         if cfg.channels_last and x.dim() == 4:
                             x = x.contiguous(memory_format=torch.channels_last)
-                        ep.add(train_step(variant, opt, x, y, n_global, autocast), n_global, lr)
+                        if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
+                            ctx.waits.arm(2 * cfg.collective_timeout_s)
+                        if step == profile_at:
+                            losses, row, rec.collectives = components.profiled_step(
+                                variant, opt, x, y, n_global, autocast, ctx.distributed)
+                            rec.memory_components = [dict(row, device=ctx.rank)]
+                        else:
+                            losses = train_step(variant, opt, x, y, n_global, autocast)
+                        ep.add(losses, n_global, lr)
                         step += 1
+                        ctx.waits.beat()
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
                             # end logs the global loss.
@@ -335,17 +367,22 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         with suppress(Exception):
                             _close_epoch(cfg, ctx, rec, epoch, ep)
                     raise
+                ctx.waits.disarm()   # evaluation and the rest wait only in timed-out collectives
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
                     data_mib = {0: max(data_mib[0], feed.resident_bytes / measure.MIB)}
                 if test_feed is not None and (cfg.eval_each_epoch or epoch == epochs - 1):
+                    ctx.waits.at(f"evaluation after epoch {epoch + 1}")
                     with peaks.left_out() if peaks else nullcontext():
                         acc, loss = evaluate(model, test_feed, ctx, autocast)
                     rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
                     log(f"epoch {epoch + 1}/{epochs}: test accuracy {acc:.4f}, test loss {loss:.4f}")
-        if cfg.save_checkpoint and ctx.is_main:
-            torch.save(model.state_dict(), rec.out / CHECKPOINT)
+        if cfg.save_checkpoint:   # fsdp/hsdp gather the whole weights: every rank takes part
+            ctx.waits.at("checkpoint (gathering the full state dict)")
+            state = sharded.full_state_dict(cfg.variant, model)
+            if ctx.is_main:
+                torch.save(state, rec.out / CHECKPOINT)
     finally:   # peak memory matters most when the run ran out of it
         if peaks:
             rec.memory = measure.memory_rows(peaks, nvml)
@@ -379,7 +416,7 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
     # The slowest rank sets the pace of a synchronous step.
     step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
     loss_global = (sums.cpu() / torch.tensor(sizes, dtype=torch.float64)).tolist()
-    loss_reported = loss_global if cfg.variant == "ddp" else torch.stack(reported).double().cpu().tolist()
+    loss_reported = loss_global if cfg.variant in DISTRIBUTED_VARIANTS else torch.stack(reported).double().cpu().tolist()
     first, timed_before = len(rec.steps), len(rec.timed_ms)
     for i, n in enumerate(sizes):
         step = first + i
@@ -419,6 +456,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
     rec.phase_done("imports")
     # From the environment, not the Context: a rank whose set-up fails must still know its place.
     distributed, rank = "LOCAL_RANK" in os.environ, int(os.environ.get("RANK", 0))
+    waits = Waits(out if distributed else None, rank)
     if distributed and (reason := unseen_lease(cfg)):   # every rank sees the same: all stop here
         log(f"skipped: {reason}")
         if rank == 0:
@@ -426,7 +464,7 @@ def run_process(cfg: RunConfig, out: Path) -> int:
         return 0
     with measure.WarningRecorder() as warn:
         try:
-            with Context(cfg) as ctx:
+            with Context(cfg, waits) as ctx:
                 rec.phase_done("devices")
                 try:
                     train(cfg, ctx, rec, warn)
@@ -436,8 +474,11 @@ def run_process(cfg: RunConfig, out: Path) -> int:
                         rec.write(results.STATUS_SKIPPED, str(exc))
                     return 0
                 except Exception as exc:   # OOM, NaN, a crashed peer: a failed record, never a missing one
-                    return _failed(rec, warn, exc, distributed, rank)
+                    return _failed(rec, warn, exc, distributed, rank, waits)
                 if distributed:
+                    waits.at("gathering the record from the ranks")
+                    comps = ctx.gather(rec.memory_components)
+                    rec.memory_components = None if None in comps else [r for rows in comps for r in rows]
                     rec.warnings = [w for rows in ctx.gather(warn.rows(rank)) for w in rows]
                     mem = ctx.gather(rec.memory)
                     rec.memory = [dict(row, device=r) for r, rows in enumerate(mem) for row in rows]
@@ -446,13 +487,18 @@ def run_process(cfg: RunConfig, out: Path) -> int:
                     rec.warnings = warn.rows()
                 if rank == 0:
                     rec.write(results.STATUS_OK)
+                waits.done()
         except Exception as exc:   # the process group or the device could not be set up
-            return _failed(rec, warn, exc, distributed, rank)
+            return _failed(rec, warn, exc, distributed, rank, waits)
     return 0
 
 
-def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distributed: bool, rank: int) -> int:
+def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distributed: bool, rank: int,
+            waits: Waits | None = None) -> int:
     reason = error_text(exc)
+    if distributed and waits is not None:   # where it was waiting (a peer's timeout names the place)
+        waits.disarm()
+        reason = f"at {waits.where}: {reason}"
     log(f"run failed: {reason}")
     traceback.print_exc()
     if not distributed:

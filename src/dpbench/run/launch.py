@@ -6,7 +6,8 @@
 `--config` is a JSON file or inline JSON with `dpbench.plan.config.RunConfig` keys. This module takes
 the run's GPUs (the pipeline's lease), sends its output to the run's log, records runs that
 cannot run here as skipped, sets the process-wide switches that must precede CUDA
-(deterministic mode), and starts the `ddp` variant's ranks under torchrun (standalone
+(deterministic mode), and starts the ranks of every distributed variant (ddp, zero1, fsdp,
+hsdp) under torchrun (standalone
 rendezvous: a free port, so two runs never collide). The training itself is `dpbench.run.engine`.
 
 On several nodes, start it under torchrun yourself, on every node (`gpus` = the world size):
@@ -34,12 +35,12 @@ import sys
 import time
 from pathlib import Path
 
-from dpbench import results
+from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.record import Record, record_fields, write_record
-from dpbench.run import provenance
+from dpbench.run import provenance, waits
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 from dpbench.run.watchdog import (OUTLIVE_ENV, STOP, Stopped, die_with_parent, forward_signals,
                                   stop_on_signals, stop_with_pipeline)
@@ -64,10 +65,10 @@ def visible_gpus(planned: int | None, counted: int | None = None) -> int:
 
 
 def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
-    """The GPUs a ddp run's launcher counts as seen without importing torch: the lease's, with a
+    """The GPUs a distributed run's launcher counts as seen without importing torch: the lease's, with a
     CUDA build of torch. Importing torch here would cost every DDP run seconds that its ranks
     pay again; the ranks confirm the count instead (`train.unseen_lease`)."""
-    if cfg.variant == "ddp" and leased and torch_is_cuda_build():
+    if cfg.variant in DISTRIBUTED_VARIANTS and leased and torch_is_cuda_build():
         return leased
     return None
 
@@ -95,6 +96,7 @@ def clear_stale(out: Path) -> None:
     for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
                   *out.glob("rank*.error.txt")]:
         stale.unlink(missing_ok=True)
+    waits.clear(out)
 
 
 def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = None) -> int:
@@ -111,7 +113,7 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
         threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(max(1, threads // cfg.gpus))
-    log(f"launching {cfg.gpus} DDP rank(s) under torchrun (standalone rendezvous, free port)")
+    log(f"launching {cfg.gpus} {cfg.variant} rank(s) under torchrun (standalone rendezvous, free port)")
     started = time.perf_counter()
     # A session of its own, so that a signal to this launcher reaches every rank too.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent)
@@ -123,6 +125,8 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
     errors = sorted(out.glob("rank*.error.txt"), key=lambda p: p.stat().st_mtime)
     reason = "; ".join(f"{p.name.split('.')[0]}: {p.read_text().strip()}" for p in errors) \
         or f"torchrun exited with code {code} before any rank wrote a record (see the run's log)"
+    if not errors and (waited := waits.waited_text(out, cfg.collective_timeout_s)):
+        reason += f"; {waited}"   # a rank aborted by its collective timeout (NCCL) names no error
     if STOP.reason:   # stopped from outside: that is why, whatever the ranks said as they went
         reason = f"{STOP.reason} (torchrun exited with code {code})"
     rec = results.read_metrics(out)
@@ -185,7 +189,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
     visible = visible_gpus(planned, counted)
     if reason := skip_reason(cfg, visible):
         return record_skip(cfg, out, reason, planned, visible)
-    if cfg.variant == "ddp":
+    if cfg.variant in DISTRIBUTED_VARIANTS:
         return launch_ddp(cfg, out, visible, counted)
     from dpbench.run.engine import run_process
     return run_process(cfg, out)

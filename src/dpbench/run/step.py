@@ -13,13 +13,19 @@ from dpbench.run.variants import StepLosses, Variant
 
 def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                n_global: int, autocast: Callable[[], AbstractContextManager] = nullcontext,
-               zero_grad: bool = True) -> StepLosses:
+               zero_grad: bool = True, mark: Callable[[str], None] | None = None) -> StepLosses:
     """One step on the batch (x, y) of n_global images in all. zero_grad=False leaves the
-    gradients to the backward (a CUDA graph's capture writes them anew into its pool)."""
+    gradients to the backward (a CUDA graph's capture writes them anew into its pool). mark:
+    called with "forward", "backward" and "step" as each phase ends (the profiled step's
+    memory by phase, run.components)."""
+    mark = mark or (lambda phase: None)
     with autocast():
         losses = variant.losses(x, y, n_global)
+    mark("forward")
     if zero_grad:
         optimizer.zero_grad(set_to_none=True)
     losses.optimised.backward()
+    mark("backward")
     optimizer.step()
+    mark("step")
     return losses

@@ -7,6 +7,7 @@ the variant reports.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from dataclasses import dataclass
 from typing import Callable
@@ -14,6 +15,8 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from dpbench import DISTRIBUTED_VARIANTS, FSDP_VARIANTS
+from dpbench.run.sharded import ShardOptions, shard_model
 from dpbench.workloads.resnet_cifar import per_sample_cross_entropy   # a Variant's loss without one
 
 
@@ -89,14 +92,19 @@ class Autocast(nn.Module):
 class Variant:
     """Wraps a model (already on its first device) for one variant; `losses` runs a forward.
     `autocast_dtype`: the mixed-precision dtype of the run (None: full precision), which the
-    DataParallel replicas must be told themselves. `loss`: the workload's per-sample loss
-    (outputs, targets) -> one loss per sample (cross-entropy when not given)."""
+    DataParallel replicas must be told themselves (fsdp/hsdp take it as MixedPrecisionPolicy's
+    param_dtype instead: the engine then runs them without autocast). `loss`: the workload's
+    per-sample loss (outputs, targets) -> one loss per sample (cross-entropy when not given).
+    `shard`: how fsdp/hsdp wrap (their units and knobs); zero1 wraps as ddp does (its sharding
+    is the optimizer's)."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
                  world: int = 1, ddp_options: dict | None = None,
-                 autocast_dtype: torch.dtype | None = None, loss: PerSampleLoss | None = None):
+                 autocast_dtype: torch.dtype | None = None, loss: PerSampleLoss | None = None,
+                 shard: ShardOptions | None = None):
         self.name, self.bare, self.devices, self.world = name, model, devices, world
         self.loss = loss or per_sample_cross_entropy
+        self.units: list[nn.Module] = []   # fsdp/hsdp: the fully_shard units, the root last
         ids = [d.index for d in devices]
         replica = Autocast(model, autocast_dtype) if autocast_dtype is not None else model
         if name == "dp":
@@ -104,11 +112,15 @@ class Variant:
         elif name in ("dp_mean", "dp_sum"):
             self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_"), self.loss),
                                           device_ids=ids)
-        elif name == "ddp":
+        elif name in ("ddp", "zero1"):
             from torch.nn.parallel import DistributedDataParallel as DDP
             on_cuda = devices[0].type == "cuda"
             self.module = DDP(model, device_ids=[devices[0].index] if on_cuda else None,
                               **ddp_kwargs(ddp_options or {}))
+        elif name in FSDP_VARIANTS:
+            opts = dataclasses.replace(shard or ShardOptions(), param_dtype=autocast_dtype)
+            self.units = shard_model(name, model, devices[0], world, opts)
+            self.module = model   # fully_shard works in place: the model is its own wrapper
         else:
             self.module = model
 
@@ -119,8 +131,8 @@ class Variant:
         dynamic=False: an epoch's short last batch compiles a graph of its own instead of
         turning the full batch's graph into a shape-generic one, so every timed (full) step
         runs the graph specialised for its shape."""
-        if self.name not in ("single", "ddp"):
-            raise ValueError(f"torch.compile is supported for single and ddp, not {self.name}")
+        if self.name not in ("single", "ddp", "zero1"):
+            raise ValueError(f"torch.compile is supported for single, ddp and zero1, not {self.name}")
         self.module = torch.compile(self.module, dynamic=False,
                                     **({} if mode == "default" else {"mode": mode}))
 
@@ -132,8 +144,9 @@ class Variant:
 
         per_sample = self.loss(self.module(x).float(), y)
         total = per_sample.sum()
-        if self.name == "ddp":
-            # DDP averages gradients over ranks; scaling the local sum by world/N makes that
+        if self.name in DISTRIBUTED_VARIANTS:
+            # DDP (and FSDP2, over its replicate x shard ranks) averages gradients over ranks;
+            # scaling the local sum by world/N makes that
             # average exactly the gradient of the global mean, even when shards are uneven.
             loss = total * (self.world / global_batch)
             # What it reports is the global loss, known once the ranks' sums are reduced.

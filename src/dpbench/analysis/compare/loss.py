@@ -19,7 +19,7 @@ from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, we
 from dpbench.analysis.compare.thresholds import Thresholds
 
 # Config keys that cannot change a single bit of the training.
-INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint"}
+INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint", "collective_timeout_s"}
 
 
 def _curves(steps) -> dict[tuple, dict[int, Any]]:

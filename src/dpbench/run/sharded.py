@@ -1,0 +1,91 @@
+"""The sharded variants' pieces: FSDP2's wrapping (fsdp, hsdp), the optimizer of every variant
+(ZeRO-1's sharded one for zero1, the plain one built after fully_shard for FSDP2), and a full
+state dict for the checkpoint. The loss scaling is the DDP variant's (`variants.Variant`): FSDP2
+averages gradients over its replicate x shard ranks as DDP does over its ranks.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from dpbench import FSDP_VARIANTS
+
+try:   # public from torch 2.6; torch 2.4 and 2.5 have it under _composable
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # pragma: no cover - older torch
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore
+
+
+@dataclass
+class ShardOptions:
+    """How fsdp/hsdp wrap a model. units: the submodule types fully_shard wraps one by one
+    (spec.shard_modules), before the root; shard_size: hsdp's ranks per shard group (None: the
+    ranks of one node); param_dtype: bf16 under MixedPrecisionPolicy (reductions stay fp32),
+    None for fp32."""
+    units: tuple[type[nn.Module], ...] = ()
+    reshard_after_forward: bool = True
+    shard_size: int | None = None
+    param_dtype: torch.dtype | None = None
+
+
+def mesh_shape(variant: str, world: int, shard_size: int | None) -> tuple[int, ...]:
+    """fsdp: one dimension of all ranks; hsdp: (replicas, shard size), the shard group being the
+    ranks of one node unless given."""
+    if variant == "fsdp":
+        return (world,)
+    shard = shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if world % shard:
+        raise ValueError(f"hsdp_shard_size={shard} does not divide the world size {world}")
+    return (world // shard, shard)
+
+
+def shard_model(variant: str, model: nn.Module, device: torch.device, world: int,
+                options: ShardOptions) -> list[nn.Module]:
+    """fully_shard each unit, then the root, in place; returns the units (the root last)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    shape = mesh_shape(variant, world, options.shard_size)
+    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+    policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
+              if options.param_dtype is not None else MixedPrecisionPolicy())
+    kwargs = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward, "mp_policy": policy}
+    norms = []
+    if options.param_dtype is not None:
+        # BatchNorm's running statistics stay fp32, and PyTorch's batch norm refuses bf16 weights
+        # beside them ("expected scalar type BFloat16 but found Float", seen on the CPU): each
+        # norm is a unit of its own that computes in fp32 and hands bf16 on.
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        fp32_norm = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32,
+                                         output_dtype=options.param_dtype)
+        for norm in norms:
+            fully_shard(norm, **{**kwargs, "mp_policy": fp32_norm})
+    units = [m for m in model.modules() if options.units and isinstance(m, options.units) and m is not model]
+    for unit in units:
+        fully_shard(unit, **kwargs)
+    fully_shard(model, **kwargs)
+    return [*norms, *units, model]
+
+
+def make_optimizer(variant: str, params, lr: float, momentum: float, weight_decay: float,
+                   fused: bool) -> torch.optim.Optimizer:
+    """SGD with momentum for every variant; zero1 shards its state over the ranks
+    (ZeroRedundancyOptimizer), fsdp/hsdp get it over their DTensor shards (built after
+    fully_shard). fused needs the parameters on a device with the fused kernel."""
+    kwargs = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, **({"fused": True} if fused else {}))
+    if variant == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.SGD, **kwargs)
+    return torch.optim.SGD(params, **kwargs)
+
+
+def full_state_dict(variant: str, model: nn.Module) -> dict | None:
+    """The model's weights as whole tensors on the CPU, for the checkpoint. Called on every rank:
+    under fsdp/hsdp gathering the shards is a collective; the dict is rank 0's (None elsewhere)."""
+    if variant not in FSDP_VARIANTS:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) or None
+

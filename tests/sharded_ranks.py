@@ -1,0 +1,145 @@
+"""gloo ranks that train every distributed variant on the same seed and global batches, through
+the engine's own pieces (build_workload, build_model, Variant, make_optimizer, train_step and
+the profiled step), and keep what a parity check compares: the global loss of every step, the
+whole gradients of the first and last steps, the whole parameters after the last, and the
+profiled step's collectives and memory rows. One spawn runs every case, so the ranks import
+torch once."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+TINY_LM = {"name": "transformer-lm", "args": {"width": 32, "layers": 2, "heads": 2, "seq_len": 16, "vocab": 64}}
+TINY_CNN = "sharded_ranks.py:tiny_cnn"   # resolved against this folder (the ranks' cwd)
+
+
+def tiny_cnn(width: int = 8, classes: int = 10):
+    """Two ResNet BasicBlocks (the units fully_shard wraps) on 8x8 images."""
+    from dpbench.workloads.resnet import BasicBlock
+    from dpbench.workloads.resnet_cifar import per_sample_cross_entropy
+    from dpbench.workloads.spec import WorkloadSpec
+    model = nn.Sequential(nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                          BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, classes))
+
+    def batch(generator, n):
+        return torch.randn(n, 3, 8, 8, generator=generator), torch.randint(0, classes, (n,), generator=generator)
+    return WorkloadSpec(model=model, loss=per_sample_cross_entropy, batch=batch, shard_modules=(BasicBlock,))
+
+
+@dataclass
+class Case:
+    name: str
+    variant: str
+    workload: object = field(default_factory=lambda: TINY_LM)
+    options: dict = field(default_factory=dict)
+    plant_scale: bool = False   # gradients world-size times too large (torch 2.7.1/2.8.0's FSDP2 on gloo)
+
+
+@dataclass
+class Trained:
+    losses: list[float]
+    grads: dict[int, dict[str, torch.Tensor]]   # step -> name -> whole gradient
+    params: dict[str, torch.Tensor]
+    collectives: list[dict]
+    memory: list[dict]                          # one row per rank
+    parameter_count: int = 0
+    units: int = 0
+    buckets: dict | None = None                 # DDP's all-reduce as its buckets tell it
+
+
+def whole(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
+
+
+def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int) -> Trained | None:
+    from dpbench.plan.config import RunConfig
+    from dpbench.run import components, engine, sharded
+    from dpbench.run.data import WorkloadFeed
+    from dpbench.run.step import train_step
+    from dpbench.run.variants import Variant
+    cfg = RunConfig.from_dict({"variant": case.variant, "gpus": world, "workload": case.workload,
+                               "global_batch": global_batch, "synthetic_size": global_batch * steps,
+                               "lr_schedule": "constant", "lr": 0.05, **case.options})
+    cpu = torch.device("cpu")
+    spec = engine.build_workload(cfg)
+    model = engine.build_model(cfg, SimpleNamespace(device=cpu), spec)
+    variant = Variant(cfg.variant, model, [cpu], world, engine.ddp_options(cfg), loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+    if case.plant_scale:
+        losses_of = variant.losses
+
+        def scaled(x, y, n):
+            out = losses_of(x, y, n)
+            out.optimised = out.optimised * world
+            return out
+        variant.losses = scaled
+    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+    feed = WorkloadFeed(spec.batch, cfg.synthetic_size, cfg.global_batch, cfg.seed, cpu, world, rank)
+    out = Trained([], {}, {}, [], [], sum(p.numel() for p in model.parameters()), len(variant.units))
+    for step, (x, y, n) in enumerate(feed.epoch(0)):
+        if step == 1:
+            losses, row, out.collectives = components.profiled_step(variant, opt, x, y, n, nullctx, True)
+            rows = [None] * world
+            dist.all_gather_object(rows, dict(row, device=rank))
+            out.memory = rows
+        else:
+            losses = train_step(variant, opt, x, y, n)
+        total = losses.global_sum.detach().double().clone()
+        dist.all_reduce(total)
+        out.losses.append(total.item() / n)
+        if step in (0, steps - 1):
+            out.grads[step] = {k: whole(p.grad) for k, p in model.named_parameters()}
+    out.params = {k: whole(p) for k, p in model.named_parameters()}
+    out.buckets = components.ddp_buckets(variant)
+    return out if rank == 0 else None
+
+
+def nullctx():
+    from contextlib import nullcontext
+    return nullcontext()
+
+
+def _rank(rank: int, world: int, store: str, cases: list[Case], steps: int, global_batch: int, save: str):
+    os.environ.update(LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        done = {c.name: train_case(c, world, rank, steps, global_batch) for c in cases}
+        if rank == 0:
+            torch.save(done, save)
+    finally:
+        dist.destroy_process_group()
+
+
+def train_all(cases: list[Case], world: int, steps: int = 3, global_batch: int = 8) -> dict[str, Trained]:
+    """Every case on `world` gloo ranks, one after the other in one spawn; rank 0's results."""
+    with tempfile.TemporaryDirectory() as tmp:
+        save = str(Path(tmp) / "trained.pt")
+        here = os.getcwd()
+        os.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
+        try:
+            mp.spawn(_rank, args=(world, str(Path(tmp) / "store"), cases, steps, global_batch, save), nprocs=world)
+        finally:
+            os.chdir(here)
+        return torch.load(save, weights_only=False)
+
+
+def max_differences(ref: Trained, other: Trained) -> dict[str, float]:
+    """The parity check: the largest absolute difference of the losses at every step, of the
+    gradients at the first and last steps, and of the parameters after the last."""
+    def diff(a: dict, b: dict) -> float:
+        assert a.keys() == b.keys()
+        return max((a[k] - b[k]).abs().max().item() for k in a)
+    return {"loss": max(abs(a - b) for a, b in zip(ref.losses, other.losses, strict=True)),
+            **{f"grad_step{s}": diff(ref.grads[s], other.grads[s]) for s in ref.grads},
+            "params": diff(ref.params, other.params)}
