@@ -66,14 +66,15 @@ def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1,
                    accuracy: Sequence[float] | None = None, device_type: str = "cuda",
                    seed: int | None = None, deterministic: bool = False,
                    config: dict[str, Any] | None = None, legacy: bool = False,
-                   provenance: dict[str, Any] | None = None) -> Path:
+                   provenance: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
     """One run's folder as the engine leaves it; returns the folder.
 
     options: the run's swept options (they label the run id and override the config, like the
     plan does). memory: allocated MiB per device (or the memory entries themselves); default
     1300 MiB on every device. per_gpu_batch makes the run weak-scaling (global = per-GPU × gpus).
     A skipped run has no measurements; a failed run keeps what it measured. legacy=True writes a
-    record from before seeds, scaling and per_gpu_batch were recorded.
+    record from before seeds, scaling and per_gpu_batch were recorded. extra: more record keys
+    (the sizes, memory_components, collectives).
     """
     options = dict(options or {})
     cfg = {"variant": variant, "gpus": gpus, "repeat": repeat, "options": options,
@@ -120,6 +121,7 @@ def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1,
         rec.update(seed=cfg["seed"], deterministic=deterministic,
                    scaling="weak" if cfg["per_gpu_batch"] is not None else "strong",
                    per_gpu_batch=cfg["global_batch"] / gpus)
+    rec.update(extra or {})
     rdir = Path(runs_dir) / rid
     if step_rows:
         results.write_csv(rdir / results.STEPS, results.STEP_COLUMNS, step_rows)

@@ -110,6 +110,9 @@ class RunConfig:
     gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")
     static_graph: bool = _option("static_graph")
     broadcast_buffers: bool = _option("broadcast_buffers")
+    # the sharded variants' knobs (fsdp and hsdp only)
+    reshard_after_forward: bool = _option("reshard_after_forward")
+    hsdp_shard_size: int | None = _option("hsdp_shard_size")   # None: all ranks of one node
     batchnorm: str = _option("batchnorm")               # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
     seed: int = _option("seed")                         # the seed this run used (the plan adds the repeat under seeds: distinct)
     num_classes: int = _option("num_classes")           # width of the output layer (labels stay CIFAR's 0..9)

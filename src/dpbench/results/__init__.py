@@ -3,6 +3,7 @@
     <root>/<tag>/runs/<run_id>/metrics.json   one run's record (written last, atomically)
     <root>/<tag>/runs/<run_id>/steps.csv      one row per optimizer step
     <root>/<tag>/{summary,memory,warnings,steps,accuracy,medians}.csv   tidy tables over all runs
+    <root>/<tag>/{memory_components,collectives}.csv   the sharded work's (rows only where recorded)
     <root>/<tag>/provenance.json              where the runs came from (one value, or a list)
     <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records)
     <root>/<tag>/figures/<name>.png, logs/<name>.log, report.html
@@ -29,6 +30,7 @@ from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, Recor
 from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
 from dpbench.results.formats import workload_name  # noqa: F401
 from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401
+from dpbench.results.schema import COLLECTIVE_COLUMNS, LATER_TABLES, MEMORY_COMPONENT_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
