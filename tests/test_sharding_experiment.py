@@ -61,6 +61,10 @@ def test_the_cpu_plan_shrinks_every_transformer_and_keeps_to_two_ranks():
     args = {json.dumps(rc.workload.get("args"), sort_keys=True) for rc in runs if isinstance(rc.workload, dict)}
     assert args == {json.dumps({"heads": 4, "layers": 2, "seq_len": 32, "vocab": 256, "width": 64}, sort_keys=True)}
     assert all(rc.max_steps == 5 and rc.max_cpu_ranks == 2 for rc in runs)
+    p = plan("sharding", gpus_available=0)
+    skipped = {rc.variant for rc in p.runs.values() if p.skipped(rc)}
+    assert skipped == {"ddp", "zero1", "fsdp", "hsdp"}      # their 4-rank runs
+    assert not [rc for rc in p.runs.values() if rc.gpus <= 2 and p.skipped(rc)]
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ asked by the plan (with the GPUs it is made for, without torch), by the launcher
 its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted)."""
 from __future__ import annotations
 
-from dpbench import DP_VARIANTS
+from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS
 from dpbench.plan.config import RunConfig
 
 
@@ -23,8 +23,8 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
             return "nn.DataParallel needs CUDA devices and none is visible: DP variants run only on GPUs"
         if cfg.device == "cuda":
             return "device=cuda was asked for but no CUDA device is visible"
-        if cfg.variant == "ddp" and cfg.gpus > cfg.max_cpu_ranks:
-            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, ddp runs on at most "
+        if cfg.variant in DISTRIBUTED_VARIANTS and cfg.gpus > cfg.max_cpu_ranks:
+            return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, {cfg.variant} runs on at most "
                     f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None
     if cfg.gpus > visible:
