@@ -175,6 +175,25 @@ if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets n
             "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
 
 
+if pipeline.sharding_figure_files(PLAN):   # experiments with sharded runs only
+
+    rule sharding_plots:
+        input:
+            *TABLES.values(),
+        output:
+            **{name: report(path, caption="report/sharding_figures.rst", category="Figures")
+               for name, path in pipeline.sharding_figure_files(PLAN).items()},
+        log:
+            str(RS.log_path("sharding_plots")),
+        params:
+            where=TAG_OF_INPUT,
+            **PY,
+        conda:
+            ENVFILE
+        shell:
+            "{params.py} -m dpbench.report.sharding_plots {params.where} > {log} 2>&1"
+
+
 rule probe:
     input:
         # C1 and C7 measure at the batches and widths their groups train with. A new plan.json

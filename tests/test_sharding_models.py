@@ -3,7 +3,7 @@ worked by hand, and collect's two tables from records with and without the shard
 from __future__ import annotations
 
 import pytest
-from fakes import fake_result_set
+from fakes import fake_result_set, sharded_run
 
 from dpbench.analysis import memory_model as M
 from dpbench.analysis import traffic_model as T
@@ -116,38 +116,15 @@ def test_hsdp_shards_within_a_group_and_all_reduces_across_replicas():
 
 # -- collect --------------------------------------------------------------------------------
 
-def sharded_run(variant: str, gpus: int, **cfg) -> dict:
-    """A run whose memory_components and collectives are what the closed forms say, but the
-    optimizer of device 1, 20% over (ZeRO-1's uneven partition), and one all-gather short."""
-    s = M.Setting(variant=variant, parameters=RESNET18, ranks=gpus, gradient_as_bucket_view=False,
-                  largest_unit_bytes=3 * MIB if variant in ("fsdp", "hsdp") else None,
-                  reshard_after_forward=cfg.get("reshard_after_forward", True))
-    b = {k: (v or 0) / MIB for k, v in M.predicted_bytes(s).items()}
-    comps = [{"device": d, "parameters_mib": b["parameters"], "gradients_mib": b["gradients"],
-              "optimizer_mib": b["optimizer"] * (1.2 if d == 1 else 1.0),
-              "largest_unit_mib": 3.0 if variant in ("fsdp", "hsdp") else None,
-              "forward_peak_mib": b["state"] + 400 + 10, "backward_peak_mib": b["state"] + 500 + 10,
-              "step_peak_mib": b["state"] + 10, "activation_peak_mib": 500.0, "reserved_peak_mib": 2000.0}
-             for d in range(gpus)]
-    traffic = T.predicted_traffic(variant, RESNET18, gpus)
-    colls = [{"collective": c, "count": 3, "bytes": int(t["payload"] * (0.9 if c == "all_gather" else 1))}
-             for c, t in traffic.items()]
-    return dict(variant=variant, gpus=gpus, options=dict(cfg), config=dict(cfg, momentum=0.9),
-                memory=[{"device": d, "allocated_mib": 1300.0, "reserved_mib": 1500.0,
-                         "nvml_used_mib": None, "data_mib": 10.0} for d in range(gpus)],
-                extra={"parameters": RESNET18, "param_bytes": 4 * RESNET18,
-                       "memory_components": comps, "collectives": colls})
-
-
 @pytest.fixture(scope="module")
 def collected(tmp_path_factory):
     return fake_result_set(tmp_path_factory.mktemp("sharded"), [
         dict(variant="single"),                                   # an old record: no new keys
         dict(variant="ddp", gpus=2),
-        sharded_run("ddp", 2, reshard_after_forward=True),
+        sharded_run("ddp", 2, options={"reshard_after_forward": True}),
         sharded_run("zero1", 2),
         sharded_run("fsdp", 2),
-        sharded_run("fsdp", 2, reshard_after_forward=False),
+        sharded_run("fsdp", 2, options={"reshard_after_forward": False}),
         dict(variant="fsdp", gpus=4, status="skipped", reason="needs 4 GPUs", images_per_s=None),
     ])
 

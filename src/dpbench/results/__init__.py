@@ -52,6 +52,11 @@ COMPARE_DIR = "compare"
 # names without drawing anything: plots.py draws exactly these.
 FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "loss_vs_single",
                 "accuracy", "warnings")
+# The sharded variants' figures (report/sharding_plots.py draws exactly these), drawn where the
+# plan has sharded runs.
+SHARDING_FIGURE_NAMES = ("memory_components", "sharding_vs_size")
+# The largest batch per variant and model size (C9's search, issue 26), where a set has it.
+LARGEST_BATCH_CSV = "largest_batch.csv"
 # The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
 # before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
 CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
@@ -264,6 +269,14 @@ class ResultSet:
     def figure_paths(self) -> dict[str, Path]:
         """The pipeline's figures, by name (FIGURE_NAMES)."""
         return {name: self.figure_path(name) for name in FIGURE_NAMES}
+
+    def sharding_figure_paths(self) -> dict[str, Path]:
+        """The sharded variants' figures, by name (SHARDING_FIGURE_NAMES)."""
+        return {name: self.figure_path(name) for name in SHARDING_FIGURE_NAMES}
+
+    @property
+    def largest_batch_path(self) -> Path:
+        return self.dir / LARGEST_BATCH_CSV
 
     def claim_figure_path(self, key: str) -> Path:
         return self.figures_dir / claim_figure_name(key)
