@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -48,6 +49,11 @@ def test_the_two_gpu_part_is_the_runs_its_estimate_counts():
     assert len(sizes) == 5                                   # four transformer sizes and ResNet18
 
 
+def test_the_one_gpu_part_is_the_runs_its_estimate_counts():
+    runs = plan("sharding", gpus_available=1, gpus=[1]).runs.values()
+    assert len([rc for rc in runs if rc.gpus == 1]) == 24
+
+
 def test_fsdp_with_and_without_resharding_are_two_cells():
     runs = plan("sharding", gpus_available=2).runs.values()
     lm = [rc for rc in runs if rc.variant == "fsdp" and rc.gpus == 2 and rc.global_batch == 32]
@@ -70,6 +76,8 @@ def test_the_cpu_plan_shrinks_every_transformer_and_keeps_to_two_ranks():
 @pytest.mark.slow
 def test_snakemake_plans_the_sharding_experiment(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
-    proc = run_snakemake(wd, "-n", "--config", "experiment=sharding", "tag=sh", timeout=300)
+    proc = run_snakemake(wd, "-n", "--config", "experiment=sharding", "tag=sh", "gpus=[2]",
+                         "variants=[ddp,zero1,fsdp]", "gpus_available=2", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "train" in proc.stdout
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
+    assert int(jobs["train"]) == 21 and int(jobs["sharding_plots"]) == 1     # 19 runs + 2 skipped hsdp
