@@ -175,23 +175,26 @@ if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets n
             "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
 
 
-if pipeline.sharding_figure_files(PLAN):   # experiments with sharded runs only
+SHARDING = pipeline.sharding_files(PLAN)
+if SHARDING:   # experiments with sharded runs only
 
-    rule sharding_plots:
+    rule sharding:
         input:
             *TABLES.values(),
         output:
             **{name: report(path, caption="report/sharding_figures.rst", category="Figures")
-               for name, path in pipeline.sharding_figure_files(PLAN).items()},
+               for name, path in SHARDING.items() if name != "md"},
+            md=SHARDING["md"],
         log:
-            str(RS.log_path("sharding_plots")),
+            str(RS.log_path("sharding")),
         params:
             where=TAG_OF_INPUT,
             **PY,
         conda:
             ENVFILE
         shell:
-            "{params.py} -m dpbench.report.sharding_plots {params.where} > {log} 2>&1"
+            "({params.py} -m dpbench.report.sharding_plots {params.where} && "
+            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log} 2>&1"
 
 
 rule probe:

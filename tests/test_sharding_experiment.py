@@ -80,4 +80,4 @@ def test_snakemake_plans_the_sharding_experiment(tmp_path):
                          "variants=[ddp,zero1,fsdp]", "gpus_available=2", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
-    assert int(jobs["train"]) == 21 and int(jobs["sharding_plots"]) == 1     # 19 runs + 2 skipped hsdp
+    assert int(jobs["train"]) == 21 and int(jobs["sharding"]) == 1     # 19 runs + 2 skipped hsdp

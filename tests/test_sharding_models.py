@@ -182,3 +182,24 @@ def test_a_record_without_sizes_has_no_prediction_but_keeps_its_measurements(tmp
     assert len(mc) == 2 and mc["predicted_state_mib"].isna().all() and not mc["parameters_mib"].isna().any()
     assert c["predicted_bytes"].isna().all() and (c["bytes"] > 0).all()
     assert M.comparison(mc.to_dict("records")) == []
+
+
+def test_the_traffic_comparison_flags_only_the_short_all_gathers(collected):
+    rows = collected.table("collectives").to_dict("records")
+    flagged = {(r["run_id"], r["collective"]) for r in T.comparison(rows) if r["beyond_tolerance"]}
+    assert flagged == {("fsdp-g2-r0", "all_gather"), ("fsdp-g2-reshard_after_forwardfalse-r0", "all_gather")}
+    assert len(T.comparison(rows)) == 1 + 2 + 2 + 2     # ddp, zero1, fsdp and fsdp without resharding
+
+
+def test_sharding_md_lists_every_comparison_and_reads_an_old_set(collected, tmp_path):
+    from dpbench.report.sharding_tables import sharding_md
+    text = sharding_md(collected.root, collected.tag)
+    assert text.count("%) !") + text.count("% !") == 4 + 2         # four devices' optimizers, two all-gathers
+    zero1 = [line for line in text.splitlines() if line.startswith("| zero1-g2-r0 ")]
+    assert len(zero1) == 2 + 2                       # two devices, two collectives
+    assert "(+20.0%) !" in zero1[1] and "(+0.0%)" in zero1[0] and "-10.0% !" in text
+    old = fake_result_set(tmp_path, [dict(variant="single")])
+    assert sharding_md(old.root, old.tag).count("_none_") == 2
+    (tmp_path / old.tag / "memory_components.csv").unlink()        # a set collected before them
+    (tmp_path / old.tag / "collectives.csv").unlink()
+    assert sharding_md(old.root, old.tag).count("_none_") == 2

@@ -107,12 +107,12 @@ def _mib(value: float | None) -> float | None:
 def measured_state(row: Mapping[str, Any]) -> float | None:
     """What the device held as the profiled step's forward began (MiB), the dataset on it left
     out: the forward-backward peak less the activation peak (measured from that start)."""
-    peaks = [row.get(k) for k in ("forward_peak_mib", "backward_peak_mib") if _number(row.get(k))]
+    peaks = [row.get(k) for k in ("forward_peak_mib", "backward_peak_mib") if is_number(row.get(k))]
     activations = row.get("activation_peak_mib")
-    if not peaks or not _number(activations):
+    if not peaks or not is_number(activations):
         return None
     data = row.get("data_mib")
-    return max(peaks) - activations - (data if _number(data) else 0.0)
+    return max(peaks) - activations - (data if is_number(data) else 0.0)
 
 
 def predicted_row(record: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, float | None]:
@@ -131,7 +131,7 @@ def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> l
     for row in rows:
         for c in COMPARED:
             measured, predicted = row.get(f"{c}_mib"), row.get(f"predicted_{c}_mib")
-            if not _number(measured) or not _number(predicted):
+            if not is_number(measured) or not is_number(predicted):
                 continue
             rel = (measured / predicted - 1.0) if predicted else (0.0 if measured == 0 else float("inf"))
             out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "device")},
@@ -140,5 +140,6 @@ def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> l
     return out
 
 
-def _number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A measured number (not None, a flag or NaN)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from dpbench.analysis.memory_model import BF16_BYTES, setting_of
+from dpbench.analysis.memory_model import BF16_BYTES, TOLERANCE, is_number, setting_of
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -91,3 +91,20 @@ def collective_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
              "predicted_bytes": predicted.get(c, {}).get("payload", 0.0) if predicted else None,
              "predicted_wire_bytes": predicted.get(c, {}).get("wire", 0.0) if predicted else None}
             for c in order]
+
+
+def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
+    """Counted against predicted bytes per run and collective (rows of collectives.csv): the
+    relative difference (bytes / predicted - 1) and whether it lies beyond the tolerance; a
+    collective the formulas do not send compares by equality with zero. Rows without a
+    prediction (a record without sizes) are left out."""
+    out = []
+    for row in rows:
+        measured, predicted = row.get("bytes"), row.get("predicted_bytes")
+        if not is_number(measured) or not is_number(predicted):
+            continue
+        rel = measured / predicted - 1.0 if predicted else (0.0 if measured == 0 else float("inf"))
+        out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "collective", "count")},
+                    "bytes": measured, "predicted_bytes": predicted, "relative_difference": rel,
+                    "beyond_tolerance": abs(rel) > tolerance})
+    return out

@@ -646,11 +646,8 @@ DRAW: dict[str, Callable[[Tables], Figure]] = dict(zip(results.FIGURE_NAMES, (
 
 def load_tables(results_dir: Path | str, tag: str) -> Tables:
     """The per-run tables, with each run's label (its option set in words) in the summary."""
-    rs = results.ResultSet(results_dir, tag)
     tables = {name: load_table(results_dir, tag, name) for name in results.TABLES
-              if name != "medians" and (name not in results.LATER_TABLES or rs.table_path(name).is_file())}
-    tables |= {name: results.SCHEMAS[name].typed(pd.DataFrame(columns=results.TABLES[name]))
-               for name in results.LATER_TABLES if name not in tables}
+              if name != "medians"}
     summary = tables["summary"]
     tables["summary"] = summary.assign(label=labels(summary))
     return tables

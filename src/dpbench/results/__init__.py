@@ -5,7 +5,7 @@
     <root>/<tag>/{summary,memory,warnings,steps,accuracy,medians}.csv   tidy tables over all runs
     <root>/<tag>/{memory_components,collectives}.csv   the sharded work's (rows only where recorded)
     <root>/<tag>/provenance.json              where the runs came from (one value, or a list)
-    <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records)
+    <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records), sharding.md
     <root>/<tag>/figures/<name>.png, logs/<name>.log, report.html
     <root>/compare/<baseline>_vs_<candidate>.{md,json}
 
@@ -275,6 +275,11 @@ class ResultSet:
         return {name: self.figure_path(name) for name in SHARDING_FIGURE_NAMES}
 
     @property
+    def sharding_md(self) -> Path:
+        """sharding.md: the sharded variants' memory model and traffic formulas against the runs."""
+        return self.dir / "sharding.md"
+
+    @property
     def largest_batch_path(self) -> Path:
         return self.dir / LARGEST_BATCH_CSV
 
@@ -398,7 +403,7 @@ def iter_runs(folder: Path | str, *, damaged: bool = False
 
 def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | None = None) -> "pd.DataFrame":
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
-    One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
+    A table of LATER_TABLES that an older set lacks reads as empty. One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
     other columns are as pandas reads them (numbers, or whatever a damaged file holds).
 
     With `require` the caller's columns are checked (schema.TableSchema.checked): a file that is
@@ -407,6 +412,8 @@ def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | N
     import pandas as pd
 
     schema, path = SCHEMAS[name], table_path(root, tag, name)
+    if name in LATER_TABLES and not path.exists():   # a set collected before the table existed
+        return pd.DataFrame(columns=schema.columns)
     text = {c: str for c in schema.text}
     try:
         df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text).fillna({c: "" for c in text})
