@@ -203,3 +203,10 @@ def test_sharding_md_lists_every_comparison_and_reads_an_old_set(collected, tmp_
     (tmp_path / old.tag / "memory_components.csv").unlink()        # a set collected before them
     (tmp_path / old.tag / "collectives.csv").unlink()
     assert sharding_md(old.root, old.tag).count("_none_") == 2
+
+
+def test_fsdp_with_and_without_resharding_get_a_cell_each(collected):
+    med = collected.table("medians")
+    fsdp = med[(med["variant"] == "fsdp") & (med["quantity"] == "images_per_s")]
+    assert sorted(fsdp["options"]) == ["", "reshard_after_forward=False"]
+    assert len(set(fsdp["setup"])) == 1          # the option is no other setup: single compares with both
