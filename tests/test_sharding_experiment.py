@@ -81,3 +81,5 @@ def test_snakemake_plans_the_sharding_experiment(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout, re.M))
     assert int(jobs["train"]) == 21 and int(jobs["sharding"]) == 1     # 19 runs + 2 skipped hsdp
+    lint = run_snakemake(wd, "--lint", "--config", "experiment=sharding", "tag=sh", "gpus_available=2", timeout=300)
+    assert lint.returncode == 0, lint.stdout + lint.stderr     # the sharding rule too
