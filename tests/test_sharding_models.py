@@ -53,6 +53,15 @@ def test_fsdp_adds_the_largest_unit_or_every_unit_without_resharding():
     assert state_bytes(variant="ddp", ranks=2)["unsharded"] == 0
 
 
+def test_a_record_gives_the_closed_forms_their_inputs():
+    rec = {"variant": "hsdp", "gpus": 8, "parameters": RESNET18, "param_bytes": 4 * RESNET18,
+           "config": {"momentum": 0.9, "precision": "bf16"}, "launch": {"nodes": 2}}
+    s = M.setting_of(rec)
+    assert (s.shard_size, s.compute_bytes, s.optimizer_slots) == (4, 2, 1)    # a node's 4 ranks
+    assert M.setting_of({**rec, "config": {"hsdp_shard_size": 2}}).shard_size == 2
+    assert M.setting_of({**rec, "parameters": None}) is None                    # an older record
+
+
 def test_optimizer_slots_follow_the_config():
     assert M.optimizer_slots({"momentum": 0.9}) == 1
     assert M.optimizer_slots({"momentum": 0.0}) == 0

@@ -91,11 +91,14 @@ def setting_of(record: Mapping[str, Any], largest_unit_mib: float | None = None)
     parameters, param_bytes = record.get("parameters"), record.get("param_bytes")
     if not parameters or not param_bytes:
         return None
+    ranks = int(record.get("gpus") or 1)
+    nodes = int((record.get("launch") or {}).get("nodes") or 1)
     return Setting(variant=str(record.get("variant")), parameters=int(parameters),
                    param_bytes=param_bytes / parameters, optimizer_slots=optimizer_slots(cfg),
-                   ranks=int(record.get("gpus") or 1), precision=str(cfg.get("precision", "fp32")),
+                   ranks=ranks, precision=str(cfg.get("precision", "fp32")),
                    reshard_after_forward=bool(cfg.get("reshard_after_forward", True)),
-                   hsdp_shard_size=cfg.get("hsdp_shard_size"),
+                   # hsdp_shard_size null: the ranks of one node
+                   hsdp_shard_size=cfg.get("hsdp_shard_size") or max(1, ranks // nodes),
                    largest_unit_bytes=None if largest_unit_mib is None else largest_unit_mib * MIB,
                    gradient_as_bucket_view=bool(cfg.get("gradient_as_bucket_view", False)))
 
