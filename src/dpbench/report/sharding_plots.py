@@ -6,7 +6,7 @@
                         one line per variant; the largest batch where largest_batch.csv exists
 
 A result set without sharded runs draws a placeholder that says so (the pipeline asks for these
-figures only where the plan has sharded runs: dpbench.plan.pipeline.sharding_figure_files).
+figures only where the plan has sharded runs: dpbench.plan.pipeline.sharding_files).
 
     python -m dpbench.report.sharding_plots --results-dir results --tag TAG
 """
