@@ -22,7 +22,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import NullFormatter, StrMethodFormatter
 
 from dpbench import results
 from dpbench.analysis.tables import ok_runs, variant_order
@@ -52,7 +52,7 @@ KEEP = " (no reshard)"   # fsdp/hsdp keeping every unit gathered from forward to
 # first two, else the throughput at the batch the experiment trained.
 THROUGHPUT_AT_LARGEST, LARGEST_BATCH = "at the largest batch", "largest batch"
 THROUGHPUT_AT_BATCH = "at the experiment's batch"
-QUANTITY_AXIS = {THROUGHPUT_AT_LARGEST: "samples/s", LARGEST_BATCH: "largest batch (samples per GPU)",
+QUANTITY_AXIS = {THROUGHPUT_AT_LARGEST: "samples/s", LARGEST_BATCH: "largest batch (samples)",
                  THROUGHPUT_AT_BATCH: "samples/s"}
 
 
@@ -104,6 +104,8 @@ def plot_memory_components(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no run recorded memory by component"))
     panels = list(bars.groupby(["workload", "parameters", "precision"], dropna=False, sort=True))
     fig, axes = panel_grid(len(panels), n_cols=2)
+    if max(len(panel.groupby(["name", "gpus"])) for _, panel in panels) > 6:   # room for upright labels
+        fig.set_figheight(fig.get_figheight() + 1.4 * -(-len(panels) // 2))   # per row of panels
     for ax, ((workload, parameters, precision), panel) in zip(axes, panels):
         order = [(n, g) for n in name_order(panel["name"]) for g in sorted(panel["gpus"].unique())
                  if ((panel["name"] == n) & (panel["gpus"] == g)).any()]
@@ -175,6 +177,7 @@ def plot_sharding_vs_size(t: Tables) -> Figure:
                xlim=(panel["parameters"].min() / 1.6, panel["parameters"].max() * 1.6),
                ylim=(panel["value"].min() / 1.6, panel["value"].max() * 1.6))
         ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         panel_title(ax, f"{workload} · {gpu_words(gpus)} · {precision} · {quantity}")
     handles = [Line2D([], [], color=color(base_variant(n)), marker="o", ls="--" if n.endswith(KEEP) else "-",
                       label=n) for n in names]
