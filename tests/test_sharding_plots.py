@@ -116,3 +116,12 @@ def test_draw_all_writes_the_pngs(tmp_path):
     paths = S.draw_all(rs.root, rs.tag)
     assert [p.name for p in paths] == [f"{n}.png" for n in results.SHARDING_FIGURE_NAMES]
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_a_crowded_sweep_keeps_its_labels_apart(tmp_path):
+    spec = [sharded_run(v, g, parameters=p, workload="transformer-lm", options={"global_batch": b, **o})
+            for p, b in list(LM.items())[1:] for g in (1, 2, 4)
+            for v, o in (("ddp", {}), ("zero1", {}), ("fsdp", {}), ("fsdp", {"reshard_after_forward": False}))]
+    fig = draw(fake_result_set(tmp_path, spec))["memory_components"]
+    assert [len(ax.get_xticks()) for ax in fig.axes] == [12, 12]
+    assert overlapping_texts(fig) == [] and outside_points(fig) == [] and empty_panels(fig) == []
