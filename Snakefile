@@ -175,6 +175,28 @@ if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets n
             "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
 
 
+SHARDING = pipeline.sharding_files(PLAN)
+if SHARDING:   # experiments with sharded runs only
+
+    rule sharding:
+        input:
+            *TABLES.values(),
+        output:
+            **{name: report(path, caption="report/sharding_figures.rst", category="Figures")
+               for name, path in SHARDING.items() if name != "md"},
+            md=SHARDING["md"],
+        log:
+            str(RS.log_path("sharding")),
+        params:
+            where=TAG_OF_INPUT,
+            **PY,
+        conda:
+            ENVFILE
+        shell:
+            "({params.py} -m dpbench.report.sharding_plots {params.where} && "
+            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log} 2>&1"
+
+
 rule probe:
     input:
         # C1 and C7 measure at the batches and widths their groups train with. A new plan.json

@@ -66,14 +66,15 @@ def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1,
                    accuracy: Sequence[float] | None = None, device_type: str = "cuda",
                    seed: int | None = None, deterministic: bool = False,
                    config: dict[str, Any] | None = None, legacy: bool = False,
-                   provenance: dict[str, Any] | None = None) -> Path:
+                   provenance: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
     """One run's folder as the engine leaves it; returns the folder.
 
     options: the run's swept options (they label the run id and override the config, like the
     plan does). memory: allocated MiB per device (or the memory entries themselves); default
     1300 MiB on every device. per_gpu_batch makes the run weak-scaling (global = per-GPU × gpus).
     A skipped run has no measurements; a failed run keeps what it measured. legacy=True writes a
-    record from before seeds, scaling and per_gpu_batch were recorded.
+    record from before seeds, scaling and per_gpu_batch were recorded. extra: more record keys
+    (the sizes, memory_components, collectives).
     """
     options = dict(options or {})
     cfg = {"variant": variant, "gpus": gpus, "repeat": repeat, "options": options,
@@ -120,11 +121,41 @@ def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1,
         rec.update(seed=cfg["seed"], deterministic=deterministic,
                    scaling="weak" if cfg["per_gpu_batch"] is not None else "strong",
                    per_gpu_batch=cfg["global_batch"] / gpus)
+    rec.update(extra or {})
     rdir = Path(runs_dir) / rid
     if step_rows:
         results.write_csv(rdir / results.STEPS, results.STEP_COLUMNS, step_rows)
     results.write_json(rdir / results.METRICS, rec)
     return rdir
+
+
+def sharded_run(variant: str, gpus: int, parameters: int = 11_173_962, workload: str = "resnet18-cifar10",
+                options: dict[str, Any] | None = None, images_per_s: float = 1000.0) -> dict:
+    """A write_fake_run entry for a run with memory_components and collectives that are what the
+    closed forms say (largest unit 3 MiB, 500 MiB of activations, 10 MiB of data), except device
+    1's optimizer state, 20% over (ZeRO-1's uneven partition), and all-gathers 10% short."""
+    from dpbench.analysis import memory_model, traffic_model
+    options = dict(options or {})
+    mib, sharded = memory_model.MIB, variant in ("fsdp", "hsdp")
+    s = memory_model.Setting(variant=variant, parameters=parameters, ranks=gpus,
+                             largest_unit_bytes=3 * mib if sharded else None,
+                             reshard_after_forward=options.get("reshard_after_forward", True))
+    b = {k: (v or 0) / mib for k, v in memory_model.predicted_bytes(s).items()}
+    comps = [{"device": d, "parameters_mib": b["parameters"], "gradients_mib": b["gradients"],
+              "optimizer_mib": b["optimizer"] * (1.2 if d == 1 else 1.0),
+              "largest_unit_mib": 3.0 if sharded else None,
+              "forward_peak_mib": b["state"] + 410, "backward_peak_mib": b["state"] + 510,
+              "step_peak_mib": b["state"] + 10, "activation_peak_mib": 500.0, "reserved_peak_mib": 2000.0}
+             for d in range(gpus)]
+    colls = [{"collective": c, "count": 3, "bytes": int(t["payload"] * (0.9 if c == "all_gather" else 1))}
+             for c, t in traffic_model.predicted_traffic(variant, parameters, gpus).items()]
+    return dict(variant=variant, gpus=gpus, options=options, config={**options, "momentum": 0.9},
+                images_per_s=images_per_s,
+                memory=[{"device": d, "allocated_mib": 1300.0, "reserved_mib": 1500.0,
+                         "nvml_used_mib": None, "data_mib": 10.0} for d in range(gpus)],
+                extra={"parameters": parameters, "param_bytes": 4 * parameters,
+                       "workload": {"name": workload, "args": {}, "source_sha256": None},
+                       "memory_components": comps, "collectives": colls})
 
 
 def dp_warning(count: int = 98) -> dict:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from dpbench import results
+from dpbench import SHARDED_VARIANTS, results
 from dpbench.host import PIPELINE_PID_ENV
 from dpbench.plan.config import schema
 from dpbench.plan.matrix import Plan, environment_fingerprint, plan_gpus
@@ -280,6 +280,15 @@ def figure_files(plan: Plan) -> dict[str, str]:
     return {name: str(path) for name, path in plan.results.figure_paths().items()}
 
 
+def sharding_files(plan: Plan) -> dict[str, str]:
+    """The sharded variants' figures (by name) and sharding.md ("md"), for a plan with sharded
+    runs (none for the others)."""
+    if not any(rc.variant in SHARDED_VARIANTS for rc in plan.runs.values()):
+        return {}
+    figures = {name: str(path) for name, path in plan.results.sharding_figure_paths().items()}
+    return {**figures, "md": str(plan.results.sharding_md)}
+
+
 def claim_figure_files(plan: Plan) -> dict[str, str]:
     """The claims ledger's own figures, drawn with claims.md."""
     return {key: str(path) for key, path in plan.results.claim_figure_paths().items()}
@@ -303,7 +312,7 @@ def perf_target_files(plan: Plan) -> dict[str, str]:
 def final_targets(plan: Plan) -> list[str]:
     targets = list(table_files(plan).values()) + list(figure_files(plan).values())
     targets += [str(plan.results.summary_md), str(plan.results.plan_path)]
-    targets += list(perf_target_files(plan).values())
+    targets += list(perf_target_files(plan).values()) + list(sharding_files(plan).values())
     if plan.config["probes"]:
         targets += [str(plan.results.claims_md), str(plan.results.claims_json)]
     return targets

@@ -33,7 +33,10 @@ PANEL_IN = (4.2, 3.2)     # inches per panel
 LEGEND_IN = 1.7           # inches kept for the legend right of the panels
 DPI = 110
 MAX_COLS = 4              # panels per row before a grid wraps
-PALETTE = dict(zip(VARIANTS, sns.color_palette("colorblind", len(VARIANTS))))
+# The colorblind palette's first colours in the variants' order, but the sharded variants' own:
+# its light pink (next in line) is hard to tell from ddp's, so fsdp and hsdp take sky blue and yellow.
+COLORBLIND = sns.color_palette("colorblind", 10)
+PALETTE = dict(zip(VARIANTS, [COLORBLIND[i] for i in (0, 1, 2, 3, 4, 5, 9, 8)]))
 OTHER_COLOR = "0.45"      # variants this module does not know yet
 REFERENCE_COLOR = "0.3"   # ideal lines, zero lines
 TITLE_CHARS = 50          # characters per line of a panel title at PANEL_IN's width

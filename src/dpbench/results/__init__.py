@@ -3,8 +3,9 @@
     <root>/<tag>/runs/<run_id>/metrics.json   one run's record (written last, atomically)
     <root>/<tag>/runs/<run_id>/steps.csv      one row per optimizer step
     <root>/<tag>/{summary,memory,warnings,steps,accuracy,medians}.csv   tidy tables over all runs
+    <root>/<tag>/{memory_components,collectives}.csv   the sharded work's (rows only where recorded)
     <root>/<tag>/provenance.json              where the runs came from (one value, or a list)
-    <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records)
+    <root>/<tag>/summary.md, claims.md, claims.json, claims/<Cn>.json (probe records), sharding.md
     <root>/<tag>/figures/<name>.png, logs/<name>.log, report.html
     <root>/compare/<baseline>_vs_<candidate>.{md,json}
 
@@ -29,6 +30,7 @@ from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, Recor
 from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
 from dpbench.results.formats import workload_name  # noqa: F401
 from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401
+from dpbench.results.schema import COLLECTIVE_COLUMNS, LATER_TABLES, MEMORY_COMPONENT_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
@@ -50,6 +52,11 @@ COMPARE_DIR = "compare"
 # names without drawing anything: plots.py draws exactly these.
 FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "loss_vs_single",
                 "accuracy", "warnings")
+# The sharded variants' figures (report/sharding_plots.py draws exactly these), drawn where the
+# plan has sharded runs.
+SHARDING_FIGURE_NAMES = ("memory_components", "sharding_vs_size")
+# The largest batch per variant and model size (C9's search, issue 26), where a set has it.
+LARGEST_BATCH_CSV = "largest_batch.csv"
 # The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
 # before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
 CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
@@ -263,6 +270,19 @@ class ResultSet:
         """The pipeline's figures, by name (FIGURE_NAMES)."""
         return {name: self.figure_path(name) for name in FIGURE_NAMES}
 
+    def sharding_figure_paths(self) -> dict[str, Path]:
+        """The sharded variants' figures, by name (SHARDING_FIGURE_NAMES)."""
+        return {name: self.figure_path(name) for name in SHARDING_FIGURE_NAMES}
+
+    @property
+    def sharding_md(self) -> Path:
+        """sharding.md: the sharded variants' memory model and traffic formulas against the runs."""
+        return self.dir / "sharding.md"
+
+    @property
+    def largest_batch_path(self) -> Path:
+        return self.dir / LARGEST_BATCH_CSV
+
     def claim_figure_path(self, key: str) -> Path:
         return self.figures_dir / claim_figure_name(key)
 
@@ -383,7 +403,7 @@ def iter_runs(folder: Path | str, *, damaged: bool = False
 
 def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | None = None) -> "pd.DataFrame":
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
-    One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
+    A table of LATER_TABLES that an older set lacks reads as empty. One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
     other columns are as pandas reads them (numbers, or whatever a damaged file holds).
 
     With `require` the caller's columns are checked (schema.TableSchema.checked): a file that is
@@ -392,6 +412,8 @@ def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | N
     import pandas as pd
 
     schema, path = SCHEMAS[name], table_path(root, tag, name)
+    if name in LATER_TABLES and not path.exists():   # a set collected before the table existed
+        return pd.DataFrame(columns=schema.columns)
     text = {c: str for c in schema.text}
     try:
         df = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text).fillna({c: "" for c in text})

@@ -28,6 +28,22 @@ SUMMARY_COLUMNS = [
 # to compare what the model and optimizer cost per device.
 MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
                   "allocated_mib", "reserved_mib", "nvml_used_mib", "data_mib"]
+# The sharded work's memory by component (issue 26): one row per run and device of a record with
+# memory_components. The measured columns are the record's (MiB of the tensors the rank holds, and
+# the allocator's peaks during one profiled step); state_mib: allocated as that step's forward
+# began, its dataset left out; parameters: the model's count; predicted_*: the closed forms
+# (dpbench.analysis.memory_model).
+MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib",
+                             "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
+                             "activation_peak_mib", "reserved_peak_mib"]
+MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
+                            + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
+                            + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",
+                                                              "buckets", "state", "unsharded")])
+# One training step's collectives as rank 0 counted them (count, payload bytes), beside the
+# formulas' payload and ring bytes per rank (dpbench.analysis.traffic_model).
+COLLECTIVE_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "collective", "count", "bytes",
+                      "predicted_bytes", "predicted_wire_bytes"]
 WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category", "message",
                    "count", "first_step", "location", "rank"]
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
@@ -38,10 +54,13 @@ RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COL
 CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
                 "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
 
+# Tables added after result sets were archived: a set without the file reads as having no rows.
+LATER_TABLES = ("memory_components", "collectives")
+
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type", "workload")
+                "dataset", "device_type", "workload", "collective")
 # Columns that hold True/False (written by csv as the words).
 FLAG_COLUMNS = ("deterministic",)
 # Numeric columns that count or index something: empty is never a value there.
@@ -125,6 +144,8 @@ SCHEMAS = {schema.name: schema for schema in (
     TableSchema("accuracy", ACCURACY_COLUMNS),
     TableSchema("steps", RUN_STEP_COLUMNS),
     TableSchema("medians", CELL_COLUMNS),
+    TableSchema("memory_components", MEMORY_COMPONENT_COLUMNS),
+    TableSchema("collectives", COLLECTIVE_COLUMNS),
 )}
 # The columns of each table, by name (the order collect writes them in).
 TABLES = {name: schema.columns for name, schema in SCHEMAS.items()}

@@ -1,0 +1,110 @@
+"""What each variant should send per training step, by collective, beside what rank 0 counted.
+
+Payload: the bytes of the op's tensor on one rank, as the record counts them (the input of an
+all-reduce or broadcast, the gathered output of an all-gather, the unreduced input of a
+reduce-scatter). Wire: what one rank sends on a ring, (N-1)/N of the payload for an all-gather,
+a reduce-scatter or a broadcast, twice that for an all-reduce. With P parameters, b bytes per
+gradient as reduced (4: fp32, also under bf16 autocast and MixedPrecisionPolicy's fp32 reduction)
+and c per parameter as gathered (2 under bf16 fsdp/hsdp, else b):
+
+    ddp                 all_reduce P·b                     wire 2(N-1)/N·P·b
+    zero1               ddp's, plus broadcast P·b (each rank's updated partition to the others)
+    fsdp, reshard       all_gather 2·P·c (forward and backward), reduce_scatter P·b: with c = b
+                        about 1.5 times ddp's wire bytes
+    fsdp, no reshard    all_gather P·c (forward only), reduce_scatter P·b
+    hsdp                fsdp's within a shard group of S ranks, plus all_reduce P·b/S across the
+                        N/S replicas
+
+FSDP2 does not reshard the root unit after its forward, so the measured backward all-gather lacks
+the root's parameters (docs/sharding.md). Numbers only (torch-free).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from dpbench.analysis.memory_model import BF16_BYTES, TOLERANCE, is_number, setting_of
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+def _ring(collective: str, payload: float, ranks: int) -> float:
+    share = (ranks - 1) / ranks if ranks > 0 else 0.0
+    return (2 if collective == "all_reduce" else 1) * share * payload
+
+
+def predicted_traffic(variant: str, parameters: int, ranks: int, reduce_bytes: float = 4.0,
+                      gather_bytes: float | None = None, reshard_after_forward: bool = True,
+                      shard_size: int | None = None) -> dict[str, dict[str, float]]:
+    """Per step and rank: collective -> {"payload": bytes, "wire": bytes a ring sends}. Empty
+    for a variant that does not communicate (single, dp*)."""
+    gather = reduce_bytes if gather_bytes is None else gather_bytes
+    P, out = parameters, {}
+
+    def add(collective: str, payload: float, group: int) -> None:
+        row = out.setdefault(collective, {"payload": 0.0, "wire": 0.0})
+        row["payload"] += payload
+        row["wire"] += _ring(collective, payload, group)
+
+    if variant in ("ddp", "zero1"):
+        add("all_reduce", P * reduce_bytes, ranks)
+    if variant == "zero1":
+        add("broadcast", P * reduce_bytes, ranks)
+    if variant in ("fsdp", "hsdp"):
+        group = (shard_size or ranks) if variant == "hsdp" else ranks
+        add("all_gather", P * gather * (2 if reshard_after_forward else 1), group)
+        add("reduce_scatter", P * reduce_bytes, group)
+        if variant == "hsdp" and ranks // group > 1:
+            add("all_reduce", P * reduce_bytes / group, ranks // group)
+    return out
+
+
+def predicted_for(record: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """predicted_traffic for a record (its variant, gpus, config and sizes); {} without sizes."""
+    s = setting_of(record)
+    if s is None:
+        return {}
+    # Gradients reduce in fp32 (the parameters' dtype as stored); only fsdp/hsdp gather in bf16.
+    gather = BF16_BYTES if s.compute_bytes == BF16_BYTES else s.param_bytes
+    return predicted_traffic(s.variant, s.parameters, s.ranks, reduce_bytes=s.param_bytes,
+                             gather_bytes=gather, reshard_after_forward=s.reshard_after_forward,
+                             shard_size=s.shard_size if s.variant == "hsdp" else None)
+
+
+def collective_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per collective the record counted or the model predicts: count, bytes (rank 0's
+    payload), predicted_bytes and predicted_wire_bytes. [] for a record without `collectives`
+    (older records, runs that never stepped)."""
+    measured = record.get("collectives")
+    if not isinstance(measured, list):
+        return []
+    predicted = predicted_for(record)
+    rows: dict[str, dict[str, Any]] = {}
+    for m in measured:
+        row = rows.setdefault(str(m["collective"]), {"count": 0, "bytes": 0})
+        row["count"] += int(m.get("count") or 0)
+        row["bytes"] += int(m.get("bytes") or 0)
+    if measured or record.get("status") == "ok":   # an ok run that counted nothing: all predicted
+        for name in predicted:
+            rows.setdefault(name, {"count": 0, "bytes": 0})
+    order = sorted(rows, key=lambda c: (COLLECTIVES.index(c) if c in COLLECTIVES else len(COLLECTIVES), c))
+    return [{"collective": c, **rows[c],
+             "predicted_bytes": predicted.get(c, {}).get("payload", 0.0) if predicted else None,
+             "predicted_wire_bytes": predicted.get(c, {}).get("wire", 0.0) if predicted else None}
+            for c in order]
+
+
+def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
+    """Counted against predicted bytes per run and collective (rows of collectives.csv): the
+    relative difference (bytes / predicted - 1) and whether it lies beyond the tolerance; a
+    collective the formulas do not send compares by equality with zero. Rows without a
+    prediction (a record without sizes) are left out."""
+    out = []
+    for row in rows:
+        measured, predicted = row.get("bytes"), row.get("predicted_bytes")
+        if not is_number(measured) or not is_number(predicted):
+            continue
+        rel = measured / predicted - 1.0 if predicted else (0.0 if measured == 0 else float("inf"))
+        out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "collective", "count")},
+                    "bytes": measured, "predicted_bytes": predicted, "relative_difference": rel,
+                    "beyond_tolerance": abs(rel) > tolerance})
+    return out

@@ -1,0 +1,225 @@
+"""The sharded variants' figures (issue 26), drawn from the tidy tables only:
+
+    memory_components   per device, stacked parameters / gradients / optimizer state / activation
+                        peak, one bar per variant x GPU count, the closed form marked on each bar
+    sharding_vs_size    throughput and the largest batch against model size (parameters, log x),
+                        one line per variant; the largest batch where largest_batch.csv exists
+
+A result set without sharded runs draws a placeholder that says so (the pipeline asks for these
+figures only where the plan has sharded runs: dpbench.plan.pipeline.sharding_files).
+
+    python -m dpbench.report.sharding_plots --results-dir results --tag TAG
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter, StrMethodFormatter
+
+from dpbench import results
+from dpbench.analysis.tables import ok_runs, variant_order
+from dpbench.report.figstyle import (
+    REFERENCE_COLOR,
+    color,
+    data_gid,
+    figure_title,
+    panel_grid,
+    panel_title,
+    placeholder,
+    reference_gid,
+    save,
+    style,
+    thousands,
+)
+from dpbench.report.plots import Tables, finish, load_tables, why_empty
+
+# (legend words, memory_components column), bottom to top of a bar.
+COMPONENTS = (("parameters", "parameters_mib"), ("gradients", "gradients_mib"),
+              ("optimizer state", "optimizer_mib"), ("activation peak", "activation_peak_mib"))
+COMPONENT_COLORS = dict(zip((c for c, _ in COMPONENTS), sns.color_palette("pastel", len(COMPONENTS))))
+PREDICTED = ("predicted_parameters_mib", "predicted_gradients_mib", "predicted_optimizer_mib")
+KEEP = " (no reshard)"   # fsdp/hsdp keeping every unit gathered from forward to backward
+# The size figure's quantities (panel words) and their axes: with largest_batch.csv (C9's search:
+# workload, parameters, variant, gpus, largest_batch, samples_per_s_at_largest, precision) the
+# first two, else the throughput at the batch the experiment trained.
+THROUGHPUT_AT_LARGEST, LARGEST_BATCH = "at the largest batch", "largest batch"
+THROUGHPUT_AT_BATCH = "at the experiment's batch"
+QUANTITY_AXIS = {THROUGHPUT_AT_LARGEST: "samples/s", LARGEST_BATCH: "largest batch (samples)",
+                 THROUGHPUT_AT_BATCH: "samples/s"}
+
+
+def variant_name(variant: str, options: str) -> str:
+    """The variant as a reader tells them apart: fsdp without resharding is another way to run."""
+    return variant + KEEP if "reshard_after_forward=False" in str(options) else variant
+
+
+def base_variant(name: str) -> str:
+    return name.removesuffix(KEEP)
+
+
+def gpu_words(gpus: int) -> str:
+    return f"{gpus} GPU{'s' if gpus > 1 else ''}"
+
+
+def size_words(parameters: float) -> str:
+    return f"{parameters / 1e9:.1f}B" if parameters >= 1e9 else f"{parameters / 1e6:.0f}M"
+
+
+def name_order(names) -> list[str]:
+    """Variant names in the variants' order, each before its no-reshard form."""
+    names = set(names)
+    bases = variant_order(base_variant(n) for n in names)
+    return sorted(names, key=lambda n: (bases.index(base_variant(n)), n.endswith(KEEP)))
+
+
+# -- memory by component -------------------------------------------------------------------
+
+def memory_bars(t: Tables) -> pd.DataFrame:
+    """One row per (workload, size, precision, variant name, GPUs): each component's mean over
+    the devices and ok repeats, and the closed form's parameters + gradients + optimizer."""
+    mc = t["memory_components"]
+    info = ok_runs(t["summary"])[["run_id", "workload", "precision"]]
+    mc = mc.merge(info, on="run_id")
+    if mc.empty:
+        return mc
+    mc = mc.assign(name=[variant_name(v, o) for v, o in zip(mc["variant"], mc["options"])],
+                   predicted=mc[list(PREDICTED)].sum(axis=1, min_count=len(PREDICTED)))
+    keys = ["workload", "parameters", "precision", "name", "variant", "gpus"]
+    values = [c for _, c in COMPONENTS] + ["predicted"]
+    return mc.groupby(keys, dropna=False)[values].mean().reset_index()
+
+
+def plot_memory_components(t: Tables) -> Figure:
+    title = "Memory per device by component: one profiled step"
+    bars = memory_bars(t)
+    if bars.empty:
+        return placeholder(title, why_empty(t["summary"], "no run recorded memory by component"))
+    panels = list(bars.groupby(["workload", "parameters", "precision"], dropna=False, sort=True))
+    fig, axes = panel_grid(len(panels), n_cols=2)
+    if max(len(panel.groupby(["name", "gpus"])) for _, panel in panels) > 6:   # room for upright labels
+        fig.set_figheight(fig.get_figheight() + 1.4 * -(-len(panels) // 2))   # per row of panels
+    for ax, ((workload, parameters, precision), panel) in zip(axes, panels):
+        order = [(n, g) for n in name_order(panel["name"]) for g in sorted(panel["gpus"].unique())
+                 if ((panel["name"] == n) & (panel["gpus"] == g)).any()]
+        x = np.arange(len(order))
+        rows = [panel[(panel["name"] == n) & (panel["gpus"] == g)].iloc[0] for n, g in order]
+        bottom = np.zeros(len(order))
+        for words, col in COMPONENTS:
+            height = np.array([r[col] if pd.notna(r[col]) else 0.0 for r in rows])
+            for xi, h, b, r in zip(x, height, bottom, rows):
+                ax.bar(xi, h, bottom=b, width=0.7, color=COMPONENT_COLORS[words], edgecolor="white",
+                       linewidth=0.5, gid=data_gid(r["variant"]))
+            bottom += height
+        predicted = np.array([r["predicted"] for r in rows], dtype=float)
+        ax.scatter(x, predicted, marker="_", s=400, linewidths=2, color=REFERENCE_COLOR, zorder=3,
+                   gid=reference_gid("closed form"))
+        crowded = len(order) > 6
+        ax.set_xticks(x, [f"{n}{' · ' if crowded else chr(10)}{gpu_words(g)}" for n, g in order],
+                      rotation=90 if crowded else 0, fontsize="x-small" if len(order) > 4 else "small")
+        ax.set(ylabel="MiB per device", xlim=(-0.6, len(order) - 0.4),
+               ylim=(0, 1.08 * max(float(bottom.max()), float(np.nanmax(predicted, initial=0)))))
+        thousands(ax)
+        panel_title(ax, f"{workload} · {size_words(parameters)} parameters · {precision}")
+    handles = [Patch(facecolor=COMPONENT_COLORS[w], label=w) for w, _ in reversed(COMPONENTS)]
+    handles.append(Line2D([], [], marker="_", ms=14, mew=2, ls="", color=REFERENCE_COLOR,
+                          label="closed form:\nparameters + gradients\n+ optimizer"))
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="component")
+    figure_title(fig, f"{title} (mean over devices and repeats)")
+    return finish(fig, t["summary"])
+
+
+# -- against model size --------------------------------------------------------------------
+
+def size_lines(t: Tables) -> pd.DataFrame:
+    """quantity x workload x variant name x GPUs x model size, for workloads measured at two
+    sizes or more: from largest_batch.csv where present (throughput at the largest batch), else
+    the ok runs' throughput at the experiment's batch, sized by memory_components' parameters."""
+    keys = ["quantity", "workload", "name", "variant", "gpus", "parameters", "precision"]
+    largest = t.get("largest_batch")
+    if largest is not None and not largest.empty:
+        df = largest.assign(name=largest["variant"])
+        lines = pd.concat([df.assign(quantity=THROUGHPUT_AT_LARGEST, value=df["samples_per_s_at_largest"]),
+                           df.assign(quantity=LARGEST_BATCH, value=df["largest_batch"])])[keys + ["value"]]
+    else:
+        sizes = t["memory_components"].drop_duplicates("run_id")[["run_id", "parameters"]]
+        runs = ok_runs(t["summary"]).merge(sizes, on="run_id")
+        runs = runs[runs["parameters"].notna() & runs["images_per_s"].notna()]
+        runs = runs.assign(name=[variant_name(v, o) for v, o in zip(runs["variant"], runs["options"])],
+                           quantity=THROUGHPUT_AT_BATCH, value=runs["images_per_s"])
+        lines = runs.groupby(keys, dropna=False)["value"].median().reset_index()
+    lines = lines[lines["value"] > 0]
+    return lines[lines.groupby("workload")["parameters"].transform("nunique") >= 2]
+
+
+def plot_sharding_vs_size(t: Tables) -> Figure:
+    title = "Throughput and largest batch against model size"
+    lines = size_lines(t)
+    if lines.empty:
+        return placeholder(title, why_empty(t["summary"], "no workload measured at two sizes or more"))
+    panels = list(lines.groupby(["quantity", "workload", "gpus", "precision"], sort=False))
+    fig, axes = panel_grid(len(panels), n_cols=3)
+    names = name_order(lines["name"])
+    for ax, ((quantity, workload, gpus, precision), panel) in zip(axes, panels):
+        for name in names:
+            one = panel[panel["name"] == name].sort_values("parameters")
+            if not one.empty:
+                ax.plot(one["parameters"], one["value"], marker="o", color=color(base_variant(name)),
+                        ls="--" if name.endswith(KEEP) else "-", gid=data_gid(base_variant(name)))
+        ax.set(xscale="log", yscale="log", xlabel="parameters (log scale)", ylabel=QUANTITY_AXIS[quantity],
+               xlim=(panel["parameters"].min() / 1.6, panel["parameters"].max() * 1.6),
+               ylim=(panel["value"].min() / 1.6, panel["value"].max() * 1.6))
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        panel_title(ax, f"{workload} · {gpu_words(gpus)} · {precision} · {quantity}")
+    handles = [Line2D([], [], color=color(base_variant(n)), marker="o", ls="--" if n.endswith(KEEP) else "-",
+                      label=n) for n in names]
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="variant")
+    figure_title(fig, title)
+    return finish(fig, t["summary"])
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+DRAW = dict(zip(results.SHARDING_FIGURE_NAMES, (plot_memory_components, plot_sharding_vs_size), strict=True))
+
+
+def sharding_tables(results_dir: Path | str, tag: str) -> Tables:
+    """load_tables' tables, plus largest_batch.csv where the result set has one."""
+    tables = load_tables(results_dir, tag)
+    path = results.ResultSet(results_dir, tag).largest_batch_path
+    if path.is_file():
+        tables["largest_batch"] = pd.read_csv(path)
+    return tables
+
+
+def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
+    tables = sharding_tables(results_dir, tag)
+    rs = results.ResultSet(results_dir, tag)
+    paths = []
+    with style():
+        for name, draw in DRAW.items():
+            save(draw(tables), rs.figure_path(name))
+            paths.append(rs.figure_path(name))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Draw one tag's sharding figures from its tidy tables.")
+    parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--tag", required=True)
+    args = parser.parse_args(argv)
+    for path in draw_all(args.results_dir, args.tag):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The sharded variants' closed forms (memory per device, traffic per collective) against numbers
+worked by hand, and collect's two tables from records with and without the sharded keys."""
+from __future__ import annotations
+
+import pytest
+from fakes import fake_result_set, sharded_run
+
+from dpbench.analysis import memory_model as M
+from dpbench.analysis import traffic_model as T
+
+RESNET18 = 11_173_962
+MIB = 2 ** 20
+
+
+def state_bytes(**kw) -> dict:
+    return M.predicted_bytes(M.Setting(**{"parameters": RESNET18, **kw}))
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+def test_ddp_fp32_sgd_momentum_holds_twelve_bytes_per_parameter_plus_its_buckets():
+    b = state_bytes(variant="ddp", ranks=2)
+    assert b["parameters"] + b["gradients"] + b["optimizer"] == 12 * RESNET18 == 134_087_544
+    assert b["buckets"] == 4 * RESNET18
+    assert b["state"] == 16 * RESNET18
+    assert state_bytes(variant="ddp", ranks=2, gradient_as_bucket_view=True)["state"] == 12 * RESNET18
+    assert state_bytes(variant="single")["state"] == 12 * RESNET18
+
+
+@pytest.mark.parametrize("variant,ranks,kw,per_parameter", [
+    ("ddp", 4, dict(optimizer_slots=0), 8),                   # plain SGD: no optimizer state
+    ("ddp", 4, dict(optimizer_slots=2), 16),                  # Adam: two slots
+    ("zero1", 2, {}, 4 + 4 + 2),                              # the optimizer term / N
+    ("zero1", 4, dict(optimizer_slots=2), 4 + 4 + 2),
+    ("fsdp", 2, {}, 6),                                       # all three / N
+    ("fsdp", 4, dict(optimizer_slots=2), 4),
+    ("hsdp", 4, dict(hsdp_shard_size=2), 6),                  # / the shard group
+    ("hsdp", 4, {}, 3),                                       # shard size null: the world
+])
+def test_each_variant_divides_the_terms_it_shards(variant, ranks, kw, per_parameter):
+    b = state_bytes(variant=variant, ranks=ranks, gradient_as_bucket_view=True, **kw)
+    assert b["parameters"] + b["gradients"] + b["optimizer"] == pytest.approx(per_parameter * RESNET18)
+
+
+def test_fsdp_adds_the_largest_unit_or_every_unit_without_resharding():
+    unit = 9.0 * MIB
+    assert state_bytes(variant="fsdp", ranks=2, largest_unit_bytes=unit)["unsharded"] == unit
+    assert state_bytes(variant="fsdp", ranks=2)["unsharded"] is None          # unit unknown
+    # reshard_after_forward false keeps every unit gathered: P in the compute dtype (bf16: 2 bytes)
+    assert state_bytes(variant="fsdp", ranks=2, reshard_after_forward=False)["unsharded"] == 4 * RESNET18
+    assert state_bytes(variant="fsdp", ranks=2, reshard_after_forward=False,
+                       precision="bf16")["unsharded"] == 2 * RESNET18
+    assert state_bytes(variant="ddp", ranks=2)["unsharded"] == 0
+
+
+def test_a_record_gives_the_closed_forms_their_inputs():
+    rec = {"variant": "hsdp", "gpus": 8, "parameters": RESNET18, "param_bytes": 4 * RESNET18,
+           "config": {"momentum": 0.9, "precision": "bf16"}, "launch": {"nodes": 2}}
+    s = M.setting_of(rec)
+    assert (s.shard_size, s.compute_bytes, s.optimizer_slots) == (4, 2, 1)    # a node's 4 ranks
+    assert M.setting_of({**rec, "config": {"hsdp_shard_size": 2}}).shard_size == 2
+    assert M.setting_of({**rec, "parameters": None}) is None                    # an older record
+
+
+def test_optimizer_slots_follow_the_config():
+    assert M.optimizer_slots({"momentum": 0.9}) == 1
+    assert M.optimizer_slots({"momentum": 0.0}) == 0
+    assert M.optimizer_slots({"optimizer": "adamw"}) == 2
+
+
+def test_the_comparison_flags_a_component_beyond_five_percent():
+    row = {"run_id": "r", "variant": "zero1", "gpus": 2, "options": "", "device": 0,
+           "parameters_mib": 100.0, "predicted_parameters_mib": 100.0,
+           "optimizer_mib": 56.0, "predicted_optimizer_mib": 50.0,        # an uneven partition
+           "gradients_mib": 104.9, "predicted_gradients_mib": 100.0,
+           "state_mib": None, "predicted_state_mib": 300.0}
+    out = {r["component"]: r for r in M.comparison([row])}
+    assert set(out) == {"parameters", "gradients", "optimizer"}          # no measured state
+    assert out["optimizer"]["relative_difference"] == pytest.approx(0.12)
+    assert out["optimizer"]["beyond_tolerance"] and not out["gradients"]["beyond_tolerance"]
+
+
+def test_the_measured_state_is_the_peak_less_the_activations_and_the_data():
+    row = {"forward_peak_mib": 900.0, "backward_peak_mib": 1000.0, "activation_peak_mib": 600.0,
+           "data_mib": 50.0}
+    assert M.measured_state(row) == 350.0
+    assert M.measured_state({"forward_peak_mib": None, "activation_peak_mib": None}) is None
+
+
+# -- traffic --------------------------------------------------------------------------------
+
+P = 1000
+
+
+def wire(traffic: dict) -> float:
+    return sum(r["wire"] for r in traffic.values())
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_ring_bytes_of_ddp_and_fsdp(ranks):
+    ddp = T.predicted_traffic("ddp", P, ranks)
+    assert ddp == {"all_reduce": {"payload": 4 * P, "wire": 2 * (ranks - 1) / ranks * 4 * P}}
+    fsdp = T.predicted_traffic("fsdp", P, ranks)
+    assert fsdp["all_gather"]["payload"] == 8 * P and fsdp["reduce_scatter"]["payload"] == 4 * P
+    assert wire(fsdp) == pytest.approx(1.5 * wire(ddp))
+    assert wire(T.predicted_traffic("fsdp", P, ranks, reshard_after_forward=False)) == pytest.approx(wire(ddp))
+
+
+def test_zero1_adds_the_parameter_exchange_and_bf16_gathers_half():
+    zero1 = T.predicted_traffic("zero1", P, 4)
+    assert zero1["broadcast"] == {"payload": 4 * P, "wire": 3 * P}
+    assert zero1["all_reduce"]["payload"] == 4 * P
+    bf16 = T.predicted_traffic("fsdp", P, 2, gather_bytes=2)
+    assert bf16["all_gather"]["payload"] == 4 * P and bf16["reduce_scatter"]["payload"] == 4 * P
+
+
+def test_hsdp_shards_within_a_group_and_all_reduces_across_replicas():
+    h = T.predicted_traffic("hsdp", P, 4, shard_size=2)
+    assert h["all_gather"] == {"payload": 8 * P, "wire": 4 * P}
+    assert h["reduce_scatter"] == {"payload": 4 * P, "wire": 2 * P}
+    assert h["all_reduce"] == {"payload": 2 * P, "wire": 2 * P}
+    assert "all_reduce" not in T.predicted_traffic("hsdp", P, 2)      # one replica: nothing across
+    assert T.predicted_traffic("single", P, 1) == {} and T.predicted_traffic("dp", P, 2) == {}
+
+
+# -- collect --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    return fake_result_set(tmp_path_factory.mktemp("sharded"), [
+        dict(variant="single"),                                   # an old record: no new keys
+        dict(variant="ddp", gpus=2),
+        sharded_run("ddp", 2, options={"reshard_after_forward": True}),
+        sharded_run("zero1", 2),
+        sharded_run("fsdp", 2),
+        sharded_run("fsdp", 2, options={"reshard_after_forward": False}),
+        dict(variant="fsdp", gpus=4, status="skipped", reason="needs 4 GPUs", images_per_s=None),
+    ])
+
+
+def test_memory_components_has_a_row_per_device_of_the_runs_that_recorded_them(collected):
+    mc = collected.table("memory_components")
+    assert sorted(mc["run_id"].unique()) == ["ddp-g2-reshard_after_forwardtrue-r0",
+                                             "fsdp-g2-r0", "fsdp-g2-reshard_after_forwardfalse-r0",
+                                             "zero1-g2-r0"]
+    assert len(mc) == 8 and set(mc["device"]) == {0, 1}
+    assert (mc["parameters"] == RESNET18).all()
+    ddp = mc[mc["variant"] == "ddp"].iloc[0]
+    assert ddp["predicted_parameters_mib"] + ddp["predicted_gradients_mib"] + ddp["predicted_optimizer_mib"] \
+        == pytest.approx(12 * RESNET18 / MIB)
+    # the state measured as the forward began: the backward peak less activations and data
+    assert ddp["state_mib"] == pytest.approx(ddp["predicted_state_mib"])
+    nores = mc[mc["run_id"] == "fsdp-g2-reshard_after_forwardfalse-r0"].iloc[0]
+    assert nores["predicted_unsharded_mib"] == pytest.approx(4 * RESNET18 / MIB)
+
+
+def test_the_comparison_of_the_collected_table_flags_only_the_planted_difference(collected):
+    rows = collected.table("memory_components").to_dict("records")
+    flagged = [(r["run_id"], r["device"], r["component"]) for r in M.comparison(rows) if r["beyond_tolerance"]]
+    assert sorted(flagged) == [(rid, 1, "optimizer") for rid in sorted(
+        ["ddp-g2-reshard_after_forwardtrue-r0", "fsdp-g2-r0", "fsdp-g2-reshard_after_forwardfalse-r0",
+         "zero1-g2-r0"])]
+
+
+def test_collectives_hold_counts_bytes_and_the_formulas(collected):
+    c = collected.table("collectives")
+    assert set(c["run_id"]) == {"ddp-g2-reshard_after_forwardtrue-r0", "zero1-g2-r0", "fsdp-g2-r0",
+                                "fsdp-g2-reshard_after_forwardfalse-r0"}
+    z = c[c["run_id"] == "zero1-g2-r0"].set_index("collective")
+    assert list(z.index) == ["all_reduce", "broadcast"]
+    assert z.loc["broadcast", "predicted_bytes"] == 4 * RESNET18
+    assert z.loc["all_reduce", "predicted_wire_bytes"] == 4 * RESNET18     # 2(N-1)/N with N=2
+    f = c[c["run_id"] == "fsdp-g2-r0"].set_index("collective")
+    assert f.loc["all_gather", "bytes"] / f.loc["all_gather", "predicted_bytes"] == pytest.approx(0.9, abs=1e-6)
+    assert f.loc["reduce_scatter", "count"] == 3
+    nores = c[c["run_id"] == "fsdp-g2-reshard_after_forwardfalse-r0"].set_index("collective")
+    assert nores.loc["all_gather", "predicted_bytes"] == 4 * RESNET18
+
+
+def test_old_records_give_no_rows_and_no_error(tmp_path):
+    rs = fake_result_set(tmp_path, [dict(variant="single"), dict(variant="ddp", gpus=2)])
+    assert rs.table("memory_components").empty and rs.table("collectives").empty
+    assert len(rs.table("summary")) == 2
+
+
+def test_a_record_without_sizes_has_no_prediction_but_keeps_its_measurements(tmp_path):
+    run = sharded_run("fsdp", 2)
+    run["extra"] = {k: v for k, v in run["extra"].items() if k not in ("parameters", "param_bytes")}
+    rs = fake_result_set(tmp_path, [run])
+    mc, c = rs.table("memory_components"), rs.table("collectives")
+    assert len(mc) == 2 and mc["predicted_state_mib"].isna().all() and not mc["parameters_mib"].isna().any()
+    assert c["predicted_bytes"].isna().all() and (c["bytes"] > 0).all()
+    assert M.comparison(mc.to_dict("records")) == []
+
+
+def test_the_traffic_comparison_flags_only_the_short_all_gathers(collected):
+    rows = collected.table("collectives").to_dict("records")
+    flagged = {(r["run_id"], r["collective"]) for r in T.comparison(rows) if r["beyond_tolerance"]}
+    assert flagged == {("fsdp-g2-r0", "all_gather"), ("fsdp-g2-reshard_after_forwardfalse-r0", "all_gather")}
+    assert len(T.comparison(rows)) == 1 + 2 + 2 + 2     # ddp, zero1, fsdp and fsdp without resharding
+
+
+def test_sharding_md_lists_every_comparison_and_reads_an_old_set(collected, tmp_path):
+    from dpbench.report.sharding_tables import sharding_md
+    text = sharding_md(collected.root, collected.tag)
+    assert text.count("%) !") + text.count("% !") == 4 + 2         # four devices' optimizers, two all-gathers
+    zero1 = [line for line in text.splitlines() if line.startswith("| zero1-g2-r0 ")]
+    assert len(zero1) == 2 + 2                       # two devices, two collectives
+    assert "(+20.0%) !" in zero1[1] and "(+0.0%)" in zero1[0] and "-10.0% !" in text
+    old = fake_result_set(tmp_path, [dict(variant="single")])
+    assert sharding_md(old.root, old.tag).count("_none_") == 2
+    (tmp_path / old.tag / "memory_components.csv").unlink()        # a set collected before them
+    (tmp_path / old.tag / "collectives.csv").unlink()
+    assert sharding_md(old.root, old.tag).count("_none_") == 2
+
+
+def test_fsdp_with_and_without_resharding_get_a_cell_each(collected):
+    med = collected.table("medians")
+    fsdp = med[(med["variant"] == "fsdp") & (med["quantity"] == "images_per_s")]
+    assert sorted(fsdp["options"]) == ["", "reshard_after_forward=False"]
+    assert len(set(fsdp["setup"])) == 1          # the option is no other setup: single compares with both
