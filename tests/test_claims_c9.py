@@ -1,5 +1,7 @@
 """C9: the largest-batch search on fake trials, the verdict on fixture rows (crossover found, not
 found, fewer than two GPUs), and the ledger's words from that data."""
+from pathlib import Path
+
 import pytest
 
 from dpbench import results
@@ -61,7 +63,7 @@ def test_search_row_takes_the_throughput_from_a_timed_run_at_the_largest_batch()
         ok = cfg["per_gpu_batch"] <= 40
         return ({"status": "ok", "reason": "", "throughput": {"samples_per_s": 10.0 * cfg["max_steps"]}}
                 if ok else {"status": "failed", "reason": OOM})
-    row = probe.search_row("ddp", 2, (256, 4), 8.0, run=run, cuda_gpus=2)
+    row = probe.time_row(probe.search_row("ddp", 2, (256, 4), 8.0, run=run, cuda_gpus=2), (256, 4), run=run)
     assert row["largest_batch"] == 40 and row["samples_per_s_at_largest"] == 10.0 * probe.TIMED_STEPS
     assert all(c["memory_cap_gib"] == 8.0 and c["global_batch"] == 2 * c["per_gpu_batch"] for c in configs)
     assert configs[-1]["max_steps"] == probe.TIMED_STEPS and configs[-1]["per_gpu_batch"] == 40
@@ -165,3 +167,14 @@ def test_the_probe_says_not_measured_without_cuda(monkeypatch):
     monkeypatch.setattr("dpbench.claims.common.gpus_visible", lambda: 0)
     rec = probe.run()
     assert rec.verdict == NOT_RUN and rec.not_run.startswith("needs CUDA") and rec.observations == []
+
+
+def test_the_bench_prints_the_ledgers_c9_section_from_its_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(probe, "cuda_devices", lambda: 1)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])   # experiments/claims.yaml
+    one = [r for r in CROSSING if r["gpus"] == 1]
+    section = probe.ledger_section(one, 12.0, tmp_path)
+    assert section.startswith("## C9:") and "**Verdict: not measured here.**" in section
+    assert "ddp on 1 GPU(s), transformer-lm-12000000 (12M parameters), fp32: largest batch 500" in section
+    table = results.ResultSet(tmp_path, "c9").claim_table("largest_batch")
+    assert sorted(table["variant"]) == ["ddp", "fsdp"] and table["largest_batch"].tolist() == [500, 500]

@@ -22,6 +22,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Callable
 
 from dpbench.claims.c1.probe import largest
@@ -101,8 +102,9 @@ def launch(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, precision: str = "fp32",
-               run: Callable[[dict[str, Any]], dict[str, Any]] = launch, cuda_gpus: int | None = None) -> dict[str, Any]:
-    """One row of largest_batch.csv: the search, then the timed run at its largest batch."""
+               run: Callable[[dict[str, Any]], dict[str, Any]] = launch, cuda_gpus: int | None = None,
+               resolution: float = RESOLUTION) -> dict[str, Any]:
+    """One row of largest_batch.csv as far as the search goes (time_row adds the throughput)."""
     from dpbench.workloads.transformer_lm import parameter_count
 
     width, layers = size
@@ -114,16 +116,22 @@ def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, p
     if found_gpus < gpus:
         return {**row, "reason": f"needs {gpus} CUDA GPU{'s' if gpus > 1 else ''} (found {found_gpus}): "
                                  "nothing runs out of memory without CUDA"}
-    found = search(lambda b: run(run_config(variant, gpus, size, b, cap_gib, precision, TRIAL_STEPS, 1)))
-    row.update(largest_batch=found["largest"], reason=found["reason"])
-    if found["largest"]:
-        timed = run(run_config(variant, gpus, size, found["largest"], cap_gib, precision, TIMED_STEPS, TIMED_WARMUP))
-        if timed.get("status") == "ok":
-            tp = timed["throughput"]   # samples (sequences) a second; records before workloads: images
-            row["samples_per_s_at_largest"] = tp.get("samples_per_s") or tp.get("images_per_s")
-        else:
-            row["reason"] = f"timed run at the largest batch {timed.get('status')}: {timed.get('reason')}"
-    return row
+    found = search(lambda b: run(run_config(variant, gpus, size, b, cap_gib, precision, TRIAL_STEPS, 1)),
+                   resolution=resolution)
+    return {**row, "largest_batch": found["largest"], "reason": found["reason"]}
+
+
+def time_row(row: dict[str, Any], size: tuple[int, int],
+             run: Callable[[dict[str, Any]], dict[str, Any]] = launch) -> dict[str, Any]:
+    """The row with the samples/s of a short timed run at its largest batch (alone on its GPUs)."""
+    if not row["largest_batch"]:
+        return row
+    timed = run(run_config(row["variant"], row["gpus"], size, row["largest_batch"], row["cap_gib"],
+                           row["precision"], TIMED_STEPS, TIMED_WARMUP))
+    if timed.get("status") != "ok":
+        return {**row, "reason": f"timed run at the largest batch {timed.get('status')}: {timed.get('reason')}"}
+    tp = timed["throughput"]   # samples (sequences) a second; records before workloads: images
+    return {**row, "samples_per_s_at_largest": tp.get("samples_per_s") or tp.get("images_per_s")}
 
 
 def cuda_devices() -> int:
@@ -131,31 +139,59 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_GIB,
-          precision: str = "fp32") -> list[dict[str, Any]]:
-    """Every (GPUs, size, variant) row; by default at one GPU and at every GPU visible."""
+def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_GIB, precision: str = "fp32",
+          jobs: int = 1, resolution: float = RESOLUTION) -> list[dict[str, Any]]:
+    """Every (GPUs, size, variant) row; by default at one GPU and at every GPU visible. With jobs > 1
+    the searches share the GPUs, `jobs` at a time (each within its cap: jobs x cap must fit the
+    card); the timed runs then run one at a time, so no throughput is measured beside another run."""
+    from concurrent.futures import ThreadPoolExecutor
+
     n = cuda_devices()
-    counts = gpu_counts or sorted({1, max(n, 1)})
-    return [search_row(v, g, s, cap_gib, precision, cuda_gpus=n) for g in counts for s in sizes for v in variants]
+    cells = [(v, g, s) for g in (gpu_counts or sorted({1, max(n, 1)})) for s in sizes for v in variants]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        rows = list(pool.map(lambda c: search_row(c[0], c[1], c[2], cap_gib, precision, cuda_gpus=n,
+                                                  resolution=resolution), cells))
+    return [time_row(r, c[2]) for r, c in zip(rows, cells)]
+
+
+def probe_record(rows: list[dict[str, Any]], cap_gib: float):
+    """The probe record: where the searches ran, then one observation per row (its id:
+    verdict.row_id); the ledger decides the verdict again from the same rows."""
+    from dpbench.claims.common import record
+    from dpbench.claims.records import obs
+    from dpbench.run.provenance import nvidia_smi_topology
+
+    conditions = obs(CONDITIONS_ID, "where the searches ran", interconnect=interconnect(nvidia_smi_topology()))
+    observations = [conditions] + [obs(row_id(r), f"largest batch of {r['variant']} on {r['gpus']} GPU(s), "
+                                       f"{r['workload']}, within {cap_gib:g} GiB per GPU", **r) for r in rows]
+    parts = [f"{r['variant']} on {r['gpus']} GPU(s), {r['workload']}: {r['reason']}" for r in rows if r["reason"]]
+    return record("C9", observations, verdict_from(rows).verdict, parts_not_run=parts)
 
 
 def run(sizes=SIZES, variants=VARIANTS, cap_gib: float = CAP_GIB):
-    """The probe record: one observation per row (its id: verdict.row_id), the verdict decided
-    by the ledger again from the same rows."""
+    """The C9 probe of the claims experiment (python -m dpbench.claims.probe C9)."""
     from dpbench.claims import NOT_RUN
     from dpbench.claims.common import gpus_visible, record
-    from dpbench.claims.records import obs
 
     if gpus_visible() < 1:
         return record("C9", [], NOT_RUN, not_run="needs CUDA: nothing runs out of memory on the CPU")
-    from dpbench.run.provenance import nvidia_smi_topology
+    return probe_record(sweep(sizes, variants, cap_gib=cap_gib), cap_gib)
 
-    rows = sweep(sizes, variants, cap_gib=cap_gib)
-    conditions = obs(CONDITIONS_ID, "where the searches ran", interconnect=interconnect(nvidia_smi_topology()))
-    observations = [conditions] + [obs(row_id(r), f"largest batch of {r['variant']} on {r['gpus']} GPU(s), {r['workload']}, "
-                                   f"within {cap_gib:g} GiB per GPU", **r) for r in rows]
-    parts = [f"{r['variant']} on {r['gpus']} GPU(s), {r['workload']}: {r['reason']}" for r in rows if r["reason"]]
-    return record("C9", observations, verdict_from(rows).verdict, parts_not_run=parts)
+
+def ledger_section(rows: list[dict[str, Any]], cap_gib: float, out: Path) -> str:
+    """C9's section as the claims ledger writes it from these rows: the record under a result set
+    `out`/c9, the claims experiment planned for the GPUs visible, the ledger run on it."""
+    from dpbench import results
+    from dpbench.claims.ledger import write_ledger
+    from dpbench.plan.matrix import Plan
+    from dpbench.plan.pipeline import load_experiment
+
+    rs = results.ResultSet(out, "c9")
+    results.write_json(rs.probe_path("C9"), probe_record(rows, cap_gib).to_json())
+    results.write_json(rs.plan_path, Plan(load_experiment({"experiment": "claims"}, Path.cwd()),
+                                          cuda_devices()).document())
+    md, _ = write_ledger(out, "c9", rs.plan_path)
+    return "## C9:" + md.read_text().split("## C9:", 1)[1]
 
 
 def interconnect(topology: str | None) -> str:
@@ -178,10 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="+", default=[f"{w}x{n}" for w, n in SIZES], help="WIDTHxLAYERS")
     ap.add_argument("--cap-gib", type=float, default=CAP_GIB)
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--jobs", type=int, default=1, help="searches at a time (sharing the GPUs, each capped)")
+    ap.add_argument("--resolution", type=float, default=RESOLUTION, help="bisect until within this fraction")
+    ap.add_argument("--ledger", metavar="DIR", help="also print C9's ledger section, from a result set written under DIR")
     args = ap.parse_args(argv)
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes]
-    rows = sweep(sizes, args.variants, args.gpus, args.cap_gib, args.precision)
+    rows = sweep(sizes, args.variants, args.gpus, args.cap_gib, args.precision, args.jobs, args.resolution)
     print(md_table(LARGEST_BATCH_COLUMNS, [[r[c] for c in LARGEST_BATCH_COLUMNS] for r in rows]))
+    if args.ledger:
+        print("\n" + ledger_section(rows, args.cap_gib, Path(args.ledger)))
     print(json.dumps({"rows": rows}))
     return 0
 
