@@ -175,6 +175,7 @@ def test_the_bench_prints_the_ledgers_c9_section_from_its_rows(tmp_path, monkeyp
     one = [r for r in CROSSING if r["gpus"] == 1]
     section = probe.ledger_section(one, 12.0, tmp_path)
     assert section.startswith("## C9:") and "**Verdict: not measured here.**" in section
+    assert "- The memory model predicts, on 2 GPUs" in section and "crossover itself was not measured" in section
     assert "ddp on 1 GPU(s), transformer-lm-12000000 (12M parameters), fp32: largest batch 500" in section
     table = results.ResultSet(tmp_path, "c9").claim_table("largest_batch")
     assert sorted(table["variant"]) == ["ddp", "fsdp"] and table["largest_batch"].tolist() == [500, 500]

@@ -78,4 +78,4 @@ def finding(ev) -> Finding:
     said = predicted_text(v.predicted) if v.predicted else "the crossover was not measured"
     one = "; ".join(row_line(r) for r in v.one_rank if r.get("largest_batch"))
     return Finding(verdict=NOT_RUN, summary=f"{NOT_RUN}: {why}; {said}" + (f"; on one GPU: {one}" if one else ""),
-                   evidence=evidence, data=data, measured_on=measured_on, not_run=f"{NOT_RUN}: {why}")
+                   evidence=[said[0].upper() + said[1:]] + evidence, data=data, measured_on=measured_on, not_run=f"{NOT_RUN}: {why}")
