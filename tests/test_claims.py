@@ -733,7 +733,7 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
     assert claims["C5"]["figures"] == ["figures/warnings.png"] and "](figures/warnings.png)" in md
     assert claims["C8"]["figures"][:2] == ["figures/claim_c8.png", "figures/claim_c8_dp_step.png"]
-    for cid in ("C1", "C6", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
+    for cid in ("C1", "C6", "C7", "C8", "C9"):   # the ledger's own figures, linked relative to claims.md
         assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
         assert (results.ResultSet(tmp_path, "t").dir / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS

@@ -43,5 +43,5 @@ REGISTRY: dict[str, Claim] = {
     "C6": Claim(c6.finding, "c6.probe", {"C6": "c6.figure:c6_figure"}),
     "C7": Claim(c7.finding, "c7.probe", {"C7": "c7.figure:c7_figure"}),
     "C8": Claim(c8.finding, None, {"C8": "c8.figure:c8_figure", "C8_dp_step": "c8.figure:c8_dp_step_figure"}),
-    "C9": Claim(c9.finding, "c9.probe", tables={"largest_batch": "c9.verdict:ledger_rows"}),
+    "C9": Claim(c9.finding, "c9.probe", {"C9": "c9.figure:c9_figure"}, {"largest_batch": "c9.verdict:ledger_rows"}),
 }

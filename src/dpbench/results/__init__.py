@@ -53,7 +53,7 @@ FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "lo
                 "accuracy", "warnings")
 # The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
 # before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
-CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
+CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step", "C9")
 
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 
