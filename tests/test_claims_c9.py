@@ -69,6 +69,22 @@ def test_search_row_takes_the_throughput_from_a_timed_run_at_the_largest_batch()
     assert configs[-1]["max_steps"] == probe.TIMED_STEPS and configs[-1]["per_gpu_batch"] == 40
 
 
+def test_sweep_runs_searches_at_once_and_the_timed_runs_alone_after_them(monkeypatch):
+    monkeypatch.setattr(probe, "cuda_devices", lambda: 2)
+    seen = []
+
+    def run(cfg):
+        seen.append(cfg)
+        fit = cfg["per_gpu_batch"] <= cfg["workload"]["args"]["width"] // 16
+        return ({"status": "ok", "reason": "", "throughput": {"samples_per_s": 1.0}} if fit
+                else {"status": "failed", "reason": OOM})
+    rows = probe.sweep([(256, 4), (512, 8)], ("ddp", "fsdp"), None, 12.0, jobs=4, run=run)
+    assert [(r["variant"], r["gpus"]) for r in rows] == [("ddp", 1), ("fsdp", 1)] * 2 + [("ddp", 2), ("fsdp", 2)] * 2
+    assert [r["largest_batch"] for r in rows] == [16, 16, 32, 32] * 2
+    timed = [i for i, c in enumerate(seen) if c["max_steps"] == probe.TIMED_STEPS]
+    assert len(timed) == 8 and timed == list(range(len(seen) - 8, len(seen)))   # after every search
+
+
 def row(variant, gpus, parameters, batch, speed, reshard=None, precision="fp32", cap=12.0):
     return {"workload": f"transformer-lm-{parameters}", "parameters": parameters, "variant": variant,
             "reshard_after_forward": variant == "fsdp" if reshard is None else reshard, "gpus": gpus,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dpbench.claims.c1.probe import largest
-from dpbench.claims.c9.verdict import CAP_GIB, CONDITIONS_ID, row_id, verdict_from
+from dpbench.claims.c9.verdict import BASELINE, CAP_GIB, CONDITIONS_ID, SHARDED, row_id, verdict_from
 
 VARIANTS = ("ddp", "zero1", "fsdp")
 # (width, layers) of the transformer family (seq_len 512, vocab 32768, tied): ~12M, ~42M, ~235M, ~1.07B
@@ -140,7 +140,8 @@ def cuda_devices() -> int:
 
 
 def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_GIB, precision: str = "fp32",
-          jobs: int = 1, resolution: float = RESOLUTION) -> list[dict[str, Any]]:
+          jobs: int = 1, resolution: float = RESOLUTION,
+          run: Callable[[dict[str, Any]], dict[str, Any]] = launch) -> list[dict[str, Any]]:
     """Every (GPUs, size, variant) row; by default at one GPU and at every GPU visible. With jobs > 1
     the searches share the GPUs, `jobs` at a time (each within its cap: jobs x cap must fit the
     card); the timed runs then run one at a time, so no throughput is measured beside another run."""
@@ -149,9 +150,8 @@ def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_
     n = cuda_devices()
     cells = [(v, g, s) for g in (gpu_counts or sorted({1, max(n, 1)})) for s in sizes for v in variants]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        rows = list(pool.map(lambda c: search_row(c[0], c[1], c[2], cap_gib, precision, cuda_gpus=n,
-                                                  resolution=resolution), cells))
-    return [time_row(r, c[2]) for r, c in zip(rows, cells)]
+        rows = list(pool.map(lambda c: search_row(c[0], c[1], c[2], cap_gib, precision, run, n, resolution), cells))
+    return [time_row(r, c[2], run) for r, c in zip(rows, cells)]
 
 
 def probe_record(rows: list[dict[str, Any]], cap_gib: float):
@@ -168,14 +168,25 @@ def probe_record(rows: list[dict[str, Any]], cap_gib: float):
     return record("C9", observations, verdict_from(rows).verdict, parts_not_run=parts)
 
 
-def run(sizes=SIZES, variants=VARIANTS, cap_gib: float = CAP_GIB):
-    """The C9 probe of the claims experiment (python -m dpbench.claims.probe C9)."""
+def jobs_that_fit(cap_gib: float) -> int:
+    """How many capped searches share the GPUs at once: as many as the smallest card holds with a
+    CUDA context (~1.5 GiB) beside each cap."""
+    import torch
+
+    total = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+    return max(1, int(total / 2**30 // (cap_gib + 1.5)))
+
+
+def run(sizes=SIZES, variants=(BASELINE, SHARDED), cap_gib: float = CAP_GIB):
+    """The C9 probe of the claims experiment (python -m dpbench.claims.probe C9): the two variants
+    the verdict compares (tools/device/c9_bench.sh adds zero1), searches sharing the GPUs."""
     from dpbench.claims import NOT_RUN
     from dpbench.claims.common import gpus_visible, record
 
     if gpus_visible() < 1:
         return record("C9", [], NOT_RUN, not_run="needs CUDA: nothing runs out of memory on the CPU")
-    return probe_record(sweep(sizes, variants, cap_gib=cap_gib), cap_gib)
+    return probe_record(sweep(sizes, variants, cap_gib=cap_gib, jobs=jobs_that_fit(cap_gib), resolution=1 / 8),
+                        cap_gib)
 
 
 def ledger_section(rows: list[dict[str, Any]], cap_gib: float, out: Path) -> str:
