@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from dpbench.claims.c1.probe import largest
 from dpbench.claims.c9.verdict import BASELINE, CAP_GIB, CONDITIONS_ID, SHARDED, row_id, verdict_from
+from dpbench.results import STATUS_FAILED, STATUS_OK
 
 VARIANTS = ("ddp", "zero1", "fsdp")
 # (width, layers) of the transformer family (seq_len 512, vocab 32768, tied): ~12M, ~42M, ~235M, ~1.07B
@@ -50,9 +51,9 @@ def out_of_memory(reason: str) -> bool:
 def fits(record: dict[str, Any]) -> bool:
     """ok -> True, failed out of memory -> False, anything else stops the search."""
     status, reason = record.get("status"), str(record.get("reason") or "")
-    if status == "ok":
+    if status == STATUS_OK:
         return True
-    if status == "failed" and out_of_memory(reason):
+    if status == STATUS_FAILED and out_of_memory(reason):
         return False
     raise SearchStopped(f"{status}: {reason}" if reason else str(status))
 
@@ -60,45 +61,44 @@ def fits(record: dict[str, Any]) -> bool:
 def search(trial: Callable[[int], dict[str, Any]], start: int = START,
            resolution: float = RESOLUTION) -> dict[str, Any]:
     """The largest batch whose trial record is ok: {largest (None where stopped), reason, trials}."""
-    records: dict[int, dict[str, Any]] = {}
+    tried: list[int] = []
 
     def ok(batch: int) -> bool:
-        records[batch] = trial(batch)
-        return fits(records[batch])
+        tried.append(batch)
+        return fits(trial(batch))
 
     try:
         found = largest(ok, granule=1, start=start, resolution=resolution)
     except SearchStopped as stop:
-        return {"largest": None, "reason": str(stop), "trials": sorted(records)}
+        return {"largest": None, "reason": str(stop), "trials": tried}
     reason = "" if found["largest"] else f"not even batch 1 fits (smallest failing: {found['smallest_failing']})"
-    return {"largest": found["largest"] or None, "reason": reason, "trials": [b for b, _ in found["trials"]]}
+    return {"largest": found["largest"] or None, "reason": reason, "trials": tried}
 
 
 def run_config(variant: str, gpus: int, size: tuple[int, int], batch: int, cap_gib: float,
                precision: str, steps: int, warmup: int) -> dict[str, Any]:
     """One trial's run config: a few steps of the transformer at this per-GPU batch, capped."""
     width, layers = size
-    cfg = {"variant": variant, "gpus": gpus, "precision": precision, "memory_cap_gib": cap_gib,
-           "workload": {"name": "transformer-lm", "args": {"width": width, "layers": layers}},
-           "per_gpu_batch": batch, "global_batch": batch * gpus, "dataset": "synthetic",
-           "synthetic_size": batch * gpus * steps, "synthetic_test_size": gpus, "eval_samples": gpus,
-           "eval_each_epoch": False, "epochs": 1, "max_steps": steps, "warmup_steps": warmup}
-    return cfg
+    return {"variant": variant, "gpus": gpus, "precision": precision, "memory_cap_gib": cap_gib,
+            "workload": {"name": "transformer-lm", "args": {"width": width, "layers": layers}},
+            "per_gpu_batch": batch, "global_batch": batch * gpus, "dataset": "synthetic",
+            "synthetic_size": batch * gpus * steps, "synthetic_test_size": gpus, "eval_samples": gpus,
+            "eval_each_epoch": False, "epochs": 1, "max_steps": steps, "warmup_steps": warmup}
 
 
 def launch(cfg: dict[str, Any]) -> dict[str, Any]:
     """A dpbench run in a fresh process; its record (a failed one where it left none)."""
-    from dpbench import results
+    from dpbench.results import read_metrics
 
     with tempfile.TemporaryDirectory(prefix="c9-") as tmp:
         cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TRIAL_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return {"status": "failed", "reason": f"timed out after {TRIAL_TIMEOUT_S} s"}
-        rec = results.read_metrics(tmp)
+            return {"status": STATUS_FAILED, "reason": f"timed out after {TRIAL_TIMEOUT_S} s"}
+        rec = read_metrics(tmp)
         tail = " / ".join(proc.stderr.strip().splitlines()[-2:])
-        return rec or {"status": "failed", "reason": f"no record (exit code {proc.returncode}): {tail}"}
+        return rec or {"status": STATUS_FAILED, "reason": f"no record (exit code {proc.returncode}): {tail}"}
 
 
 def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, precision: str = "fp32",
@@ -128,7 +128,7 @@ def time_row(row: dict[str, Any], size: tuple[int, int],
         return row
     timed = run(run_config(row["variant"], row["gpus"], size, row["largest_batch"], row["cap_gib"],
                            row["precision"], TIMED_STEPS, TIMED_WARMUP))
-    if timed.get("status") != "ok":
+    if timed.get("status") != STATUS_OK:
         return {**row, "reason": f"timed run at the largest batch {timed.get('status')}: {timed.get('reason')}"}
     tp = timed["throughput"]   # samples (sequences) a second; records before workloads: images
     return {**row, "samples_per_s_at_largest": tp.get("samples_per_s") or tp.get("images_per_s")}
