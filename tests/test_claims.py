@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from test_claims_c9 import CROSSING as C9_CROSSING
+from test_claims_c9 import probe_record as c9_probe_record
 
 from dpbench import results
 from dpbench.claims import CLAIM_IDS, CONFIRMED, NOT_RUN, NUANCE, REFUTED, probe, records, settings
@@ -559,6 +561,7 @@ def fake_gpu_probes(dp_step=None):
         "C7": _probe("C7", CONFIRMED, [
             obs("c7.conv.slowdown", "new-thread / same-thread slowdown", benchmark_on=65.7, benchmark_off=3.9),
             *(dp_step if dp_step is not None else dp_step_observations())]),
+        "C9": c9_probe_record(C9_CROSSING),
     }
 
 
@@ -569,6 +572,8 @@ def fake_cpu_probes():
         rec.ran_on = cpu
         if cid in ("C2", "C5", "C7"):
             rec.verdict, rec.observations, rec.not_run = NOT_RUN, [], "needs 2 GPUs (found 0)"
+        if cid == "C9":
+            rec.verdict, rec.observations, rec.not_run = NOT_RUN, [], "needs CUDA: nothing runs out of memory on the CPU"
         recs[cid] = rec
     return recs
 
@@ -728,13 +733,13 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     md, claims = ledger(tmp_path, gpu_tag(), fake_gpu_probes())
     assert claims["C5"]["figures"] == ["figures/warnings.png"] and "](figures/warnings.png)" in md
     assert claims["C8"]["figures"][:2] == ["figures/claim_c8.png", "figures/claim_c8_dp_step.png"]
-    for cid in ("C1", "C6", "C7", "C8"):   # the ledger's own figures, linked relative to claims.md
+    for cid in ("C1", "C6", "C7", "C8", "C9"):   # the ledger's own figures, linked relative to claims.md
         assert claims[cid]["figures"][0] == f"figures/claim_{cid.lower()}.png"
         assert (results.ResultSet(tmp_path, "t").dir / claims[cid]["figures"][0]).stat().st_size > 10_000
     assert list(claims) == CLAIM_IDS
     verdicts = {cid: c["verdict"] for cid, c in claims.items()}
     assert verdicts == {"C1": CONFIRMED, "C2": NUANCE, "C3": REFUTED, "C4": NUANCE, "C5": CONFIRMED,
-                        "C6": CONFIRMED, "C7": CONFIRMED, "C8": NUANCE}
+                        "C6": CONFIRMED, "C7": CONFIRMED, "C8": NUANCE, "C9": CONFIRMED}
     for cid, c in claims.items():
         assert re.search(rf"\| {cid} +\| {re.escape(c['title'])} +\| {c['verdict']} +\|", md)
         assert f"## {cid}: " in md and c["summary"] and c["measured_on"] and c["advice"]
@@ -743,6 +748,9 @@ def test_ledger_renders_every_claim_with_a_verdict_from_gpu_evidence(tmp_path):
     assert claims["C8"]["data"]["dp_step"]["threads_are_the_cost"] is True
     assert [c["from_outputs"] for c in claims["C1"]["data"]["conditions"]] == [32768]
     assert any("150 times" in e for e in claims["C5"]["evidence"])
+    table = results.ResultSet(tmp_path, "t").claim_table("largest_batch")   # C9's rows, beside claims.md
+    assert len(table) == len(C9_CROSSING) and table["largest_batch"].max() == 512
+    assert table[table["variant"] == "fsdp"]["reshard_after_forward"].all()
     assert "torch 2.11.0+cu130" in " ".join(claims["C1"]["measured_on"])
     assert claims["C2"]["figures"] == []
 
@@ -1328,6 +1336,8 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
     for cid in ("C2", "C5", "C7"):
         assert claims[cid]["verdict"] == NOT_RUN and "needs 2 GPUs (found 0)" in claims[cid]["not_run"]
     assert claims["C6"]["verdict"] == CONFIRMED  # the arithmetic and the CPU emulation stand alone
+    assert claims["C9"]["verdict"] == NOT_RUN and "needs CUDA" in claims["C9"]["not_run"]
+    assert "the crossover itself was not measured" in claims["C9"]["summary"]   # the memory model's prediction
     assert any(e.startswith("training runs on an uneven split: not measured here: needs 2 GPUs (found 0)")
                for e in claims["C6"]["evidence"])
     assert "**Not measured here:** needs 2 GPUs (found 0)" in md

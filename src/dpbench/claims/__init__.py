@@ -1,8 +1,9 @@
-"""The article's claims C1..C8 as experiments with verdicts.
+"""The article's claims C1..C9 as experiments with verdicts.
 
 One folder per claim (claims/cN/, listed in `registry`): probes (C1..C7, run via
 `python -m dpbench.claims.probe CX`) test API behaviour directly; the C7 probe also takes a
-DataParallel step apart (`c7/dp_step`), which C7 and C8 name their cause from. C1, C8 and the
+DataParallel step apart (`c7/dp_step`), which C7 and C8 name their cause from; the C9 probe
+searches each variant's largest batch along the transformer's size (`c9/probe`). C1, C8 and the
 training-level parts of C6 and C7 come from the pipeline's runs of experiments/claims.yaml.
 `ledger` turns both into claims.md / claims.json through each claim's verdict.py and text.py.
 """
@@ -36,6 +37,10 @@ CLAIMS = {
            "on >=2 GPUs is much slower, because cuDNN autotunes again in every new replica thread."),
     "C8": ("DataParallel makes training faster (the article's premise)",
            "Just add DataParallel and training gets faster on more GPUs."),
+    "C9": ("other ways than DataParallel: where sharding starts to pay (the article's last sentence)",
+           "Besides DataParallel there are DistributedDataParallel and other ways; to be continued after "
+           "experiments. Here: from what model size FSDP2's largest batch, and its throughput at that "
+           "batch, first exceed DDP's."),
 }
 CLAIM_IDS = list(CLAIMS)
 
@@ -74,6 +79,9 @@ ADVICE = {
     "C8": ('Measure before scaling out: time DataParallel against one GPU at the batch you train with. '
             'Use DDP (one process per GPU) for multi-GPU training, and feed data fast enough for one GPU '
             'first.'),
+    "C9": ('Use DDP while the model, its gradients and optimizer state leave room for the batch you want; '
+           'shard (ZeRO-1 for the optimizer state, FSDP2 for all three) once they do not, and measure the '
+           'throughput at the largest batch each variant fits before choosing.'),
 }
 
 

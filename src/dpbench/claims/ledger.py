@@ -9,6 +9,7 @@ experiment's groups; a claim whose runs are absent says why, quoting the skip re
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,10 @@ def write_ledger(results_dir: Path | str, tag: str,
     drawn = claim_figures.draw(results_dir, tag, built)
     for s in built:
         s.figures[:0] = [path for key, path in drawn.items() if claim_figures.claim_of(key) == s.id]
+    for claim in REGISTRY.values():
+        for name, where in claim.tables.items():
+            module, function = where.split(":")
+            ev.rs.write_claim_table(name, getattr(importlib.import_module(f"dpbench.claims.{module}"), function)(ev))
     md_path, json_path = ev.rs.claims_md, ev.rs.claims_json
     results.write_atomic(md_path, render_md(tag, built))
     results.write_json(json_path, {"tag": tag, "experiment": str(experiment_path),

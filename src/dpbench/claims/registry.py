@@ -19,6 +19,7 @@ from dpbench.claims.c5 import text as c5
 from dpbench.claims.c6 import text as c6
 from dpbench.claims.c7 import text as c7
 from dpbench.claims.c8 import text as c8
+from dpbench.claims.c9 import text as c9
 from dpbench.claims.records import Finding
 
 
@@ -28,6 +29,9 @@ class Claim:
     probe: str | None = None           # module under dpbench.claims with run(**settings) -> ProbeRecord
     # figure key (results.CLAIM_FIGURE_KEYS) -> "module:function" under dpbench.claims drawing it
     figures: dict[str, str] = field(default_factory=dict)
+    # claim table (results.CLAIM_SCHEMAS) -> "module:function" under dpbench.claims giving its rows
+    # from the ledger's evidence (the ledger writes it beside claims.md)
+    tables: dict[str, str] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Claim] = {
@@ -39,4 +43,5 @@ REGISTRY: dict[str, Claim] = {
     "C6": Claim(c6.finding, "c6.probe", {"C6": "c6.figure:c6_figure"}),
     "C7": Claim(c7.finding, "c7.probe", {"C7": "c7.figure:c7_figure"}),
     "C8": Claim(c8.finding, None, {"C8": "c8.figure:c8_figure", "C8_dp_step": "c8.figure:c8_dp_step_figure"}),
+    "C9": Claim(c9.finding, "c9.probe", {"C9": "c9.figure:c9_figure"}, {"largest_batch": "c9.verdict:ledger_rows"}),
 }

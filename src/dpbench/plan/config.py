@@ -107,6 +107,7 @@ class RunConfig:
     channels_last: bool = _option("channels_last")
     tf32: bool = _option("tf32")                        # TF32 tensor cores in convolutions and matmuls ("fp32" is then TF32)
     cudnn_benchmark: bool = _option("cudnn_benchmark")
+    memory_cap_gib: float | None = _option("memory_cap_gib")  # per-device allocation cap (largest-batch searches)
     deterministic: bool = _option("deterministic")      # bit-exact reruns: deterministic kernels, fixed cuBLAS workspace
     compile: str = _option("compile")                   # a torch.compile mode (train.COMPILE_STEPS), or none
     # DistributedDataParallel's knobs (ddp only; None = PyTorch's default)

@@ -33,6 +33,7 @@ from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMN
 from dpbench.results.schema import COLLECTIVE_COLUMNS, LATER_TABLES, MEMORY_COMPONENT_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
+from dpbench.results.schema import CLAIM_SCHEMAS, LARGEST_BATCH_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
 from dpbench.results.files import NotWritable, read_json, write_atomic, write_csv, write_json  # noqa: F401
 from dpbench.results.errors import message_line
@@ -59,7 +60,7 @@ SHARDING_FIGURE_NAMES = ("memory_components", "sharding_vs_size")
 LARGEST_BATCH_CSV = "largest_batch.csv"
 # The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
 # before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
-CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step")
+CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step", "C9")
 
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 
@@ -217,6 +218,25 @@ class ResultSet:
 
     def table_paths(self) -> dict[str, Path]:
         return {name: self.table_path(name) for name in TABLES}
+
+    def claim_table_path(self, name: str) -> Path:
+        """A table the claims ledger writes from the probes' records (CLAIM_SCHEMAS: largest_batch)."""
+        if name not in CLAIM_SCHEMAS:
+            raise KeyError(f"unknown claim table {name!r}; known: {sorted(CLAIM_SCHEMAS)}")
+        return self.dir / f"{name}.csv"
+
+    def write_claim_table(self, name: str, rows: list[dict[str, Any]]) -> Path:
+        path = self.claim_table_path(name)
+        write_csv(path, CLAIM_SCHEMAS[name].columns, rows)
+        return path
+
+    def claim_table(self, name: str) -> "pd.DataFrame":
+        """A claim table read back by its schema's dtypes (empty, with its columns, where absent)."""
+        import pandas as pd
+
+        schema, path = CLAIM_SCHEMAS[name], self.claim_table_path(name)
+        df = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=schema.columns)
+        return schema.typed(df)
 
     @property
     def provenance_path(self) -> Path:

@@ -53,6 +53,12 @@ RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COL
 # interval and that interval's confidence (ci_level: 0.75 for the range of 3 repeats).
 CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
                 "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
+# The claims' own tables (the ledger writes them from the probes' records, not collect from the
+# runs'): largest_batch, one row per (workload size, variant, GPUs, precision) of C9's search: the
+# largest per-GPU batch that trained within cap_gib allocated per GPU, the throughput a short timed
+# run reached there, and why a search found none (reason).
+LARGEST_BATCH_COLUMNS = ["workload", "parameters", "variant", "reshard_after_forward", "gpus", "precision",
+                         "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason"]
 
 # Tables added after result sets were archived: a set without the file reads as having no rows.
 LATER_TABLES = ("memory_components", "collectives")
@@ -62,7 +68,7 @@ TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category"
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
                 "dataset", "device_type", "workload", "collective")
 # Columns that hold True/False (written by csv as the words).
-FLAG_COLUMNS = ("deterministic",)
+FLAG_COLUMNS = ("deterministic", "reshard_after_forward")
 # Numeric columns that count or index something: empty is never a value there.
 KEY_COLUMNS = ("gpus", "repeat", "epoch", "step", "device")
 # What reads as a number though pandas leaves it text in a column with damaged cells.
@@ -149,3 +155,4 @@ SCHEMAS = {schema.name: schema for schema in (
 )}
 # The columns of each table, by name (the order collect writes them in).
 TABLES = {name: schema.columns for name, schema in SCHEMAS.items()}
+CLAIM_SCHEMAS = {schema.name: schema for schema in (TableSchema("largest_batch", LARGEST_BATCH_COLUMNS),)}

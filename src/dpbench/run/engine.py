@@ -143,6 +143,10 @@ class Context:
     def __enter__(self) -> "Context":
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
+            cap = self.cfg.memory_cap_gib
+            for d in self.devices if cap else ():   # the same answer on any card (a largest-batch search)
+                total = torch.cuda.get_device_properties(d).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), d)
         if self.distributed:
             cuda = self.device.type == "cuda"
             self.waits.at("process group set-up (init_process_group)")
