@@ -15,13 +15,15 @@ from pathlib import Path
 from statistics import fmean
 
 from dpbench import results
+from dpbench.analysis import memory_model, traffic_model
 from dpbench.results.errors import error_text
 
 # Config keys that do not make a different setup: the run's identity, its batch (what strong and
-# weak scaling vary) and DistributedDataParallel's knobs, which single runs ignore.
+# weak scaling vary) and DistributedDataParallel's and the sharded variants' knobs, which single
+# runs ignore.
 NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
              "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers",
-             "max_cpu_ranks", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s"}
+             "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s", "max_cpu_ranks"}
 
 
 def _ident(rec: dict) -> dict:
@@ -139,6 +141,22 @@ def find_runs(folder: Path) -> list[tuple[dict, Path]]:
     return [(_readable(rec, rdir), rdir) for rec, rdir in results.iter_runs(folder, damaged=True)]
 
 
+def memory_component_rows(rec: dict) -> list[dict]:
+    """The record's memory_components (none in older records), one row per device, with the
+    state measured as the profiled step's forward began and the closed forms' predictions."""
+    rows = rec.get("memory_components")
+    if not isinstance(rows, list):
+        return []
+    data = {m["device"]: m.get("data_mib") for m in rec.get("memory") or []}
+    out = []
+    for m in rows:
+        row = {**_ident(rec), "parameters": rec.get("parameters"), "data_mib": data.get(m["device"]),
+               **{k: m.get(k) for k in results.MEMORY_COMPONENT_COLUMNS if k in m}}
+        out.append({**row, "state_mib": memory_model.measured_state(row),
+                    **memory_model.predicted_row(rec, row)})
+    return out
+
+
 def damaged_row(rec: dict) -> dict:
     return {**_ident(rec), "status": rec["status"], "reason": rec["reason"]}
 
@@ -156,6 +174,8 @@ def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
         out["warnings"] += [{**ident, **w} for w in rec["warnings"]]
         out["accuracy"] += [{**ident, **a} for a in rec["accuracy"]]
         out["steps"] += step_rows(rec, rdir)
+        out["memory_components"] += memory_component_rows(rec)
+        out["collectives"] += [{**ident, **row} for row in traffic_model.collective_rows(rec)]
     out["medians"] = cell_rows(out["summary"])
     return out
 

@@ -194,9 +194,9 @@ DRAW = dict(zip(results.SHARDING_FIGURE_NAMES, (plot_memory_components, plot_sha
 def sharding_tables(results_dir: Path | str, tag: str) -> Tables:
     """load_tables' tables, plus largest_batch.csv where the result set has one."""
     tables = load_tables(results_dir, tag)
-    path = results.ResultSet(results_dir, tag).largest_batch_path
-    if path.is_file():
-        tables["largest_batch"] = pd.read_csv(path)
+    largest = results.ResultSet(results_dir, tag).claim_table("largest_batch")
+    if len(largest):
+        tables["largest_batch"] = largest
     return tables
 
 

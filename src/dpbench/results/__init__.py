@@ -57,7 +57,6 @@ FIGURE_NAMES = ("throughput", "scaling_efficiency", "memory", "loss_curves", "lo
 # plan has sharded runs.
 SHARDING_FIGURE_NAMES = ("memory_components", "sharding_vs_size")
 # The largest batch per variant and model size (C9's search, issue 26), where a set has it.
-LARGEST_BATCH_CSV = "largest_batch.csv"
 # The claims ledger's own figures: key -> file name (claim_<key>.png); a key's claim is the part
 # before "_" (C8_dp_step belongs to C8). claims/figures.py draws exactly these.
 CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step", "C9")
@@ -298,10 +297,6 @@ class ResultSet:
     def sharding_md(self) -> Path:
         """sharding.md: the sharded variants' memory model and traffic formulas against the runs."""
         return self.dir / "sharding.md"
-
-    @property
-    def largest_batch_path(self) -> Path:
-        return self.dir / LARGEST_BATCH_CSV
 
     def claim_figure_path(self, key: str) -> Path:
         return self.figures_dir / claim_figure_name(key)

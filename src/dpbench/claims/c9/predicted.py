@@ -1,29 +1,24 @@
-"""What the closed forms say of C9 where it was not measured (fewer than two GPUs).
-
-`predicted_state_bytes` stands in for dpbench.analysis.memory_model.predicted_bytes(Setting(...))
-["state"] (being written on the sharded-tables branch): the bytes a rank holds between steps,
-
-    ddp, zero1   parameters b·P + gradients b·P + DDP's buckets b·P + optimizer 4k·P (zero1: / N)
-    fsdp         (parameters + gradients) b·P / N + optimizer 4k·P / N
-
-with k optimizer slots (SGD with momentum: 1). The merge points it at the memory model.
+"""What the closed forms say of C9 where it was not measured (fewer than two GPUs): the bytes a
+rank holds between steps (dpbench.analysis.memory_model's `state`: parameters, gradients, DDP's
+buckets and the optimizer's slots, each divided as the variant shards it), and the parameter
+count at which that state alone fills the memory cap.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from dpbench.analysis.memory_model import Setting, predicted_bytes
+
 GIB = 2 ** 30
-SLOT_BYTES = 4
 
 
 def predicted_state_bytes(variant: str, parameters: int, ranks: int, param_bytes: float = 4.0,
                           optimizer_slots: int = 1) -> float:
     """Per-device bytes of parameters, gradients (and DDP's buckets) and optimizer state."""
-    shard = ranks if variant in ("fsdp", "hsdp") else 1
-    weights = 2 * param_bytes * parameters / shard
-    buckets = param_bytes * parameters if variant in ("ddp", "zero1") else 0.0
-    optimizer = SLOT_BYTES * optimizer_slots * parameters / (ranks if variant in ("zero1", "fsdp", "hsdp") else 1)
-    return weights + buckets + optimizer
+    state = predicted_bytes(Setting(variant=variant, parameters=parameters, param_bytes=param_bytes,
+                                    optimizer_slots=optimizer_slots, ranks=ranks))["state"]
+    assert state is not None
+    return float(state)
 
 
 def largest_trainable(variant: str, cap_gib: float, ranks: int, **kw: Any) -> int:
