@@ -25,7 +25,7 @@ from dpbench.analysis.compare.thresholds import Thresholds
 INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint"}
 
 
-def _curves(steps) -> dict[tuple, dict[int, Any]]:
+def curves_of(steps) -> dict[tuple, dict[int, Any]]:
     """(variant, gpus, options) -> repeat -> loss_global as a Series indexed by (epoch, step)."""
     out: dict[tuple, dict[int, Any]] = {}
     for (*key, repeat), g in steps.groupby(CELL_KEY + ["repeat"]):
@@ -59,7 +59,7 @@ def _config_diff(a: dict, b: dict) -> list[str]:
             if k.split(".")[0] not in INERT_CONFIG_KEYS and fa.get(k) != fb.get(k)]
 
 
-def _common(curves: list) -> Any:
+def common_steps(curves: list) -> Any:
     """The steps every given curve reached (a written NaN loss stays and counts), sorted."""
     steps = None
     for s in curves:
@@ -67,7 +67,7 @@ def _common(curves: list) -> Any:
     return None if steps is None or len(steps) == 0 else steps.sort_values()
 
 
-def _matrix(curves: dict, steps) -> np.ndarray:
+def curve_matrix(curves: dict, steps) -> np.ndarray:
     return np.array([curves[r].reindex(steps).to_numpy(float) for r in sorted(curves)])
 
 
@@ -78,11 +78,11 @@ def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
     cells, aa_cells = {}, {}
     for k in keys:
         launches = [c for c in (aa or {}).get(k, []) if c]
-        steps = _common([*curves_a[k].values(), *curves_b[k].values(),
+        steps = common_steps([*curves_a[k].values(), *curves_b[k].values(),
                          *[s for c in launches for s in c.values()]])
         if steps is not None:
-            cells[k] = (_matrix(curves_a[k], steps), _matrix(curves_b[k], steps))
-            aa_cells[k] = [_matrix(c, steps) for c in launches]
+            cells[k] = (curve_matrix(curves_a[k], steps), curve_matrix(curves_b[k], steps))
+            aa_cells[k] = [curve_matrix(c, steps) for c in launches]
     return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells)
 
 
@@ -96,7 +96,7 @@ def _curve_fields(t: CurveTest | None) -> dict[str, Any]:
 
 def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | None = None) -> list[dict]:
     sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
-    curves_a, curves_b = _curves(sa), _curves(sb)
+    curves_a, curves_b = curves_of(sa), curves_of(sb)
     keys = sorted(curves_a.keys() & curves_b.keys())
     ids = sa.drop_duplicates(CELL_KEY + ["repeat"])
     run_of = {(v, int(g), o, int(r)): str(rid) for v, g, o, r, rid in
@@ -178,12 +178,12 @@ def _judged_envelope(ca: dict, cb: dict, th: Thresholds, test: CurveTest | None)
 
 
 def _envelope_of(ca: dict, cb: dict, th: Thresholds) -> dict[str, Any]:
-    steps = _common([*ca.values(), *cb.values()])
+    steps = common_steps([*ca.values(), *cb.values()])
     if not ca or not cb or steps is None:
         return {"steps_matched": 0, "max_abs_diff": None, "outside_fraction": None,
                 "distinct_baseline_curves": len(ca), "verdict": "noise unknown",
                 "note": "no step in common", "at": None, "first_outside": None}
-    env = envelope_check(_matrix(ca, steps), _matrix(cb, steps), th)
+    env = envelope_check(curve_matrix(ca, steps), curve_matrix(cb, steps), th)
 
     def at(i: int | None):
         return None if i is None else {"epoch": int(steps[i][0]), "step": int(steps[i][1])}
