@@ -101,6 +101,9 @@ def render_markdown(report: dict) -> str:
     fail_on = report.get("fail_on") or []
     cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
     launch = report.get("noise")
+    # Format 2 changes are ratios of geometric means; older reports' (no `format`) of medians.
+    geo = report.get("format", 1) >= 2
+    centre = "geomean" if geo else "median"
     out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
            f"{counted(report['runs']['baseline'], 'baseline run')} against "
            f"{counted(report['runs']['candidate'], 'candidate run')}, "
@@ -123,15 +126,15 @@ def render_markdown(report: dict) -> str:
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
-        ("Throughput (images/s, median over repeats)",
+        (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
          ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
           "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
-         + "`p (Holm)`: Welch's p adjusted over the cells.",
+         + f"`p (Holm)`: Welch's p{' on log images/s,' if geo else ''} adjusted over the cells.",
          ["run group", "repeats", "baseline", "candidate", "change"] + (["vs others"] if launch else [])
          + ["floor", "p", "p (Holm)", "verdict", "note"],
          range(1, 9 if launch else 8),
-         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
-           r["median_candidate"], _signed(r["change"], "%", 100)]
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r[f"{centre}_baseline"],
+           r[f"{centre}_candidate"], _signed(r["change"], "%", 100)]
           + ([_signed(r.get("departure"), "%", 100)] if launch else [])
           + [_pct(r["floor"]), r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]]
           for r in report["throughput"]]),

@@ -64,9 +64,15 @@ from dpbench.analysis.compare.throughput import load_launch_noise, throughput_ve
 from dpbench.analysis.compare.verdict import exit_code, failing, verdict_of
 
 
+# The rules a report was made by. 1 (reports without `format`): throughput change a ratio of
+# medians, Welch on raw images/s. 2: the ratio of geometric means, Welch on log images/s; loss
+# curves by the curve test. A committed report is remade by its own format's throughput rule.
+REPORT_FORMAT = 2
+
+
 def compare(results_dir: Path | str, baseline: str, candidate: str,
             thresholds: Thresholds | None = None, noise_from: list[str] | None = None,
-            **overrides: float) -> dict[str, Any]:
+            report_format: int = REPORT_FORMAT, **overrides: float) -> dict[str, Any]:
     """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged.
 
     noise_from: tags of A/A launches (the same experiment launched more than once on the
@@ -76,10 +82,10 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
-    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"))
+    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
     report: dict[str, Any] = {
-        "baseline": baseline, "candidate": candidate,
+        "baseline": baseline, "candidate": candidate, "format": report_format,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
         "sets": sets,
@@ -110,6 +116,6 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["FAIL_ON", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
+__all__ = ["FAIL_ON", "REPORT_FORMAT", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
            "exact_check", "exit_code", "failing", "holm", "load_set", "pooled_cv", "throughput_verdicts",
            "welch_p"]
