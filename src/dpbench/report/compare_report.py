@@ -83,11 +83,19 @@ def _loss_rows(report: dict) -> list[list[Any]]:
         else:
             where = _where(r.get("first_outside"))
             spread = "–" if r.get("outside_fraction") is None else _pct(r["outside_fraction"])
+        judged = _enveloped(r)
+        # Format 1 reports (no curve test) show their final-loss p.
+        p = r.get("curve_p_holm", r.get("final_loss_p_holm")) if judged else None
         rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
-                     spread, where, r.get("final_loss_p_holm") if _enveloped(r) else None,
+                     spread, where, _loss_change(r.get("curve_change")) if judged else None,
+                     r.get("smallest_detectable") if judged else None, p,
                      _mark(r, r["verdict"]),
                      "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
     return rows
+
+
+def _loss_change(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.3g}"
 
 
 def _enveloped(r: dict) -> bool:
@@ -110,12 +118,13 @@ def render_markdown(report: dict) -> str:
            f"{counted(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
            "**How noise is judged.** " + _throughput_rule(th, launch) + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
-           "software change their bits may move, but they must also stay within the band below); other "
-           f"curves are held against the baseline's repeat-to-repeat spread, a band of "
-           f"{th['envelope_k']:g} standard errors per step (at least {th['loss_tolerance']:g}), and "
-           f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
-           "loss differs (Welch, Holm). One baseline repeat means the noise is unknown: no divergence "
-           "is called.", ""]
+           "software change their bits may move, but the curve test below must still pass); other "
+           "curves face the curve test: each run's mean loss from a tenth of the way in, the sides' "
+           "difference by a t-test with the variance pooled from both sides, Holm over the cells, "
+           f"diverged when p < {th['alpha']:g} and the difference exceeds {th['loss_tolerance']:g}. "
+           "Fewer than two runs a side means the noise is unknown: no divergence is called. The "
+           f"per-step band ({th['envelope_k']:g} standard errors of the baseline's spread) is shown "
+           "as a picture of where curves part, not a verdict.", ""]
     out += _sets_md(report.get("sets"))
     out += _provenance_md(report["provenance"])
     fails = (", ".join(f"{k} ({counts[k]})" for k in fail_on) if fail_on else
@@ -149,11 +158,12 @@ def render_markdown(report: dict) -> str:
            r["count_per_run_candidate"]] for kind in ("new", "vanished", "changed") for r in w[kind]]),
         ("Loss curves (loss_global per step)",
          "`exact`: deterministic on both sides with the same seeds, config and hardware, compared bit "
-         "for bit (where: the first differing step and its difference); `envelope`: the candidate's "
-         "mean curve against the baseline's spread (outside: share of steps beyond the band; where: "
-         "the first such step).",
-         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where",
-          "final loss p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7], _loss_rows(report)),
+         "for bit (where: the first differing step and its difference); `envelope`: the curve test "
+         "(change: of the mean loss after the first tenth, candidate - baseline; detectable: the "
+         "change it finds at 80% power; p (Holm)) beside the band picture (outside: share of steps "
+         "beyond the band; where: the first such step).",
+         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where", "change",
+          "detectable", "p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7, 8, 9], _loss_rows(report)),
         ("Final accuracy (test_acc, mean over repeats)", "",
          ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"], range(1, 5),
          [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],
