@@ -4,9 +4,10 @@ shift between machine leases enters.
 
 Per cell, log samples/s is compared by a two-sample t-test with the variance pooled from both
 sides (throughput is multiplicative: a change is a ratio, and its log is what the t-test's normal
-errors fit); Holm's correction runs over the cells. The whole launch's common change is the mean
-of the cells' log changes, its standard error from the cells' within-cell variances (degrees of
-freedom by Welch-Satterthwaite). Every test quotes the smallest change it finds at 80% power.
+errors fit). The whole launch's common change is the mean of the cells' log changes, its
+standard error from the cells' within-cell variances (degrees of freedom by Welch-Satterthwaite).
+Holm's correction runs over the cells' tests and the launch's together. Every test quotes the
+smallest change it finds at 80% power, at Holm's first level (alpha / tests).
 Numbers only: the report words them.
 """
 from __future__ import annotations
@@ -52,6 +53,7 @@ class PairedLaunch:
     p: float | None
     verdict: str
     smallest_detectable: float | None
+    p_holm: float | None = None
 
 
 @dataclass
@@ -106,26 +108,36 @@ def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float 
     logs = {k: v for k, v in logs.items() if len(v[0]) and len(v[1])}
     tests = {k: _t_test(*v) for k, v in logs.items()}
     keys = list(tests)
-    adjusted = holm([tests[k][1] for k in keys])
-    m = max(1, sum(q is not None for q in adjusted))
     rows = []
-    for k, q in zip(keys, adjusted):
+    for k in keys:
         b, c = logs[k]
         d, p, sd, df = tests[k]
-        small = (None if sd is None or df == 0 else
-                 math.expm1(detectable_log(sd * math.sqrt(1 / len(b) + 1 / len(c)), df, alpha / m)))
-        verdict = NOISE_UNKNOWN if q is None else _direction(d) if q < alpha else "no change"
-        rows.append(PairedCell(k, len(b), len(c), math.expm1(d), p, q, verdict, small, sd, df))
+        rows.append(PairedCell(k, len(b), len(c), math.expm1(d), p, None, NOISE_UNKNOWN, None, sd, df))
+    launch = _launch(rows)
+    # One family: the cells' tests and the launch's, so an A/A raises any alarm at most alpha.
+    adjusted = holm([r.p for r in rows] + [launch.p])
+    m = max(1, sum(q is not None for q in adjusted))
+    for r, q in zip(rows, adjusted):
+        r.p_holm = q
+        if q is not None:
+            r.verdict = _direction(r.change) if q < alpha else "no change"
+            se = r.sd_log * math.sqrt(1 / r.n_base + 1 / r.n_cand)
+            r.smallest_detectable = math.expm1(detectable_log(se, r.df, alpha / m))
+    launch.p_holm = adjusted[-1]
+    if launch.p_holm is not None:
+        launch.verdict = _direction(launch.change) if launch.p_holm < alpha and launch.change else "no change"
+        launch.smallest_detectable = math.expm1(detectable_log(launch.se_log, launch.df, alpha / m))
     n_b = sorted({r.n_base for r in rows})
     n_c = sorted({r.n_cand for r in rows})
     design = (f"paired within one launch: {base} (A) vs {cand} (B) interleaved "
               f"{_order(samples, base, cand) if len(samples) else ''}; {len(rows)} cells, "
               f"{'/'.join(map(str, n_b))} vs {'/'.join(map(str, n_c))} runs a side; per cell a pooled "
-              "two-sample t-test on log samples/s, Holm over cells; the launch: mean log change over cells")
-    return PairedVerdict(rows, _launch(rows, alpha), design, alpha)
+              "two-sample t-test on log samples/s; the launch: mean log change over cells; Holm over both")
+    return PairedVerdict(rows, launch, design, alpha)
 
 
-def _launch(rows: list[PairedCell], alpha: float) -> PairedLaunch:
+def _launch(rows: list[PairedCell]) -> PairedLaunch:
+    """The common change and its raw p; verdict and detectable change follow Holm."""
     tested = [r for r in rows if r.sd_log is not None]
     if not tested:
         return PairedLaunch(0, None, None, None, None, NOISE_UNKNOWN, None)
@@ -137,8 +149,7 @@ def _launch(rows: list[PairedCell], alpha: float) -> PairedLaunch:
     se = math.sqrt(v.sum())
     if se == 0.0:
         return PairedLaunch(m, math.expm1(d), 0.0, float(dfs.sum()), 1.0 if d == 0.0 else 0.0,
-                            "no change" if d == 0.0 else _direction(d), 0.0)
+                            NOISE_UNKNOWN, None)
     df = float(v.sum() ** 2 / (v ** 2 / dfs).sum())
-    p = float(2 * scipy.stats.t.sf(abs(d) / se, df))
-    return PairedLaunch(m, math.expm1(d), se, df, p, _direction(d) if p < alpha else "no change",
-                        math.expm1(detectable_log(se, df, alpha)))
+    return PairedLaunch(m, math.expm1(d), se, df, float(2 * scipy.stats.t.sf(abs(d) / se, df)),
+                        NOISE_UNKNOWN, None)
