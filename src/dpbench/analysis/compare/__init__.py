@@ -14,25 +14,25 @@ so a nightly job cannot read it as "regression found".
 A change counts only beyond the noise measured for it:
 
 - Throughput, per (variant, gpus, options) cell, one images_per_s per ok repeat:
-      change = median(candidate) / median(baseline) - 1
+      change = geometric mean(candidate) / geometric mean(baseline) - 1
       |change| <= max(threshold, noise_floor)                   -> "no change"
       |change| <= k_spread x pooled CV of the repeats, or
-        Welch's p (Holm-adjusted over all cells) >= alpha       -> "too noisy to tell"
+        Welch's p on log images/s (Holm over all cells) >= alpha -> "too noisy to tell"
       otherwise                                                 -> "regression" / "improvement"
+  (report format 1, reports without `format`: medians and Welch on raw values.)
   The repeats of one launch do not see the shift between two launches (another day, another
   boot, another neighbour on the node); the noise floor stands for it. With A/A launches
   (--noise-from, dpbench.analysis.noise) that floor is learned instead: the comparison's common shift
   must exceed what launches of the same code showed, or a cell must depart from the other cells
-  by more than cells did there; Welch's test is then reported but not needed.
+  by more than cells did there; Welch's test is then reported but not needed. Two environments
+  in one launch are compared by compare.paired instead (no launch shift enters).
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
   bit-identical; the first differing step is reported, a finding when the software changed and
   a regression when nothing did. After a software change their bits may move, but the curve
-  must still pass the envelope check below; a step missing or not finite on one side is a
-  divergence. Otherwise the candidate's mean curve is held against the
-  baseline's repeat-to-repeat spread, step by step (a band of envelope_k standard errors, never
-  narrower than loss_tolerance); the curve has diverged when more than envelope_fraction of the
-  steps leave the band, or when the final loss differs by Welch's test (Holm over cells). With
-  one distinct baseline curve the noise is unknown and no divergence is called.
+  must still pass the curve test; a step missing or not finite on one side is a divergence.
+  Otherwise the curve test (compare.curves): each run's mean loss after the first tenth, a
+  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. The
+  per-step band of the baseline's spread is reported as a picture, not a verdict.
 - Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 
 The command line is dpbench.compare_cli, the markdown dpbench.report.compare_report; this
