@@ -83,3 +83,15 @@ def test_identical_runs_and_non_finite_losses():
     blown[0, -1] = np.nan
     t = curves.curve_summary_tests({"k": (c, blown)})["k"]
     assert t.verdict == "diverged" and math.isinf(t.change)
+
+
+def test_aa_launches_join_the_curve_tests_pool():
+    """With --noise-from, the A/A launches' runs of a cell add their degrees of freedom (the two
+    compared sets, when among them, are not counted twice)."""
+    from dpbench.analysis.compare import compare
+    aa = ["h200-torch-2.11.0+cu130", "h200-aa2-torch-2.11.0+cu130", "h200-92a6737-torch-2.11.0+cu130"]
+    plain = compare(REFERENCE, A, B)
+    pooled = compare(REFERENCE, A, B, noise_from=aa)
+    fast = [(p, q) for p, q in zip(plain["loss"], pooled["loss"]) if p["mode"] == "envelope" and p["curve_sd"]]
+    assert fast and all(p["curve_df"] == 4 and q["curve_df"] == 6 for p, q in fast)
+    assert all(q["verdict"] == "within noise" for _, q in fast)

@@ -56,7 +56,7 @@ import numpy as np
 from dpbench.analysis.cells import cell_fields
 from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
 from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
-from dpbench.analysis.compare.loss import compare_loss
+from dpbench.analysis.compare.loss import compare_loss, curves_of
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, pooled_cv, welch_p
 from dpbench.analysis.compare.thresholds import FAIL_ON, Thresholds
@@ -96,11 +96,22 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
         "throughput": [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()],
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
-        "loss": compare_loss(base, cand, th, prov),
+        "loss": compare_loss(base, cand, th, prov, _aa_curves(results_dir, noise_from, baseline, candidate)),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
     }
     report["verdict"] = asdict(verdict_of(report))
     return _finite(report)
+
+
+def _aa_curves(results_dir: Path | str, tags: list[str] | None, *sides: str) -> dict | None:
+    """cell -> the A/A launches' curves (repeat -> Series each), for the curve test's pool; the
+    compared sets themselves are left out, their runs are in the pool already."""
+    others = [t for t in dict.fromkeys(tags or []) if t not in sides]
+    out: dict = {}
+    for tag in others:
+        for cell, runs in curves_of(load_set(results_dir, tag, "A/A launch")["tables"]["steps"]).items():
+            out.setdefault(cell, []).append(runs)
+    return out or None
 
 
 def _finite(obj: Any) -> Any:
