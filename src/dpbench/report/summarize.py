@@ -120,8 +120,9 @@ def headline_line(c: pd.Series) -> str:
     """e.g. 'ddp on 2 GPUs: 17,700 images/s (75% CI ...); strong scaling: 1.77× single at
     global batch 512, efficiency 88% (...); weak scaling: ...'."""
     where = f"{c['variant']} on {gpus_label(c['gpus'])}"
+    # The images/s interval leaves out the launch-to-launch shift: it says so where it stands.
     speed = with_interval(cell_estimate(c, "images_per_s"), ips_spec(c["images_per_s"]),
-                          c["n_ok"]).replace(" (", " images/s (", 1)
+                          c["n_ok"]).replace(" (", " images/s (", 1).replace(" CI ", " CI of this launch ", 1)
     if c["variant"] == "single":
         return f"- {where}: {speed} (baseline)"
     # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
@@ -147,7 +148,9 @@ def intervals_note() -> str:
             f"ranges; its confidence is at least the product of theirs, written with ≥ "
             f"({level_text(range_coverage(3) ** 2, True)} for 3 and 3). Each interval states its own; "
             f"{CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} repeats for a median and {a} and {b} "
-            f"for a ratio.")
+            f"for a ratio. They are this launch's: another launch on the same machine moves a "
+            f"median by more (on one H200, sd about 0.7%, seven times a cell's spread within a "
+            f"launch); to tell launches apart, compare them with A/A launches (`--noise-from`).")
 
 
 def headline_section(med: pd.DataFrame) -> str:
