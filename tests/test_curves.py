@@ -95,3 +95,22 @@ def test_aa_launches_join_the_curve_tests_pool():
     fast = [(p, q) for p, q in zip(plain["loss"], pooled["loss"]) if p["mode"] == "envelope" and p["curve_sd"]]
     assert fast and all(p["curve_df"] == 4 and q["curve_df"] == 6 for p, q in fast)
     assert all(q["verdict"] == "within noise" for _, q in fast)
+
+
+def test_the_gpu_lr_check_script_compares_what_it_says():
+    """tools/device/curve_lr_check.py's logic on real curves: six fast single runs of two
+    launches as the lr 0.1 cell (3 vs 3: an A/A), the same runs moved by 0.3 as the lr 0.11 cell."""
+    import importlib.util
+
+    import pandas as pd
+    spec = importlib.util.spec_from_file_location(
+        "curve_lr_check", Path(__file__).resolve().parents[1] / "tools" / "device" / "curve_lr_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = np.vstack([fast_curves(A)[("single", 1, "")], fast_curves(B)[("single", 1, "")]])
+    frames = [pd.DataFrame({"variant": "single", "gpus": 1, "options": opts, "repeat": r, "epoch": 1,
+                            "step": np.arange(runs.shape[1]), "loss_global": curve + shift})
+              for opts, shift in (("", 0.0), ("lr=0.11", 0.3)) for r, curve in enumerate(runs)]
+    aa, lr = mod.comparisons(pd.concat(frames, ignore_index=True), n=3)
+    assert (aa["runs"], aa["verdict"], lr["runs"], lr["verdict"]) == ("3/3", "within noise", "3/3", "diverged")
+    assert lr["change"] == pytest.approx(0.3)  # the same three runs, moved by 0.3
