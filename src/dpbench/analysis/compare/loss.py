@@ -107,12 +107,16 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
     fb = ok_values(cand["tables"]["summary"], "final_loss")
     raw = [welch_p(fa[k], fb[k]) if k in fa and k in fb else None for k in keys]
     adjusted = holm(raw)
-    tests = curve_tests(curves_a, curves_b, keys, th, aa)
+    modes = {k: _mode(base, cand, [run_of[(*k, r)] for r in sorted(set(curves_a[k]) & set(curves_b[k]))],
+                      hardware_same) for k in keys}
+    # Holm's family: the cells the curve test judges (not those held bit for bit with nothing
+    # changed, nor same-bits curves, which it never judges).
+    judged = [k for k in keys if (software or not modes[k][0]) and not _same_bits_all(curves_a[k], curves_b[k])]
+    tests = curve_tests(curves_a, curves_b, judged, th, aa)
     rows = []
     for key, p, q in zip(keys, raw, adjusted):
         ca, cb = curves_a[key], curves_b[key]
-        rids = [run_of[(*key, r)] for r in sorted(set(ca) & set(cb))]
-        exact, why = _mode(base, cand, rids, hardware_same)
+        exact, why = modes[key]
         row: dict[str, Any] = {**cell_fields(key), "mode": "exact" if exact else "envelope",
                                "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
                                "why_not_exact": why, **_curve_fields(tests.get(key))}
@@ -147,7 +151,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
                 row.update(verdict="bits changed", severity=severity, note=note)
             rows.append(row)
             continue
-        if set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None:
+        if _same_bits_all(ca, cb):
             # Same bits without the promise (e.g. CPU runs recorded before the deterministic
             # flag existed): nothing to judge against the noise.
             row.update(steps_matched=sum(len(c) for c in cb.values()), max_abs_diff=0.0,
@@ -162,6 +166,11 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
         row["severity"] = "finding" if row["verdict"] == "diverged" else "info"
         rows.append(row)
     return rows
+
+
+def _same_bits_all(ca: dict, cb: dict) -> bool:
+    """Every repeat's curve the same to the bit on both sides."""
+    return set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None
 
 
 def _judged_envelope(ca: dict, cb: dict, th: Thresholds, test: CurveTest | None) -> dict[str, Any]:
