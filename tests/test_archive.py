@@ -78,12 +78,13 @@ def test_every_probe_record_reads(name):
 
 @pytest.mark.parametrize("stem", REPORTS)
 def test_each_comparison_decides_as_committed(tmp_path, stem):
-    """Made again from the committed result sets with the thresholds and A/A launches it records,
-    a report reaches the same verdict per aspect and cell; its words may be new."""
+    """Made again from the committed result sets with the thresholds, A/A launches and report
+    format it records, a report reaches the same verdict per aspect and cell; its words may be new."""
     kept = results.read_json(REFERENCE / results.COMPARE_DIR / f"{stem}.json")
     code, made, _ = run_compare(tmp_path, REFERENCE, kept["baseline"], kept["candidate"],
                                 noise_from=(kept.get("noise") or {}).get("launches", []),
-                                fail_on=kept["fail_on"], thresholds=kept["thresholds"])
+                                fail_on=kept["fail_on"], thresholds=kept["thresholds"],
+                                report_format=kept.get("format", 1))  # made before `format`: 1
     assert compare_verdicts(made) == compare_verdicts(kept)
     assert code == (1 if any(kept["verdict"]["counts"][k] for k in kept["fail_on"]) else 0)
 

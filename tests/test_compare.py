@@ -851,3 +851,15 @@ def test_a_short_and_a_full_sha_of_one_commit_are_one_software(tmp_path):
     tags = a_a_launches(tmp_path, provenance={"git_sha": PROVENANCE["git_sha"][:7]})
     write_set(tmp_path, "B", make_runs())
     assert cmp.compare(tmp_path, "A", "B", noise_from=tags)["noise"]["software_differs"] == []
+
+
+def test_throughput_change_is_the_ratio_of_geometric_means_welch_tests_logs():
+    """What is tested is what is reported: Welch on log images/s, change = geometric means' ratio;
+    report format 1 (older reports) keeps its ratio of medians and Welch on raw values."""
+    x, y = np.array([100.0, 200.0, 400.0]), np.array([150.0, 150.0, 600.0])
+    th = cmp.Thresholds()
+    v = cmp.throughput_verdicts({"c": (x, y)}, th)[0]["c"]
+    assert v.change == pytest.approx((150 * 150 * 600) ** (1 / 3) / 200 - 1)
+    assert v.p_value == pytest.approx(cmp.welch_p(np.log(x), np.log(y)))
+    old = cmp.throughput_verdicts({"c": (x, y)}, th, report_format=1)[0]["c"]
+    assert old.change == pytest.approx(150 / 200 - 1) and old.p_value == pytest.approx(cmp.welch_p(x, y))

@@ -91,7 +91,7 @@ def test_a_cpu_comparison_decides_per_cell_what_its_committed_report_decided(fix
     kept = results.read_json(REFERENCE / results.COMPARE_DIR / f"{CPU_BASE}_vs_{CPU_CAND}.json")
     assert kept["noise"]["launches"] == CPU_AA
     code, made, _ = run_compare(tmp_path, fixture_results("cpu"), CPU_BASE, CPU_CAND, noise_from=CPU_AA,
-                                thresholds=kept["thresholds"])
+                                thresholds=kept["thresholds"], report_format=kept.get("format", 1))
     assert compare_verdicts(made) == compare_verdicts(kept)
     assert code == 0 and made["verdict"]["counts"] == {"regressions": 0, "findings": 3, "new-warnings": 0,
                                                        "diverged-curves": 0}
@@ -110,7 +110,8 @@ def test_a_gpu_comparison_with_launch_noise_decides_as_its_committed_report(fixt
     kept = results.read_json(REFERENCE / results.COMPARE_DIR / f"{PAIR[0]}_vs_{PAIR[1]}.json")
     assert kept["noise"]["launches"] == AA
     code, made, md = run_compare(tmp_path, fixture_results("compare"), *PAIR, noise_from=AA,
-                                 fail_on=kept["fail_on"], thresholds=kept["thresholds"])
+                                 fail_on=kept["fail_on"], thresholds=kept["thresholds"],
+                                 report_format=kept.get("format", 1))
     assert code == 0 and made["verdict"]["counts"] == kept["verdict"]["counts"]
     cells = {(r["variant"], r["gpus"], r["options"]) for r in made["throughput"]}
     assert cells == {("single", 1, ""), ("ddp", 1, "deterministic=True")}

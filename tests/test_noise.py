@@ -116,3 +116,31 @@ def test_the_median_variance_bound_is_never_below_the_true_one():
     for k in (1, 2, 3, 4, 5, 8, 15):
         true = np.median(rng.normal(size=(40_000, k)), axis=1).var()
         assert noise.median_variance(k) >= true * 0.98, k
+
+
+def test_an_interval_across_launches_widens_by_the_launch_noise():
+    from dpbench.analysis.noise import LaunchNoise, across_launches
+    model = LaunchNoise(["a", "b"], 5, sigma_cell=0.003, df_cell=4, launch_mean_sd=0.007, df_launch=1,
+                        sigma_launch=0.004, shifts={"a": 0.0, "b": 0.01})
+    low, high = across_launches(99.0, 101.0, 0.75, model)
+    z = 1.1503493803760079  # the normal quantile at 87.5%
+    assert (low, high) == pytest.approx((99.0 * math.exp(-z * 0.005), 101.0 * math.exp(z * 0.005)))
+    none = LaunchNoise(["a", "b"], 5, 0.0, 4, 0.0, 1, 0.0, {"a": 0.0, "b": 0.0})
+    assert across_launches(99.0, 101.0, 0.75, none) == (99.0, 101.0)
+
+
+def test_summary_headline_names_what_its_intervals_cover():
+    from pathlib import Path
+
+    from dpbench.report.summarize import render_summary
+    ref = Path(__file__).resolve().parents[1] / "results" / "reference"
+    tag = "h200-torch-2.11.0+cu130"
+    alone = render_summary(ref, tag)
+    assert "75% CI of this launch" in alone and "across" not in alone
+    aa = [tag, "h200-aa2-torch-2.11.0+cu130", "h200-92a6737-torch-2.11.0+cu130"]
+    wide = render_summary(ref, tag, noise_from=aa)
+    line = next(x for x in wide.splitlines() if x.startswith("- single on 1 GPU"))
+    low, high = (float(v.replace(",", "")) for v in line.split("A/A launches ")[1].split(")")[0].split("–"))
+    narrow = next(x for x in alone.splitlines() if x.startswith("- single on 1 GPU"))
+    nlow, nhigh = (float(v.replace(",", "")) for v in narrow.split("this launch ")[1].split(")")[0].split("–"))
+    assert low < nlow and high > nhigh

@@ -618,9 +618,11 @@ def test_summary_md_headline_intervals_reasons_and_provenance(simple):
     assert text.startswith("# dpbench results: fake\n")
     speedup = 1770.0 / 1000.0  # medians of ddp-g2 and single
     # two repeats a cell: their range holds the median at 50%, a ratio's interval at 25% or more
-    assert f"ddp on 2 GPUs: 1,770 images/s (50% CI 1,760–1,780); strong scaling: " \
+    # images/s's interval names what it covers: this launch, not the next one
+    assert f"ddp on 2 GPUs: 1,770 images/s (50% CI of this launch 1,760–1,780); strong scaling: " \
            f"{speedup:.2f}× single at global batch 128, efficiency 88% (≥25% CI 87%–90%)" in text
     assert "95% takes 6 repeats for a median and 6 and 7 for a ratio" in text
+    assert "They are this launch's" in text
     assert "device 0 holds 1.75×" in text     # dp-g2: 2100 / 1200
     assert f"- {SKIP_REASON}: `ddp-g4-r0`" in text
     assert "| torch" in text and SYNTHETIC_PROVENANCE["torch"] in text

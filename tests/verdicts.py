@@ -32,7 +32,8 @@ def compare_verdicts(report: dict) -> dict:
 
 
 def run_compare(tmp_path: Path, root: Path, baseline: str, candidate: str, noise_from: Sequence[str] = (),
-                fail_on: Sequence[str] = (), thresholds: dict | None = None) -> tuple[int, dict, Path]:
+                fail_on: Sequence[str] = (), thresholds: dict | None = None,
+                report_format: int | None = None) -> tuple[int, dict, Path]:
     """compare's CLI on result sets under root, linked into tmp_path (where the report goes);
     returns (exit status, the report's JSON, the markdown report's path)."""
     for tag in dict.fromkeys([baseline, candidate, *noise_from]):
@@ -40,6 +41,7 @@ def run_compare(tmp_path: Path, root: Path, baseline: str, candidate: str, noise
     argv = ["--results-dir", str(tmp_path), "--baseline", baseline, "--candidate", candidate]
     argv += ["--noise-from", ",".join(noise_from)] if noise_from else []
     argv += ["--fail-on", ",".join(fail_on)] if fail_on else []
+    argv += ["--report-format", str(report_format)] if report_format else []
     argv += [a for k, v in (thresholds or {}).items() for a in (f"--{k.replace('_', '-')}", repr(v))]
     code = compare_cli.main(argv)
     assert code in (0, 1), f"compare exited {code} (it could not compare)"

@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="learn the noise between launches from these A/A launches (the same "
                         "experiment launched several times on the baseline's machine) instead of "
                         "--noise-floor")
+    p.add_argument("--report-format", type=int, choices=range(1, compare.REPORT_FORMAT + 1),
+                   default=compare.REPORT_FORMAT,
+                   help="remake a report by an older format's rules (1: throughput change a ratio "
+                        "of medians, Welch on raw images/s)")
     for f in dataclasses.fields(compare.Thresholds):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default,
                        help=f"default {f.default:g}")
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # one line out, whatever pandas or scipy think
-            report = compare.compare(args.results_dir, args.baseline, args.candidate, th, args.noise_from)
+            report = compare.compare(args.results_dir, args.baseline, args.candidate, th, args.noise_from,
+                                     args.report_format)
             report["fail_on"] = fail_on
             md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
             # Rendered before anything is written, the json last: a crash leaves no half report.

@@ -173,3 +173,12 @@ def flagged(judged: dict[str, Any]) -> set:
 
 __all__ = ["LaunchNoise", "NotEnoughLaunches", "median_variance", "fit", "common_shift", "verdicts",
            "simulate", "flagged"]
+
+
+def across_launches(low: float, high: float, level: float, model: LaunchNoise) -> tuple[float, float]:
+    """One launch's interval of a cell's median (images/s, at confidence `level`) widened to
+    cover another launch's median: the launch-to-launch sd of a cell's log median (the common
+    shift and the cell's own wobble) added on either side at the level's normal quantile."""
+    sd = math.sqrt(model.sigma_launch ** 2 + model.sigma_cell ** 2)
+    z = float(stats.norm.ppf((1 + level) / 2))
+    return low * math.exp(-z * sd), high * math.exp(z * sd)

@@ -83,11 +83,19 @@ def _loss_rows(report: dict) -> list[list[Any]]:
         else:
             where = _where(r.get("first_outside"))
             spread = "–" if r.get("outside_fraction") is None else _pct(r["outside_fraction"])
+        judged = _enveloped(r)
+        # Format 1 reports (no curve test) show their final-loss p.
+        p = r.get("curve_p_holm", r.get("final_loss_p_holm")) if judged else None
         rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
-                     spread, where, r.get("final_loss_p_holm") if _enveloped(r) else None,
+                     spread, where, _loss_change(r.get("curve_change")) if judged else None,
+                     r.get("smallest_detectable") if judged else None, p,
                      _mark(r, r["verdict"]),
                      "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
     return rows
+
+
+def _loss_change(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.3g}"
 
 
 def _enveloped(r: dict) -> bool:
@@ -101,18 +109,22 @@ def render_markdown(report: dict) -> str:
     fail_on = report.get("fail_on") or []
     cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
     launch = report.get("noise")
+    # Format 2 changes are ratios of geometric means; older reports' (no `format`) of medians.
+    geo = report.get("format", 1) >= 2
+    centre = "geomean" if geo else "median"
     out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
            f"{counted(report['runs']['baseline'], 'baseline run')} against "
            f"{counted(report['runs']['candidate'], 'candidate run')}, "
            f"{counted(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
            "**How noise is judged.** " + _throughput_rule(th, launch) + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
-           "software change their bits may move, but they must also stay within the band below); other "
-           f"curves are held against the baseline's repeat-to-repeat spread, a band of "
-           f"{th['envelope_k']:g} standard errors per step (at least {th['loss_tolerance']:g}), and "
-           f"diverge when more than {100 * th['envelope_fraction']:g}% of the steps leave it or the final "
-           "loss differs (Welch, Holm). One baseline repeat means the noise is unknown: no divergence "
-           "is called.", ""]
+           "software change their bits may move, but the curve test below must still pass); other "
+           "curves face the curve test: each run's mean loss from a tenth of the way in, the sides' "
+           "difference by a t-test with the variance pooled from both sides, Holm over the cells, "
+           f"diverged when p < {th['alpha']:g} and the difference exceeds {th['loss_tolerance']:g}. "
+           "Fewer than two runs a side means the noise is unknown: no divergence is called. The "
+           f"per-step band ({th['envelope_k']:g} standard errors of the baseline's spread) is shown "
+           "as a picture of where curves part, not a verdict.", ""]
     out += _sets_md(report.get("sets"))
     out += _provenance_md(report["provenance"])
     fails = (", ".join(f"{k} ({counts[k]})" for k in fail_on) if fail_on else
@@ -123,15 +135,15 @@ def render_markdown(report: dict) -> str:
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
-        ("Throughput (images/s, median over repeats)",
+        (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
          ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
           "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
-         + "`p (Holm)`: Welch's p adjusted over the cells.",
+         + f"`p (Holm)`: Welch's p{' on log images/s,' if geo else ''} adjusted over the cells.",
          ["run group", "repeats", "baseline", "candidate", "change"] + (["vs others"] if launch else [])
          + ["floor", "p", "p (Holm)", "verdict", "note"],
          range(1, 9 if launch else 8),
-         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"],
-           r["median_candidate"], _signed(r["change"], "%", 100)]
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r[f"{centre}_baseline"],
+           r[f"{centre}_candidate"], _signed(r["change"], "%", 100)]
           + ([_signed(r.get("departure"), "%", 100)] if launch else [])
           + [_pct(r["floor"]), r["p_value"], r["p_holm"], _mark(r, r["verdict"]), r["note"]]
           for r in report["throughput"]]),
@@ -146,11 +158,12 @@ def render_markdown(report: dict) -> str:
            r["count_per_run_candidate"]] for kind in ("new", "vanished", "changed") for r in w[kind]]),
         ("Loss curves (loss_global per step)",
          "`exact`: deterministic on both sides with the same seeds, config and hardware, compared bit "
-         "for bit (where: the first differing step and its difference); `envelope`: the candidate's "
-         "mean curve against the baseline's spread (outside: share of steps beyond the band; where: "
-         "the first such step).",
-         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where",
-          "final loss p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7], _loss_rows(report)),
+         "for bit (where: the first differing step and its difference); `envelope`: the curve test "
+         "(change: of the mean loss after the first tenth, candidate - baseline; detectable: the "
+         "change it finds at 80% power; p (Holm)) beside the band picture (outside: share of steps "
+         "beyond the band; where: the first such step).",
+         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where", "change",
+          "detectable", "p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7, 8, 9], _loss_rows(report)),
         ("Final accuracy (test_acc, mean over repeats)", "",
          ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"], range(1, 5),
          [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],

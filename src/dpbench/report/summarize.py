@@ -17,6 +17,9 @@ from typing import Any
 import pandas as pd
 
 from dpbench import DP_VARIANTS, results
+from dpbench.analysis import noise
+from dpbench.analysis.compare.loading import load_set
+from dpbench.analysis.compare.throughput import load_launch_noise
 from dpbench.analysis.tables import (
     CONFIDENCE,
     NO_INTERVAL,
@@ -116,12 +119,24 @@ def scaling_phrase(c: pd.Series, kind: str) -> str:
             f"{with_interval(cell_estimate(c, eff), '{:.0%}', n)}")
 
 
-def headline_line(c: pd.Series) -> str:
+def speed_text(c: pd.Series, launch: noise.LaunchNoise | None = None) -> str:
+    """'17,700 images/s (75% CI of this launch 17,650–17,720)', or with A/A launches the interval
+    widened by their launch-to-launch noise, '(75% CI across launches 17,500–17,900)'."""
+    est, spec = cell_estimate(c, "images_per_s"), ips_spec(c["images_per_s"])
+    if launch is not None and c["n_ok"] >= 2 and not math.isnan(est.low):
+        low, high = noise.across_launches(est.low, est.high, est.level, launch)
+        return (f"{fmt(est.value, spec)} images/s ({level_text(est.level)} CI across "
+                f"{len(launch.launches)} A/A launches {spec.format(low)}–{spec.format(high)})")
+    # Without A/A launches it leaves out the launch-to-launch shift: it says so where it stands.
+    return with_interval(est, spec, c["n_ok"]).replace(" (", " images/s (", 1).replace(
+        " CI ", " CI of this launch ", 1)
+
+
+def headline_line(c: pd.Series, launch: noise.LaunchNoise | None = None) -> str:
     """e.g. 'ddp on 2 GPUs: 17,700 images/s (75% CI ...); strong scaling: 1.77× single at
     global batch 512, efficiency 88% (...); weak scaling: ...'."""
     where = f"{c['variant']} on {gpus_label(c['gpus'])}"
-    speed = with_interval(cell_estimate(c, "images_per_s"), ips_spec(c["images_per_s"]),
-                          c["n_ok"]).replace(" (", " images/s (", 1)
+    speed = speed_text(c, launch)
     if c["variant"] == "single":
         return f"- {where}: {speed} (baseline)"
     # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
@@ -147,20 +162,26 @@ def intervals_note() -> str:
             f"ranges; its confidence is at least the product of theirs, written with ≥ "
             f"({level_text(range_coverage(3) ** 2, True)} for 3 and 3). Each interval states its own; "
             f"{CONFIDENCE:.0%} takes {repeats_for(CONFIDENCE)} repeats for a median and {a} and {b} "
-            f"for a ratio.")
+            f"for a ratio. They are this launch's: another launch on the same machine moves a "
+            f"median by more (on one H200, sd about 0.7%, seven times a cell's spread within a "
+            f"launch); to tell launches apart, compare them with A/A launches (`--noise-from`).")
 
 
-def headline_section(med: pd.DataFrame) -> str:
+def headline_section(med: pd.DataFrame, launch: noise.LaunchNoise | None = None) -> str:
     out = ["## Headline (medians over repeats, with intervals)", ""]
     if med.empty:
         return "\n".join(out + ["No successful runs.", ""])
     out += [intervals_note(), ""]
+    if launch is not None:
+        out += [f"images/s intervals are widened by the noise between {len(launch.launches)} A/A "
+                f"launches ({', '.join(launch.launches)}): a cell's median moves between launches by sd "
+                f"{100 * math.hypot(launch.sigma_launch, launch.sigma_cell):.2g}%.", ""]
     several = med["label"].nunique() > 1
     for lab in label_order(med):
         group = med[med["label"] == lab]
         if several:
             out += [f"### {lab}", ""]
-        out += [headline_line(row) for _, row in group.iterrows()] + [""]
+        out += [headline_line(row, launch) for _, row in group.iterrows()] + [""]
     return "\n".join(out)
 
 
@@ -318,7 +339,11 @@ def warnings_section(warnings: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def render_summary(results_dir: Path | str, tag: str) -> str:
+def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | None = None) -> str:
+    """summary.md's text; noise_from: A/A launches (tags) whose launch noise widens the headline
+    images/s intervals."""
+    launch = (load_launch_noise(results_dir, noise_from, load_set(results_dir, tag, "result set"))[0]
+              if noise_from else None)
     summary = load_table(results_dir, tag, "summary")
     warnings = load_table(results_dir, tag, "warnings")
     med = cells(summary)
@@ -332,15 +357,15 @@ def render_summary(results_dir: Path | str, tag: str) -> str:
                 if len(ran) and (ran["device_type"] == "cpu").all() else "")
     sections = [f"# dpbench results: {tag}\n", cpu_note,
                 provenance_section(results.ResultSet(results_dir, tag)),
-                headline_section(med), scaling_section(med, summary), medians_section(med),
+                headline_section(med, launch), scaling_section(med, summary), medians_section(med),
                 startup_section(results.ResultSet(results_dir, tag)),
                 not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
 
 
-def write_summary_md(results_dir: Path | str, tag: str) -> Path:
+def write_summary_md(results_dir: Path | str, tag: str, noise_from: list[str] | None = None) -> Path:
     path = results.ResultSet(results_dir, tag).summary_md
-    results.write_atomic(path, render_summary(results_dir, tag))
+    results.write_atomic(path, render_summary(results_dir, tag, noise_from))
     return path
 
 
@@ -348,8 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write results/<tag>/summary.md.")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--tag", required=True)
+    parser.add_argument("--noise-from", default="", metavar="TAG,TAG[,TAG]",
+                        help="A/A launches of this experiment on this machine: widen the headline "
+                             "images/s intervals by their launch-to-launch noise")
     args = parser.parse_args(argv)
-    print(write_summary_md(args.results_dir, args.tag))
+    print(write_summary_md(args.results_dir, args.tag, [t for t in args.noise_from.split(",") if t]))
     return 0
 
 

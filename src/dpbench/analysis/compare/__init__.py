@@ -14,25 +14,25 @@ so a nightly job cannot read it as "regression found".
 A change counts only beyond the noise measured for it:
 
 - Throughput, per (variant, gpus, options) cell, one images_per_s per ok repeat:
-      change = median(candidate) / median(baseline) - 1
+      change = geometric mean(candidate) / geometric mean(baseline) - 1
       |change| <= max(threshold, noise_floor)                   -> "no change"
       |change| <= k_spread x pooled CV of the repeats, or
-        Welch's p (Holm-adjusted over all cells) >= alpha       -> "too noisy to tell"
+        Welch's p on log images/s (Holm over all cells) >= alpha -> "too noisy to tell"
       otherwise                                                 -> "regression" / "improvement"
+  (report format 1, reports without `format`: medians and Welch on raw values.)
   The repeats of one launch do not see the shift between two launches (another day, another
   boot, another neighbour on the node); the noise floor stands for it. With A/A launches
   (--noise-from, dpbench.analysis.noise) that floor is learned instead: the comparison's common shift
   must exceed what launches of the same code showed, or a cell must depart from the other cells
-  by more than cells did there; Welch's test is then reported but not needed.
+  by more than cells did there; Welch's test is then reported but not needed. Two environments
+  in one launch are compared by compare.paired instead (no launch shift enters).
 - Loss curves: deterministic runs with the same seed, config, software and hardware must be
   bit-identical; the first differing step is reported, a finding when the software changed and
   a regression when nothing did. After a software change their bits may move, but the curve
-  must still pass the envelope check below; a step missing or not finite on one side is a
-  divergence. Otherwise the candidate's mean curve is held against the
-  baseline's repeat-to-repeat spread, step by step (a band of envelope_k standard errors, never
-  narrower than loss_tolerance); the curve has diverged when more than envelope_fraction of the
-  steps leave the band, or when the final loss differs by Welch's test (Holm over cells). With
-  one distinct baseline curve the noise is unknown and no divergence is called.
+  must still pass the curve test; a step missing or not finite on one side is a divergence.
+  Otherwise the curve test (compare.curves): each run's mean loss after the first tenth, a
+  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. The
+  per-step band of the baseline's spread is reported as a picture, not a verdict.
 - Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 
 The command line is dpbench.compare_cli, the markdown dpbench.report.compare_report; this
@@ -56,7 +56,7 @@ import numpy as np
 from dpbench.analysis.cells import cell_fields
 from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
 from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
-from dpbench.analysis.compare.loss import compare_loss
+from dpbench.analysis.compare.loss import compare_loss, curves_of
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, pooled_cv, welch_p
 from dpbench.analysis.compare.thresholds import FAIL_ON, Thresholds
@@ -64,9 +64,15 @@ from dpbench.analysis.compare.throughput import load_launch_noise, throughput_ve
 from dpbench.analysis.compare.verdict import exit_code, failing, verdict_of
 
 
+# The rules a report was made by. 1 (reports without `format`): throughput change a ratio of
+# medians, Welch on raw images/s. 2: the ratio of geometric means, Welch on log images/s; loss
+# curves by the curve test. A committed report is remade by its own format's throughput rule.
+REPORT_FORMAT = 2
+
+
 def compare(results_dir: Path | str, baseline: str, candidate: str,
             thresholds: Thresholds | None = None, noise_from: list[str] | None = None,
-            **overrides: float) -> dict[str, Any]:
+            report_format: int = REPORT_FORMAT, **overrides: float) -> dict[str, Any]:
     """The comparison as a JSON-ready dict; raises InputError when an input is missing or damaged.
 
     noise_from: tags of A/A launches (the same experiment launched more than once on the
@@ -76,10 +82,10 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
-    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"))
+    throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
     report: dict[str, Any] = {
-        "baseline": baseline, "candidate": candidate,
+        "baseline": baseline, "candidate": candidate, "format": report_format,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
         "sets": sets,
@@ -90,11 +96,22 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
         "throughput": [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()],
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
-        "loss": compare_loss(base, cand, th, prov),
+        "loss": compare_loss(base, cand, th, prov, _aa_curves(results_dir, noise_from, baseline, candidate)),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
     }
     report["verdict"] = asdict(verdict_of(report))
     return _finite(report)
+
+
+def _aa_curves(results_dir: Path | str, tags: list[str] | None, *sides: str) -> dict | None:
+    """cell -> the A/A launches' curves (repeat -> Series each), for the curve test's pool; the
+    compared sets themselves are left out, their runs are in the pool already."""
+    others = [t for t in dict.fromkeys(tags or []) if t not in sides]
+    out: dict = {}
+    for tag in others:
+        for cell, runs in curves_of(load_set(results_dir, tag, "A/A launch")["tables"]["steps"]).items():
+            out.setdefault(cell, []).append(runs)
+    return out or None
 
 
 def _finite(obj: Any) -> Any:
@@ -110,6 +127,6 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["FAIL_ON", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
+__all__ = ["FAIL_ON", "REPORT_FORMAT", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
            "exact_check", "exit_code", "failing", "holm", "load_set", "pooled_cv", "throughput_verdicts",
            "welch_p"]

@@ -1,5 +1,7 @@
 """Loss curves per cell: bit for bit where both sides promise determinism with the same seeds,
-config and hardware, else the candidate's mean curve against the baseline's spread.
+config and hardware, else the curve test (analysis.compare.curves: each run's mean loss after the
+first tenth, pooled t-test, Holm over cells). The per-step band (stats.envelope_check) is still
+computed and reported, as a picture of where curves part, not as a verdict.
 
 Its rows stay dicts: which keys a row holds depends on the way it was judged (exact, exact after
 a software change, envelope), and the committed reports fix that shape and key order.
@@ -13,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dpbench.analysis.cells import CELL_KEY, cell_fields
+from dpbench.analysis.compare.curves import CurveTest, curve_summary_tests
 from dpbench.analysis.compare.loading import ok_values
 from dpbench.analysis.compare.provenance import EXACT_HARDWARE_KEYS, SOFTWARE_KEYS, flatten
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, welch_p
@@ -22,7 +25,7 @@ from dpbench.analysis.compare.thresholds import Thresholds
 INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint", "collective_timeout_s"}
 
 
-def _curves(steps) -> dict[tuple, dict[int, Any]]:
+def curves_of(steps) -> dict[tuple, dict[int, Any]]:
     """(variant, gpus, options) -> repeat -> loss_global as a Series indexed by (epoch, step)."""
     out: dict[tuple, dict[int, Any]] = {}
     for (*key, repeat), g in steps.groupby(CELL_KEY + ["repeat"]):
@@ -56,9 +59,44 @@ def _config_diff(a: dict, b: dict) -> list[str]:
             if k.split(".")[0] not in INERT_CONFIG_KEYS and fa.get(k) != fb.get(k)]
 
 
-def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dict]:
+def common_steps(curves: list) -> Any:
+    """The steps every given curve reached (a written NaN loss stays and counts), sorted."""
+    steps = None
+    for s in curves:
+        steps = s.index if steps is None else steps.intersection(s.index)
+    return None if steps is None or len(steps) == 0 else steps.sort_values()
+
+
+def curve_matrix(curves: dict, steps) -> np.ndarray:
+    return np.array([curves[r].reindex(steps).to_numpy(float) for r in sorted(curves)])
+
+
+def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
+                aa: dict | None = None) -> dict[tuple, CurveTest]:
+    """The curve test of every cell both sides ran (Holm over them); aa: cell -> [per A/A launch
+    repeat -> curve Series], whose spread joins the pool."""
+    cells, aa_cells = {}, {}
+    for k in keys:
+        launches = [c for c in (aa or {}).get(k, []) if c]
+        steps = common_steps([*curves_a[k].values(), *curves_b[k].values(),
+                         *[s for c in launches for s in c.values()]])
+        if steps is not None:
+            cells[k] = (curve_matrix(curves_a[k], steps), curve_matrix(curves_b[k], steps))
+            aa_cells[k] = [curve_matrix(c, steps) for c in launches]
+    return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells)
+
+
+def _curve_fields(t: CurveTest | None) -> dict[str, Any]:
+    if t is None:
+        return {"curve_change": None, "curve_sd": None, "curve_df": 0, "curve_p_holm": None,
+                "smallest_detectable": None}
+    return {"curve_change": t.change, "curve_sd": t.sd, "curve_df": t.df, "curve_p_holm": t.p_holm,
+            "smallest_detectable": t.smallest_detectable}
+
+
+def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | None = None) -> list[dict]:
     sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
-    curves_a, curves_b = _curves(sa), _curves(sb)
+    curves_a, curves_b = curves_of(sa), curves_of(sb)
     keys = sorted(curves_a.keys() & curves_b.keys())
     ids = sa.drop_duplicates(CELL_KEY + ["repeat"])
     run_of = {(v, int(g), o, int(r)): str(rid) for v, g, o, r, rid in
@@ -69,16 +107,19 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
     fb = ok_values(cand["tables"]["summary"], "final_loss")
     raw = [welch_p(fa[k], fb[k]) if k in fa and k in fb else None for k in keys]
     adjusted = holm(raw)
+    modes = {k: _mode(base, cand, [run_of[(*k, r)] for r in sorted(set(curves_a[k]) & set(curves_b[k]))],
+                      hardware_same) for k in keys}
+    # Holm's family: the cells the curve test judges (not those held bit for bit with nothing
+    # changed, nor same-bits curves, which it never judges).
+    judged = [k for k in keys if (software or not modes[k][0]) and not _same_bits_all(curves_a[k], curves_b[k])]
+    tests = curve_tests(curves_a, curves_b, judged, th, aa)
     rows = []
     for key, p, q in zip(keys, raw, adjusted):
         ca, cb = curves_a[key], curves_b[key]
-        rids = [run_of[(*key, r)] for r in sorted(set(ca) & set(cb))]
-        exact, why = _mode(base, cand, rids, hardware_same)
+        exact, why = modes[key]
         row: dict[str, Any] = {**cell_fields(key), "mode": "exact" if exact else "envelope",
                                "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
-                               "why_not_exact": why}
-        final_differs = (q is not None and q < th.alpha
-                         and abs(float(np.mean(fb[key]) - np.mean(fa[key]))) > th.loss_tolerance)
+                               "why_not_exact": why, **_curve_fields(tests.get(key))}
         if exact:
             chk = exact_check({r: (ca[r], cb[r]) for r in sorted(set(ca) & set(cb))})
             first = chk["first"]
@@ -100,7 +141,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
                            note="loss missing or not finite on one side")
             elif software:
                 # New software may move the bits, not the curve: it must stay within the noise.
-                env = _judged_envelope(ca, cb, th, final_differs)
+                env = _judged_envelope(ca, cb, th, tests.get(key))
                 row.update(outside_fraction=env["outside_fraction"], first_outside=env["first_outside"],
                            distinct_baseline_curves=env["distinct_baseline_curves"])
                 diverged = env["verdict"] == "diverged"
@@ -110,7 +151,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
                 row.update(verdict="bits changed", severity=severity, note=note)
             rows.append(row)
             continue
-        if set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None:
+        if _same_bits_all(ca, cb):
             # Same bits without the promise (e.g. CPU runs recorded before the deterministic
             # flag existed): nothing to judge against the noise.
             row.update(steps_matched=sum(len(c) for c in cb.values()), max_abs_diff=0.0,
@@ -118,7 +159,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
                        note="bit-identical", at=None, first_outside=None)
             rows.append(row)
             continue
-        env = _judged_envelope(ca, cb, th, final_differs)
+        env = _judged_envelope(ca, cb, th, tests.get(key))
         row.update({k: env[k] for k in ("steps_matched", "max_abs_diff", "outside_fraction",
                                          "distinct_baseline_curves", "verdict", "note", "at",
                                          "first_outside")})
@@ -127,27 +168,31 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict) -> list[dic
     return rows
 
 
-def _judged_envelope(ca: dict, cb: dict, th: Thresholds, final_differs: bool) -> dict[str, Any]:
-    """The envelope check, with a final loss that differs (Welch, Holm) as a divergence too."""
+def _same_bits_all(ca: dict, cb: dict) -> bool:
+    """Every repeat's curve the same to the bit on both sides."""
+    return set(ca) == set(cb) and exact_check({r: (ca[r], cb[r]) for r in ca})["first"] is None
+
+
+def _judged_envelope(ca: dict, cb: dict, th: Thresholds, test: CurveTest | None) -> dict[str, Any]:
+    """The band as a picture, with the curve test's verdict and note."""
     env = _envelope_of(ca, cb, th)
-    if final_differs and env["verdict"] != "noise unknown":
-        env = {**env, "verdict": "diverged",
-               "note": "; ".join(filter(None, [env["note"], "final loss differs (Welch, Holm)"]))}
-    return env
+    if env["note"] == "loss not finite on one side":  # a blow-up anywhere, first tenth included
+        return env
+    if test is None:
+        return {**env, "verdict": "noise unknown", "note": "no step in common"}
+    note = test.note
+    if test.verdict == "diverged" and test.change is not None and math.isfinite(test.change):
+        note = f"mean loss after the first tenth moved by {test.change:+.3g} (curve test, Holm)"
+    return {**env, "verdict": test.verdict, "note": note}
 
 
 def _envelope_of(ca: dict, cb: dict, th: Thresholds) -> dict[str, Any]:
-    # The steps every repeat of both sides reached (a written NaN loss stays and counts).
-    steps = None
-    for s in [*ca.values(), *cb.values()]:
-        steps = s.index if steps is None else steps.intersection(s.index)
-    if not ca or not cb or steps is None or len(steps) == 0:
+    steps = common_steps([*ca.values(), *cb.values()])
+    if not ca or not cb or steps is None:
         return {"steps_matched": 0, "max_abs_diff": None, "outside_fraction": None,
                 "distinct_baseline_curves": len(ca), "verdict": "noise unknown",
                 "note": "no step in common", "at": None, "first_outside": None}
-    steps = steps.sort_values()
-    env = envelope_check(np.array([ca[r].reindex(steps).to_numpy(float) for r in sorted(ca)]),
-                         np.array([cb[r].reindex(steps).to_numpy(float) for r in sorted(cb)]), th)
+    env = envelope_check(curve_matrix(ca, steps), curve_matrix(cb, steps), th)
 
     def at(i: int | None):
         return None if i is None else {"epoch": int(steps[i][0]), "step": int(steps[i][1])}

@@ -1,5 +1,5 @@
 """The statistics compare decides with: Welch's test, Holm's correction, the repeats' pooled
-spread, and the two checks of loss curves (bit for bit, and within the baseline's band)."""
+spread, and the two pictures of loss curves (bit for bit, and the baseline's per-step band)."""
 from __future__ import annotations
 
 import math
@@ -13,9 +13,10 @@ from dpbench.analysis.compare.thresholds import Thresholds
 
 
 # The baseline's variance per step is averaged over a window of neighbouring steps (a tenth of
-# the curve, at least 9): the variance of 2-3 repeats at one step is itself very noisy, and the
-# differences between GPU repeats decorrelate within a few steps (lag-20 autocorrelation ~0 in
-# the 2x H200 reference), so neighbours are nearly independent draws of the same spread.
+# the curve, at least 9) to steady the picture. It adds few degrees of freedom: the differences
+# between GPU repeats are mostly a level a run keeps (uncentred lag-20 correlation 0.69-0.75 in
+# the 2x H200 reference; ~0 only once each difference's mean is removed), so the band is a
+# picture of where curves part, and the verdict is the curve test's (compare.curves).
 ENVELOPE_WINDOW = (9, 0.1)
 
 

@@ -38,10 +38,8 @@ class Thresholds:
     mem_threshold_pct: float = default("mem_threshold_pct")
     loss_tolerance: float = default("loss_tolerance")
     """Absolute loss difference that never counts (the narrowest curve band)."""
-    # Simulated A/A pairs of 3 vs 3 repeats, modelled on the 2x H200 reference's repeats (a
-    # per-run level that persists over the whole run, as chaotic early training leaves, plus
-    # per-step noise; or a slow random drift) leave a 3 SE band on more than 30% of the steps in
-    # at most ~4% of the pairs; a shift of 3 run-to-run sd is found in 86-99% of them.
+    # The band is a picture now, not a verdict: resampled from real one-H200 curves it called
+    # 9% of unchanged cells diverged at 2 vs 2 (docs/compare.md, tools/compare_calibration.py).
     envelope_k: float = default("envelope_k")
     """Half-width of the per-step band in standard errors of the difference of mean curves."""
     envelope_fraction: float = default("envelope_fraction")

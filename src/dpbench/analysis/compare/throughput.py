@@ -1,5 +1,6 @@
-"""Throughput per cell: the change of median images/s and its verdict against the noise (the
-repeats' spread and Welch/Holm, or the launch-to-launch noise learned from A/A launches)."""
+"""Throughput per cell: the change of images/s (the ratio of geometric means, the quantity
+Welch's test on log images/s is about) and its verdict against the noise (the repeats' spread and
+Welch/Holm, or the launch-to-launch noise learned from A/A launches)."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,20 +18,35 @@ from dpbench.analysis.compare.provenance import EXACT_HARDWARE_KEYS, SOFTWARE_KE
 from dpbench.analysis.compare.stats import holm, pooled_cv, welch_p
 from dpbench.analysis.compare.thresholds import Thresholds
 
+def _geomean(x: np.ndarray) -> float:
+    return float(np.exp(np.mean(np.log(x))))
+
+
 def _change(x: np.ndarray, y: np.ndarray) -> float:
+    """The ratio of geometric means - 1: throughput changes multiply, and Welch's test on the log
+    values tests exactly this (a ratio of medians would test one number and report another)."""
+    return float(np.expm1(np.mean(np.log(y)) - np.mean(np.log(x))))
+
+
+def _median_change(x: np.ndarray, y: np.ndarray) -> float:
+    """Report format 1's change (a ratio of medians, beside Welch on raw images/s)."""
     return float(np.median(y) / np.median(x) - 1.0)
 
 
 def throughput_verdicts(cells: dict[Any, tuple[np.ndarray, np.ndarray]], th: Thresholds,
-                        launch_noise: noise.LaunchNoise | None = None) -> tuple[dict[Any, ThroughputVerdict], dict | None]:
+                        launch_noise: noise.LaunchNoise | None = None,
+                        report_format: int = 2) -> tuple[dict[Any, ThroughputVerdict], dict | None]:
     """Verdict per cell from (baseline, candidate) images/s, and the launch-noise judgement of
-    the comparison as a whole (None without A/A data); Holm runs over all tested cells."""
+    the comparison as a whole (None without A/A data); Holm runs over all tested cells.
+    report_format 1 remakes older reports' verdicts (medians, Welch on raw values)."""
     keys = list(cells)
-    raw = [welch_p(*cells[k]) for k in keys]
+    change = _median_change if report_format < 2 else _change
+    scale = (lambda v: v) if report_format < 2 else np.log
+    raw = [welch_p(scale(cells[k][0]), scale(cells[k][1])) for k in keys]
     adjusted = holm(raw)
-    judged = (noise.verdicts({k: _change(*cells[k]) for k in keys}, launch_noise, th.alpha)
+    judged = (noise.verdicts({k: change(*cells[k]) for k in keys}, launch_noise, th.alpha)
               if launch_noise is not None else None)
-    out = {k: _throughput_verdict(*cells[k], p, q, th, judged and {**judged, **judged["cells"][k]})
+    out = {k: _throughput_verdict(*cells[k], p, q, th, judged and {**judged, **judged["cells"][k]}, change)
            for k, p, q in zip(keys, raw, adjusted)}
     return out, judged
 
@@ -52,6 +68,8 @@ class ThroughputVerdict:
     p_value: float | None
     p_holm: float | None
     note: str = ""
+    geomean_baseline: float | None = None
+    geomean_candidate: float | None = None
     departure: float | None = None
     """The change beyond the other cells' median change; only when judged by A/A launch noise."""
     verdict: str = ""
@@ -65,12 +83,12 @@ class ThroughputVerdict:
 
 
 def _throughput_verdict(x: np.ndarray, y: np.ndarray, p: float | None, p_holm: float | None,
-                        th: Thresholds, launch: dict | None = None) -> ThroughputVerdict:
+                        th: Thresholds, launch: dict | None = None, change_of=_change) -> ThroughputVerdict:
     x, y = np.asarray(x, float), np.asarray(y, float)
-    change = _change(x, y)
+    change = change_of(x, y)
     no_change = max(th.threshold, th.noise_floor)
     v = ThroughputVerdict(len(x), len(y), float(np.median(x)), float(np.median(y)), change,
-                          None, no_change, p, p_holm)
+                          None, no_change, p, p_holm, geomean_baseline=_geomean(x), geomean_candidate=_geomean(y))
     if launch is not None:
         v.verdict = _launch_noise_verdict(v, x, y, th, launch)
     elif p is None:
@@ -120,13 +138,14 @@ def _launch_noise_verdict(v: ThroughputVerdict, x: np.ndarray, y: np.ndarray, th
 
 
 def compare_throughput(base: dict, cand: dict, th: Thresholds, launch_noise: noise.LaunchNoise | None = None,
-                       fitted: list[dict] | None = None) -> tuple[dict[tuple, ThroughputVerdict], dict | None]:
+                       fitted: list[dict] | None = None,
+                       report_format: int = 2) -> tuple[dict[tuple, ThroughputVerdict], dict | None]:
     """Per cell (CELL_KEY) in both sets, its verdict; and the launch-noise judgement (as
     throughput_verdicts)."""
     a = ok_values(base["tables"]["summary"], "images_per_s")
     b = ok_values(cand["tables"]["summary"], "images_per_s")
     verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th,
-                                           launch_noise)
+                                           launch_noise, report_format)
     if launch_noise is not None:
         # The pooled wobble may not hold for a cell the A/A launches never ran (or not in all).
         for k, v in verdicts.items():

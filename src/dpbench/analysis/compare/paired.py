@@ -1,0 +1,155 @@
+"""The within-launch throughput test of a paired upgrade check: two environments' runs of the same
+cells interleaved in one launch, so the noise is the spread of runs within the launch and no
+shift between machine leases enters.
+
+Per cell, log samples/s is compared by a two-sample t-test with the variance pooled from both
+sides (throughput is multiplicative: a change is a ratio, and its log is what the t-test's normal
+errors fit). The whole launch's common change is the mean of the cells' log changes, its
+standard error from the cells' within-cell variances (degrees of freedom by Welch-Satterthwaite).
+Holm's correction runs over the cells' tests and the launch's together. Every test quotes the
+smallest change it finds at 80% power, at Holm's first level (alpha / tests).
+Numbers only: the report words them.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from dpbench.analysis.compare.curves import POWER
+from dpbench.analysis.compare.stats import holm
+
+NOISE_UNKNOWN = "noise unknown"
+
+
+@dataclass
+class PairedCell:
+    cell: Hashable
+    n_base: int
+    n_cand: int
+    change: float
+    """Ratio of the candidate's geometric mean samples/s to the baseline's, minus 1."""
+    p: float | None
+    p_holm: float | None
+    verdict: str
+    smallest_detectable: float | None
+    """The relative change this cell's test finds at 80% power (at Holm's first level)."""
+    sd_log: float | None = None
+    df: int = 0
+
+
+@dataclass
+class PairedLaunch:
+    """The change common to all tested cells and its test."""
+    cells: int
+    change: float | None
+    se_log: float | None
+    df: float | None
+    p: float | None
+    verdict: str
+    smallest_detectable: float | None
+    p_holm: float | None = None
+
+
+@dataclass
+class PairedVerdict:
+    cells: list[PairedCell]
+    launch: PairedLaunch
+    design: str
+    alpha: float = 0.05
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _t_test(b: np.ndarray, c: np.ndarray) -> tuple[float, float | None, float | None, int]:
+    """(mean log change, p, pooled sd, df) of log values; p None below two runs a side."""
+    d = float(c.mean() - b.mean())
+    if min(len(b), len(c)) < 2:
+        return d, None, None, 0
+    df = len(b) + len(c) - 2
+    sd = math.sqrt((((b - b.mean()) ** 2).sum() + ((c - c.mean()) ** 2).sum()) / df)
+    if sd == 0.0:  # identical repeats: any difference is resolved, none is none
+        return d, (1.0 if d == 0.0 else 0.0), sd, df
+    t = d / (sd * math.sqrt(1 / len(b) + 1 / len(c)))
+    return d, float(2 * scipy.stats.t.sf(abs(t), df)), sd, df
+
+
+def detectable_log(se: float, df: float, alpha: float) -> float:
+    """The log change a two-sided t-test at level alpha finds with POWER, given its standard error."""
+    t = scipy.stats.t
+    return float((t.ppf(1 - alpha / 2, df) + t.ppf(POWER, df)) * se)
+
+
+def _direction(d: float) -> str:
+    return "faster" if d > 0 else "slower"
+
+
+def _order(samples: pd.DataFrame, base: str, cand: str) -> str:
+    """The environments' order in the launch as letters (A: base, B: cand), e.g. ABBAABBA."""
+    first = samples.sort_values("order").drop_duplicates("cell")["cell"].iloc[0]
+    runs = samples[samples["cell"] == first].sort_values("order")["environment"]
+    return "".join({base: "A", cand: "B"}.get(e, "?") for e in runs)
+
+
+def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float = 0.05) -> PairedVerdict:
+    """The within-launch test (samples: one row per run with cell, environment, order,
+    samples_per_s); runs of other environments are ignored."""
+    samples = samples[samples["environment"].isin([base, cand])]
+    logs = {cell: (np.log(g.loc[g["environment"] == base, "samples_per_s"].to_numpy(float)),
+                   np.log(g.loc[g["environment"] == cand, "samples_per_s"].to_numpy(float)))
+            for cell, g in samples.groupby("cell", sort=True)}
+    logs = {k: v for k, v in logs.items() if len(v[0]) and len(v[1])}
+    tests = {k: _t_test(*v) for k, v in logs.items()}
+    keys = list(tests)
+    rows = []
+    for k in keys:
+        b, c = logs[k]
+        d, p, sd, df = tests[k]
+        rows.append(PairedCell(k, len(b), len(c), math.expm1(d), p, None, NOISE_UNKNOWN, None, sd, df))
+    launch = _launch(rows)
+    # One family: the cells' tests and the launch's, so an A/A raises any alarm at most alpha.
+    adjusted = holm([r.p for r in rows] + [launch.p])
+    m = max(1, sum(q is not None for q in adjusted))
+    for r, q in zip(rows, adjusted):
+        r.p_holm = q
+        if q is not None:
+            r.verdict = _direction(r.change) if q < alpha else "no change"
+            se = r.sd_log * math.sqrt(1 / r.n_base + 1 / r.n_cand)
+            r.smallest_detectable = math.expm1(detectable_log(se, r.df, alpha / m))
+    launch.p_holm = adjusted[-1]
+    if launch.p_holm is not None:
+        launch.verdict = _direction(launch.change) if launch.p_holm < alpha and launch.change else "no change"
+        launch.smallest_detectable = math.expm1(detectable_log(launch.se_log, launch.df, alpha / m))
+    n_b = sorted({r.n_base for r in rows})
+    n_c = sorted({r.n_cand for r in rows})
+    design = (f"paired within one launch: {base} (A) vs {cand} (B) interleaved "
+              f"{_order(samples, base, cand) if len(samples) else ''}; {len(rows)} cells, "
+              f"{'/'.join(map(str, n_b))} vs {'/'.join(map(str, n_c))} runs a side; per cell a pooled "
+              "two-sample t-test on log samples/s; the launch: mean log change over cells; Holm over both")
+    return PairedVerdict(rows, launch, design, alpha)
+
+
+def _launch(rows: list[PairedCell]) -> PairedLaunch:
+    """The common change and its raw p; verdict and detectable change follow Holm."""
+    tested = [r for r in rows if r.sd_log is not None]
+    if not tested:
+        return PairedLaunch(0, None, None, None, None, NOISE_UNKNOWN, None)
+    m = len(tested)
+    d = float(np.mean([math.log1p(r.change) for r in tested]))
+    # Var of each cell's log change, then of their mean; df by Welch-Satterthwaite.
+    v = np.array([r.sd_log ** 2 * (1 / r.n_base + 1 / r.n_cand) for r in tested]) / m ** 2
+    dfs = np.array([r.df for r in tested], float)
+    se = math.sqrt(v.sum())
+    if se == 0.0:
+        return PairedLaunch(m, math.expm1(d), 0.0, float(dfs.sum()), 1.0 if d == 0.0 else 0.0,
+                            NOISE_UNKNOWN, None)
+    df = float(v.sum() ** 2 / (v ** 2 / dfs).sum())
+    return PairedLaunch(m, math.expm1(d), se, df, float(2 * scipy.stats.t.sf(abs(d) / se, df)),
+                        NOISE_UNKNOWN, None)

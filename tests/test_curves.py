@@ -1,0 +1,116 @@
+"""The loss-curve test (dpbench.analysis.compare.curves) on real committed curves: two one-H200
+launches of the default experiment (an A/A), whose fast curves must pass at 2 vs 2 and 3 vs 3,
+and the same curves with a planted shift, which must be found."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpbench import results
+from dpbench.analysis.compare import curves
+from dpbench.analysis.compare.loss import common_steps, curve_matrix, curves_of
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+A, B = "h200-torch-2.11.0+cu130", "h200-aa2-torch-2.11.0+cu130"
+
+
+def fast_curves(tag: str) -> dict[tuple, np.ndarray]:
+    """cell -> runs x steps of the cells that promise no determinism."""
+    out = {}
+    for key, runs in curves_of(results.ResultSet(REFERENCE, tag).table("steps")).items():
+        if "deterministic" not in key[2]:
+            out[key] = curve_matrix(runs, common_steps(list(runs.values())))
+    return out
+
+
+@pytest.fixture(scope="module")
+def aa():
+    a, b = fast_curves(A), fast_curves(B)
+    assert a.keys() == b.keys() and len(a) == 5
+    return a, b
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_real_aa_curves_pass(aa, n):
+    a, b = aa
+    tests = curves.curve_summary_tests({k: (a[k][:n], b[k][:n]) for k in a})
+    assert {t.verdict for t in tests.values()} == {"within noise"}
+    assert all(t.df == 2 * n - 2 and t.p_holm is not None and t.p_holm >= 0.05 for t in tests.values())
+
+
+def test_a_planted_shift_is_found_at_three_a_side(aa):
+    a, b = aa
+    k = ("single", 1, "")
+    sd = curves.curve_summary_test(a[k], b[k]).sd
+    tests = curves.curve_summary_tests({**{c: (a[c], b[c]) for c in a}, k: (a[k], b[k] + 5 * sd)})
+    assert tests[k].verdict == "diverged" and tests[k].change > 4 * sd
+    assert {t.verdict for c, t in tests.items() if c != k} == {"within noise"}
+    # What the test could see is about what was planted.
+    assert 3 * sd < tests[k].smallest_detectable < 6 * sd
+
+
+def test_a_planted_shift_is_found_at_two_a_side(aa):
+    a, b = aa
+    k = ("ddp", 1, "")
+    base = curves.curve_summary_test(a[k][:2], b[k][:2])
+    assert base.verdict == "noise unknown" or base.p_value > 0.05  # unjudged: p only
+    shifted = curves.curve_summary_test(a[k][:2], b[k][:2] + 10 * base.sd)
+    assert shifted.p_value < 0.05 and shifted.change == pytest.approx(base.change + 10 * base.sd)
+
+
+def test_summary_is_the_mean_after_the_first_tenth():
+    c = np.vstack([np.r_[np.full(10, 100.0), np.full(90, 2.0)], np.arange(100.0)])
+    assert curves.curve_summary(c).tolist() == [2.0, float(np.arange(10, 100).mean())]
+
+
+def test_one_run_a_side_is_noise_unknown_unless_aa_curves_give_it():
+    rng = np.random.default_rng(0)
+    base, cand = rng.normal(2, 0.05, (1, 50)), rng.normal(2, 0.05, (3, 50))
+    t = curves.curve_summary_test(base, cand)
+    assert (t.verdict, t.p_value, t.sd) == ("noise unknown", None, None)
+    aa = [rng.normal(2, 0.05, (3, 50)) + rng.normal(0, 0.05, (3, 1)) for _ in range(2)]
+    t = curves.curve_summary_test(base, cand, aa=aa)
+    assert t.df == 2 + 2 + 2 and t.p_value is not None  # cand's 2 df and each A/A launch's 2
+
+
+def test_identical_runs_and_non_finite_losses():
+    c = np.tile(np.linspace(3, 1, 20), (3, 1))
+    assert curves.curve_summary_test(c, c).verdict == "noise unknown"
+    blown = c.copy()
+    blown[0, -1] = np.nan
+    t = curves.curve_summary_tests({"k": (c, blown)})["k"]
+    assert t.verdict == "diverged" and math.isinf(t.change)
+
+
+def test_aa_launches_join_the_curve_tests_pool():
+    """With --noise-from, the A/A launches' runs of a cell add their degrees of freedom (the two
+    compared sets, when among them, are not counted twice)."""
+    from dpbench.analysis.compare import compare
+    aa = ["h200-torch-2.11.0+cu130", "h200-aa2-torch-2.11.0+cu130", "h200-92a6737-torch-2.11.0+cu130"]
+    plain = compare(REFERENCE, A, B)
+    pooled = compare(REFERENCE, A, B, noise_from=aa)
+    fast = [(p, q) for p, q in zip(plain["loss"], pooled["loss"]) if p["mode"] == "envelope" and p["curve_sd"]]
+    assert fast and all(p["curve_df"] == 4 and q["curve_df"] == 6 for p, q in fast)
+    assert all(q["verdict"] == "within noise" for _, q in fast)
+
+
+def test_the_gpu_lr_check_script_compares_what_it_says():
+    """tools/device/curve_lr_check.py's logic on real curves: six fast single runs of two
+    launches as the lr 0.1 cell (3 vs 3: an A/A), the same runs moved by 0.3 as the lr 0.11 cell."""
+    import importlib.util
+
+    import pandas as pd
+    spec = importlib.util.spec_from_file_location(
+        "curve_lr_check", Path(__file__).resolve().parents[1] / "tools" / "device" / "curve_lr_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = np.vstack([fast_curves(A)[("single", 1, "")], fast_curves(B)[("single", 1, "")]])
+    frames = [pd.DataFrame({"variant": "single", "gpus": 1, "options": opts, "repeat": r, "epoch": 1,
+                            "step": np.arange(runs.shape[1]), "loss_global": curve + shift})
+              for opts, shift in (("", 0.0), ("lr=0.11", 0.3)) for r, curve in enumerate(runs)]
+    aa, lr = mod.comparisons(pd.concat(frames, ignore_index=True), n=3)
+    assert (aa["runs"], aa["verdict"], lr["runs"], lr["verdict"]) == ("3/3", "within noise", "3/3", "diverged")
+    assert lr["change"] == pytest.approx(0.3)  # the same three runs, moved by 0.3

@@ -1,0 +1,233 @@
+"""Error rates of compare's rules measured by resampling the committed references, not a model.
+
+    python tools/compare_calibration.py [--draws 2000] [--seed 20261203] [--json docs/compare_calibration.json]
+
+Loss curves: per machine, the fast (not deterministic) curves of one cell from every launch of
+the same experiment are taken as exchangeable runs (same code, config and seed: what differs is
+the GPU's non-determinism). An A/A draws 2n distinct runs of a cell and splits them n vs n; a
+comparison draws every cell of the design so, with Holm over the cells. Power: the candidate's
+curves shifted by 3 or 4 sd of a run's summary (the pool's), or a ramp growing from 0 to 4 sd at
+the last step, in one cell. The old per-step band rule is measured on the same draws.
+
+Throughput: the between-launch rule (fixed noise floor, Welch, Holm; default thresholds) on
+pairs of distinct launches, n repeats a side drawn from each launch's runs of the cell. The
+paired within-launch test (analysis.compare.paired) draws both sides from one launch: a launch
+holds 2-3 runs of a cell, too few for 2 vs 2, so its runs' log samples/s residuals from their
+cell's mean (rescaled by sqrt(k / (k - 1)) for the mean they lost) are pooled over the launch's
+cells and each cell's sides are drawn from that pool without replacement (assumes one
+within-launch sd for all cells: stated, not hidden). Curves repeated bit for bit across launches
+count once. Power: a 1% slowdown of one cell, and of every cell.
+
+Prints markdown tables; --json writes the frozen result docs/compare.md quotes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpbench import results
+from dpbench.analysis.compare import curves, paired
+from dpbench.analysis.compare.loss import common_steps, curve_matrix, curves_of
+from dpbench.analysis.compare.stats import envelope_check, holm
+from dpbench.analysis.compare.thresholds import Thresholds
+from dpbench.analysis.compare.throughput import throughput_verdicts
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+T211 = "torch-2.11.0+cu130"
+# Launches of one experiment on one kind of machine (A/A sets; the commits between them did not
+# touch the training or the timing of the default experiment).
+DESIGNS = {
+    "1x H200": [f"h200-{t}{T211}" for t in ("", "aa2-", "92a6737-", "92a6737-aa2-", "1178c54-", "2951eab-",
+                                             "67dd99a-")],
+    "2x H200": [f"h200x2-{T211}"],
+    "CPU": [f"cpu_check-aa{i}-torch-2.14.1+cu130" for i in (1, 2, 3)],
+}
+REPEATS = (2, 3, 4)
+ALPHA = 0.05
+
+
+def fast_pools(tags: list[str]) -> dict[tuple, np.ndarray]:
+    """cell -> all runs' curves (runs x common steps) over the launches, fast cells only."""
+    per_cell: dict[tuple, list] = {}
+    for tag in tags:
+        for key, runs in curves_of(results.ResultSet(REFERENCE, tag).table("steps")).items():
+            if "deterministic" not in key[2]:
+                per_cell.setdefault(key, []).extend(runs.values())
+    out = {}
+    for k, v in sorted(per_cell.items()):
+        m = curve_matrix(dict(enumerate(v)), common_steps(v))
+        # A curve repeated bit for bit (CPU runs of one seed in every launch) is one draw, not several.
+        out[k] = m[sorted({row.tobytes(): i for i, row in enumerate(m)}.values())]
+    return out
+
+
+def _rate(hits: list[bool]) -> float:
+    return float(np.mean(hits)) if hits else math.nan
+
+
+def curve_rates(pools: dict[tuple, np.ndarray], n: int, draws: int, rng) -> dict | None:
+    """False alarms and power of the curve test (and the old band's false alarms) at n vs n."""
+    if min(len(p) for p in pools.values()) < 2 * n:
+        return None
+    th = Thresholds()
+    summaries = {k: curves.curve_summary(p) for k, p in pools.items()}
+    sd = {k: float(s.std(ddof=1)) for k, s in summaries.items()}
+    # A ramp from 0 to 4 sd at the last step, as each run's summary sees it.
+    ramp = {k: float(np.mean(np.linspace(0, 4, p.shape[1])[int(math.ceil(curves.BURN_IN * p.shape[1])):]))
+            for k, p in pools.items()}
+    keys = list(pools)
+    out: dict[str, list] = {"fa_cell": [], "fa_comparison": [], "band_fa_cell": [], "band_fa_comparison": [],
+                            **{f"power_{w}": [] for w in ("3sd", "4sd", "ramp")}}
+
+    def p_of(b: np.ndarray, c: np.ndarray) -> float:
+        # Runs with identical curves leave the noise unknown: no alarm, as compare says.
+        p = curves.curve_summary_test(b[:, None], c[:, None]).p_value
+        return 1.0 if p is None else p
+
+    for i in range(draws):
+        picks = {k: rng.permutation(len(pools[k]))[: 2 * n] for k in keys}
+        ps = {k: p_of(summaries[k][picks[k][:n]], summaries[k][picks[k][n:]]) for k in keys}
+        out["fa_cell"] += [ps[k] < ALPHA for k in keys]
+        out["fa_comparison"].append(any(q < ALPHA for q in holm([ps[k] for k in keys])))
+        if i < draws // 4:  # the band is slower to compute; a quarter of the draws measure it
+            band = [envelope_check(pools[k][picks[k][:n]], pools[k][picks[k][n:]], th)["verdict"] == "diverged"
+                    for k in keys]
+            out["band_fa_cell"] += band
+            out["band_fa_comparison"].append(any(band))
+        target = keys[i % len(keys)]
+        for what, shift in (("3sd", 3.0), ("4sd", 4.0), ("ramp", ramp[target])):
+            moved = {**ps, target: p_of(summaries[target][picks[target][:n]],
+                                        summaries[target][picks[target][n:]] + shift * sd[target])}
+            adjusted = dict(zip(keys, holm([moved[k] for k in keys])))
+            out[f"power_{what}"].append(adjusted[target] < ALPHA)
+    return {k: _rate(v) for k, v in out.items()}
+
+
+def throughput_samples(tags: list[str]) -> pd.DataFrame:
+    """One row per ok run: launch, cell, samples_per_s."""
+    rows = []
+    for tag in tags:
+        s = results.ResultSet(REFERENCE, tag).table("summary")
+        s = s[s["status"] == results.STATUS_OK]
+        rows += [{"launch": tag, "cell": (v, int(g), o), "samples_per_s": float(x)}
+                 for v, g, o, x in zip(s["variant"], s["gpus"], s["options"], s["images_per_s"])]
+    return pd.DataFrame(rows)
+
+
+def between_launch_rates(df: pd.DataFrame, n: int, draws: int, rng) -> dict | None:
+    """The fixed-floor rule's alarms (regression or improvement) between two distinct launches."""
+    launches = sorted(df["launch"].unique())
+    runs = {(t, c): g["samples_per_s"].to_numpy() for (t, c), g in df.groupby(["launch", "cell"])}
+    # The cells with n runs in every launch (a launch holds 2 deterministic and 3 fast runs a cell).
+    cells = sorted(c for c in {c for _, c in runs} if all(len(runs.get((t, c), ())) >= n for t in launches))
+    if len(launches) < 2 or not cells:
+        return None
+    cell_alarm, comparison_alarm = [], []
+    for _ in range(draws):
+        a, b = rng.choice(len(launches), 2, replace=False)
+        pick = {c: (rng.permutation(runs[(launches[a], c)])[:n], rng.permutation(runs[(launches[b], c)])[:n])
+                for c in cells}
+        alarms = [v.verdict in ("regression", "improvement") for v in throughput_verdicts(pick, Thresholds())[0].values()]
+        cell_alarm += alarms
+        comparison_alarm.append(any(alarms))
+    return {"fa_cell": _rate(cell_alarm), "fa_comparison": _rate(comparison_alarm), "cells": len(cells)}
+
+
+def paired_rates(df: pd.DataFrame, n: int, draws: int, rng) -> dict | None:
+    """The paired test's A/A alarms and power (1% slower: one cell, every cell) within one launch."""
+    residuals = {}
+    for t, g in df.groupby("launch"):
+        logs = np.log(g["samples_per_s"].to_numpy())
+        k = g.groupby("cell")["samples_per_s"].transform("size").to_numpy()
+        mean = np.log(g["samples_per_s"]).groupby(g["cell"]).transform("mean").to_numpy()
+        residuals[t] = ((logs - mean) * np.sqrt(k / np.maximum(k - 1, 1)))[k > 1]
+    cells = sorted(df["cell"].unique())
+    launches = sorted(residuals)
+    if min(len(r) for r in residuals.values()) < 2 * n:
+        return None
+    out: dict[str, list] = {"fa_cell": [], "fa_comparison": [], "power_one_cell": [], "power_every_cell": [],
+                            "detectable_cell": [], "detectable_launch": []}
+    for i in range(draws):
+        r = residuals[launches[i % len(launches)]]
+        noise = {c: rng.choice(r, 2 * n, replace=False) for c in cells}
+
+        def verdict(slow: dict) -> paired.PairedVerdict:
+            rows = [{"cell": str(c), "environment": env, "order": j,
+                     "samples_per_s": 1e4 * math.exp(noise[c][j]) * (1 + slow.get(c, 0.0) * (env == "cand"))}
+                    for c in cells for j, env in enumerate(["base"] * n + ["cand"] * n)]
+            return paired.paired_throughput(pd.DataFrame(rows), "base", "cand", ALPHA)
+
+        aa = verdict({})
+        alarms = [c.verdict in ("faster", "slower") for c in aa.cells]
+        out["fa_cell"] += alarms
+        out["fa_comparison"].append(any(alarms) or aa.launch.verdict != "no change")
+        target = cells[i % len(cells)]
+        one = verdict({target: -0.01})
+        out["power_one_cell"].append(next(c.verdict for c in one.cells if c.cell == str(target)) == "slower")
+        out["power_every_cell"].append(verdict({c: -0.01 for c in cells}).launch.verdict == "slower")
+        out["detectable_cell"].append(np.median([c.smallest_detectable for c in aa.cells]))
+        out["detectable_launch"].append(aa.launch.smallest_detectable)
+    return {**{k: (float(np.median(v)) if k.startswith("detectable") else _rate(v)) for k, v in out.items()},
+            "cells": len(cells)}
+
+
+def _pct(v: float | None) -> str:
+    return "too few runs" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
+
+
+def markdown(res: dict) -> str:
+    lines = ["Loss curves: the curve test (and the old per-step band), false alarms per cell and per "
+             "comparison (all cells of the design, Holm), power in one cell of a comparison.", "",
+             "| design | cells | runs/cell | n a side | FA cell | FA comparison | power 3 sd | power 4 sd | power ramp "
+             "| band FA cell | band FA comparison |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for d, r in res["curves"].items():
+        for n, v in r["by_n"].items():
+            v = v or {}
+            lines.append(f"| {d} | {r['cells']} | {r['runs_per_cell']} | {n} | " + " | ".join(
+                _pct(v.get(k)) for k in ("fa_cell", "fa_comparison", "power_3sd", "power_4sd", "power_ramp",
+                                         "band_fa_cell", "band_fa_comparison")) + " |")
+    lines += ["", "Throughput: false alarms (a regression or improvement called in an A/A) and the paired "
+              "test's power and smallest detectable change (median over draws).", "",
+              "| design | rule | cells | n a side | FA cell | FA comparison | power 1% one cell | power 1% every cell "
+              "| detectable cell | detectable launch |", "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for d, r in res["throughput"].items():
+        for rule in ("between launches", "paired"):
+            for n, v in r[rule].items():
+                v = v or {}
+                lines.append(f"| {d} | {rule} | {v.get('cells', '–')} | {n} | " + " | ".join(
+                    (_pct(v.get(k)) if k in v else "–") if v else "too few runs" for k in
+                    ("fa_cell", "fa_comparison", "power_one_cell", "power_every_cell", "detectable_cell",
+                     "detectable_launch")) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--draws", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=20261203)
+    p.add_argument("--json", type=Path, help="write the frozen result here")
+    args = p.parse_args()
+    rng = np.random.default_rng(args.seed)
+    res: dict = {"draws": args.draws, "seed": args.seed, "alpha": ALPHA, "designs": DESIGNS,
+                 "curves": {}, "throughput": {}}
+    for design, tags in DESIGNS.items():
+        pools = fast_pools(tags)
+        res["curves"][design] = {"cells": len(pools), "runs_per_cell": min(len(v) for v in pools.values()),
+                                 "by_n": {n: curve_rates(pools, n, args.draws, rng) for n in REPEATS}}
+        df = throughput_samples(tags)
+        res["throughput"][design] = {
+            "between launches": {n: between_launch_rates(df, n, args.draws // 4, rng) for n in REPEATS},
+            "paired": {n: paired_rates(df, n, args.draws // 8, rng) for n in REPEATS}}
+    text = markdown(res)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({**res, "markdown": text}, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
