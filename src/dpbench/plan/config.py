@@ -121,6 +121,7 @@ class RunConfig:
     log_every: int = _option("log_every")
     save_checkpoint: bool = _option("save_checkpoint")  # write the final weights (bare model) to model.pt
     workload: str | dict[str, Any] = _option("workload")   # what it trains: a name, a factory, or {name|factory, args}
+    environment: str | None = _option("environment")   # a paired launch's environment (whose python runs it)
 
     def validate(self) -> None:
         """Problems a run cannot recover from, named with the way out. Allowed values and limits
@@ -154,11 +155,14 @@ class RunConfig:
         return "weak" if self.per_gpu_batch is not None else "strong"
 
     def to_dict(self) -> dict[str, Any]:
-        """The run's settings; the default workload is left out, so that a default run's config
-        (in its record, its setup hash, compare's config check) reads as before workloads."""
+        """The run's settings; the default workload and an unpaired run's environment are left
+        out, so that a default run's config (in its record, its setup hash, compare's config
+        check) reads as before workloads."""
         out = dataclasses.asdict(self)
         if out["workload"] == train_schema()["workload"]["default"]:
             del out["workload"]
+        if out["environment"] is None:   # likewise: unpaired runs' configs read as before
+            del out["environment"]
         return out
 
     @classmethod
