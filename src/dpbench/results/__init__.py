@@ -161,6 +161,11 @@ def compare_paths(root: Path | str, baseline: str, candidate: str) -> tuple[Path
     return folder / f"{stem}.md", folder / f"{stem}.json"
 
 
+def paired_compare_paths(root: Path | str, tag: str, base: str, cand: str) -> tuple[Path, Path]:
+    """The report (markdown, json) of environment `cand` against `base` within paired launch `tag`."""
+    return compare_paths(root, f"{tag}.{base}", cand)
+
+
 class ResultSet:
     """One result set, <root>/<tag>: every path in it, and its readers.
 
