@@ -22,8 +22,7 @@ configfile: "config.yaml"
 
 GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it (`dpbench report`)
 config.update(pipeline.load_experiment(config, workflow.basedir))
-# A paired launch's environments are checked before anything trains (not for compare alone).
-PLAN = pipeline.make_plan(config, GIVEN, pipeline.needs_pipeline_lock(workflow.dag_settings.targets))
+PLAN = pipeline.make_plan(config, GIVEN)   # a paired launch's environments checked before anything trains
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
