@@ -7,6 +7,7 @@
 #   snakemake --cores all --config experiment=upgrade base=/venv-a/bin/python cand=/venv-b/bin/python
 #   snakemake compare --config paired=<tag>            the environments of one paired launch
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
+import shlex
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ CONDA = "conda" in str(workflow.deployment_settings.deployment_method).lower()
 PYTHONPATH = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}}"
 PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else sys.executable}")
 # A paired launch's run is made by its environment's python (torchrun's ranks inherit it).
-RUN_PY = lambda w: f"{PYTHONPATH} {PLAN.python_for(w.run_id)}" if PLAN.python_for(w.run_id) else PY["py"]
+RUN_PY = lambda w: f"{PYTHONPATH} {shlex.quote(PLAN.python_for(w.run_id))}" if PLAN.python_for(w.run_id) else PY["py"]
 # Where the tables are tells a rule which result set it works on.
 TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
 ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda

@@ -216,15 +216,13 @@ def paired_environments(config: dict) -> dict[str, str]:
     return found
 
 
-def make_plan(config: dict, given: dict | None = None, check_environments: bool = True) -> Plan:
+def make_plan(config: dict, given: dict | None = None) -> Plan:
     """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps
-    it). A paired launch's environments are checked here, before anything trains, unless
-    `check_environments` is False (a step that only reads results, such as compare)."""
+    it). A paired launch's environments are checked here, before anything trains."""
     plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
     try:
         plan.runs
-        if check_environments:
-            plan.environment_versions
+        plan.environment_versions
     except envs.EnvironmentProblem as exc:
         raise ConfigError(str(exc)) from None
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
