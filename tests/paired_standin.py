@@ -1,9 +1,9 @@
 """A stand-in for analysis.compare.paired.paired_throughput (the stats branch's), in tests only:
-the contract's shape (per-cell rows, a whole-launch row, a design), with a plain Welch test on
-log throughput. The plumbing's tests monkeypatch one_launch.throughput_test with it."""
+the shape of upgrade-stats' PairedVerdict (cells, launch, design, notes), with a plain Welch
+test on log throughput. The plumbing's tests monkeypatch one_launch.throughput_test with it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -23,17 +23,21 @@ class PairedCell:
 
 
 @dataclass
-class PairedWhole:
+class PairedLaunch:
+    cells: int
     change: float
     p: float | None
+    verdict: str
     smallest_detectable: float | None
 
 
 @dataclass
 class PairedVerdict:
     cells: list[PairedCell]
-    whole: PairedWhole
+    launch: PairedLaunch
     design: str
+    alpha: float = 0.05
+    notes: list[str] = field(default_factory=list)
 
 
 def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float = 0.05) -> PairedVerdict:
@@ -51,4 +55,5 @@ def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float 
         rows.append(PairedCell(cell, len(a), len(b), change, p, verdict,
                                None if sd is None else 2.8 * sd * np.sqrt(2 / min(len(a), len(b)))))
     diffs = [float(b.mean() - a.mean()) for a, b in logs.values()]
-    return PairedVerdict(rows, PairedWhole(float(np.exp(np.mean(diffs)) - 1), None, None), "stand-in: Welch per cell")
+    launch = PairedLaunch(len(rows), float(np.exp(np.mean(diffs)) - 1), None, "no change", None)
+    return PairedVerdict(rows, launch, "stand-in: Welch per cell")

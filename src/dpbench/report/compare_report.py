@@ -176,14 +176,14 @@ def render_markdown(report: dict) -> str:
 
 
 def _paired_rule(paired: dict) -> str:
-    whole = paired["whole"]
-    p = whole.get("p", whole.get("p_value"))
+    launch = paired["launch"]
     return (f"Both environments ran in this one launch, their runs interleaved {paired['order']} per cell "
             f"and repeat, so the noise is this launch's run-to-run spread and no shift between launches "
             f"enters ({paired['design']}). The smallest change it could have seen (80% power): "
-            f"{_pct(whole.get('smallest_detectable'))} common to every cell, per cell in the table below. "
-            f"The common change over the cells: {_signed(whole.get('change'), '%', 100)}"
-            + ("" if p is None else f" (p = {p:.3g})") + ".")
+            f"{_pct(launch['smallest_detectable'])} common to every cell, per cell in the table below. "
+            f"The whole launch: {_signed(launch['change'], '%', 100)}"
+            + ("" if launch["p"] is None else f" (p = {launch['p']:.3g})") + f", **{launch['verdict']}**."
+            + "".join(f" {note}" for note in paired.get("notes") or []))
 
 
 def _throughput_rule(th: dict, launch: dict | None) -> str:

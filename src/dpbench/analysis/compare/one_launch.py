@@ -24,7 +24,6 @@ from dpbench.analysis.compare.loading import InputError, load_set
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.thresholds import Thresholds
 
-ORDER = "ABBA"   # the plan's interleaving (dpbench.plan.environments.interleaved)
 SEVERITY = {"slower": "regression"}   # "faster", "no change", "noise unknown": info
 
 
@@ -93,34 +92,31 @@ def throughput_test(frame: pd.DataFrame, base: str, cand: str, alpha: float) -> 
     return paired_throughput(frame, base, cand, alpha=alpha)
 
 
-def _parts(verdict: Any) -> tuple[list[dict], dict, str]:
-    """A PairedVerdict as (per-cell rows, whole-launch row, design), read by the contract's
-    field names inside: the rows are the list whose items name a `cell`."""
-    fields = {f.name: getattr(verdict, f.name) for f in dataclasses.fields(verdict)}
-    as_dict = lambda v: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else dict(v)
-    cells = next([as_dict(r) for r in v] for v in fields.values()
-                 if isinstance(v, (list, tuple)) and v and "cell" in as_dict(v[0]))
-    whole = next(as_dict(v) for v in fields.values()
-                 if dataclasses.is_dataclass(v) or (isinstance(v, dict) and "cell" not in v))
-    return cells, whole, str(fields.get("design", ""))
+def planned_order(rs: dict, base: str, cand: str) -> str:
+    """The order the plan gave the first cell's runs, as letters (A: base, B: cand), e.g. ABBAAB."""
+    order = (rs.get("plan") or {}).get("run_order") or []
+    recs = [rs["records"][rid] for rid in order if rid in rs["records"]]
+    cell = lambda rec: (rec.variant, rec.gpus, sorted((k, str(v)) for k, v in rec.options.items() if k != "environment"))
+    first = [rec.config.get("environment") for rec in recs if cell(rec) == cell(recs[0])] if recs else []
+    return "".join({base: "A", cand: "B"}.get(e, "?") for e in first)
 
 
 def paired_throughput_rows(frame: pd.DataFrame, base: str, cand: str, th: Thresholds) -> tuple[list[dict], dict]:
     """The throughput rows of the report (one per cell, with its medians beside the test's
-    change and verdict) and the design row (the whole launch, the order, the design)."""
-    cells, whole, design = _parts(throughput_test(frame, base, cand, th.alpha))
+    change and verdict) and the whole launch's row with the test's design."""
+    verdict = throughput_test(frame, base, cand, th.alpha)
     rows = []
-    for r in cells:
-        key = tuple(r["cell"])
-        mine = frame[frame["cell"].map(tuple) == key]
+    for r in verdict.cells:
+        mine = frame[frame["cell"] == r.cell]
         med = mine.groupby("environment")["samples_per_s"].median()
-        rows.append({**cell_fields(key), "n_baseline": int(r["n_base"]), "n_candidate": int(r["n_cand"]),
+        rows.append({**cell_fields(r.cell), "n_baseline": r.n_base, "n_candidate": r.n_cand,
                      "median_baseline": float(med.get(base, float("nan"))),
                      "median_candidate": float(med.get(cand, float("nan"))),
-                     "change": r["change"], "smallest_detectable": r["smallest_detectable"],
-                     "p_holm": r["p_holm"], "verdict": r["verdict"],
-                     "severity": SEVERITY.get(r["verdict"], "info")})
-    return rows, {"design": design, "order": ORDER, "whole": whole}
+                     "change": r.change, "smallest_detectable": r.smallest_detectable,
+                     "p_holm": r.p_holm, "verdict": r.verdict, "severity": SEVERITY.get(r.verdict, "info")})
+    launch = dataclasses.asdict(verdict.launch)
+    launch["severity"] = SEVERITY.get(launch["verdict"], "info")   # every cell slower together
+    return rows, {"design": verdict.design, "notes": list(verdict.notes), "launch": launch}
 
 
 def load_paired(results_dir: Path | str, tag: str) -> dict:
@@ -151,7 +147,7 @@ def compare_paired(results_dir: Path | str, tag: str, base: str | None = None, c
     sets.update(same_set=False, same_because=None)   # one folder, two sides: not one set twice
     rows, paired = paired_throughput_rows(samples(rs, base, cand), base, cand, th)
     return assemble(base, cand, a, b, th, sets, compare_provenance(a, b), rows, None,
-                    paired={"tag": tag, **paired})
+                    paired={"tag": tag, "order": planned_order(rs, base, cand), **paired})
 
 
 __all__ = ["compare_paired", "environments", "paired_throughput_rows", "samples", "side",
