@@ -54,11 +54,15 @@ path = Path(sys.argv[1])
 if not path.exists():
     sys.exit(f"no report at {path}")
 r = json.loads(path.read_text())
+fmt = lambda v, pct=True: "-" if v is None else (f"{100 * v:+.2f}%" if pct else f"{v:.3g}")
 print(f"{'cell':<14}{'n':>6}{'change':>9}{'smallest':>10}{'p_holm':>9}  verdict")
 for row in r["throughput"]:
-    fmt = lambda v, pct=True: "-" if v is None else (f"{100 * v:+.2f}%" if pct else f"{v:.3g}")
-    print(f"{row['variant'] + ' g' + str(row['gpus']):<14}{row['n_baseline']}/{row['n_candidate']:>4}"
-          f"{fmt(row['change']):>9}{fmt(row['smallest_detectable']):>10}{fmt(row['p_holm'], False):>9}  {row['verdict']}")
-print("whole launch:", json.dumps(r["paired"]["whole"]), "| design:", r["paired"]["design"])
+    runs = f"{row['n_baseline']}/{row['n_candidate']}"
+    print(f"{row['variant'] + ' g' + str(row['gpus']):<14}{runs:>6}{fmt(row['change']):>9}"
+          f"{fmt(row['smallest_detectable']):>10}{fmt(row['p_holm'], False):>9}  {row['verdict']}")
+launch = r["paired"]["launch"]
+print(f"{'whole launch':<14}{launch['cells']:>6}{fmt(launch['change']):>9}{fmt(launch['smallest_detectable']):>10}"
+      f"{fmt(launch['p'], False):>9}  {launch['verdict']}")
+print("order:", r["paired"]["order"], "| design:", r["paired"]["design"])
 print("verdict:", r["verdict"]["line"], "| loss:", sorted({x["verdict"] for x in r["loss"]}))
 PY
