@@ -4,7 +4,10 @@
 #   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
 #   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
 #   snakemake compare --config baseline=<tag> candidate=<tag>
+#   snakemake --cores all --config experiment=upgrade base=/venv-a/bin/python cand=/venv-b/bin/python
+#   snakemake compare --config paired=<tag>            the environments of one paired launch
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,7 +23,7 @@ configfile: "config.yaml"
 
 GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it (`dpbench report`)
 config.update(pipeline.load_experiment(config, workflow.basedir))
-PLAN = pipeline.make_plan(config, GIVEN)
+PLAN = pipeline.make_plan(config, GIVEN)   # a paired launch's environments checked before anything trains
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
@@ -28,8 +31,10 @@ ENV = pipeline.environment_fingerprint()
 # Rules run the package with the Python that runs Snakemake (the environment's own `python`
 # under --software-deployment-method conda), and find it without an install too.
 CONDA = "conda" in str(workflow.deployment_settings.deployment_method).lower()
-PY = dict(py=f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}} "
-             f"{'python' if CONDA else sys.executable}")
+PYTHONPATH = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}}"
+PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else sys.executable}")
+# A paired launch's run is made by its environment's python (torchrun's ranks inherit it).
+RUN_PY = lambda w: f"{PYTHONPATH} {shlex.quote(PLAN.python_for(w.run_id))}" if PLAN.python_for(w.run_id) else PY["py"]
 # Where the tables are tells a rule which result set it works on.
 TAG_OF_INPUT = lambda w, input: pipeline.tag_args(input[0])
 ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
@@ -75,10 +80,11 @@ rule train:
         str(RS.log_path("{run_id}")),
     params:
         run=lambda w: PLAN.run_json(w.run_id),
-        env=ENV,   # a new torch, CUDA or GPU reruns the runs instead of keeping stale ones
+        env=lambda w: pipeline.run_fingerprint(PLAN, w.run_id, ENV),   # a new torch, CUDA or GPU reruns it
         exclusive="--exclusive" if config["exclusive_timing"] else "",
         planned=PLAN.gpus_visible,   # the launcher skips what the plan skips, on any machine
-        **PY,
+        py=RUN_PY,
+    priority: lambda w: PLAN.priority_for(w.run_id)   # a paired launch's runs start in ABBA order
     resources:
         gpu=lambda w: PLAN.gpus_for(w.run_id),
         cpu_timing=lambda w: PLAN.cpu_timing_for(w.run_id),

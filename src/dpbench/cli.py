@@ -7,6 +7,7 @@
     dpbench claims  --results-dir results --tag TAG      (claims.md, claims.json)
     dpbench probe C2 --out results/TAG/claims/C2.json    (one claim probe)
     dpbench compare --baseline TAG --candidate TAG       (the regression check)
+    dpbench compare --paired TAG                         (the environments of one paired launch)
     dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench perf-targets results/TAG --md F --json F     (the perf experiment's targets)
     dpbench tag [EXPERIMENT]                             (the default results tag here)

@@ -5,6 +5,7 @@ damaged; never a traceback).
     python -m dpbench.compare_cli --results-dir results --baseline A --candidate B \\
         [--fail-on-regression] [--fail-on new-warnings,diverged-curves] [--noise-from A,A2,A3]
     dpbench compare --baseline A --candidate B        (the same)
+    dpbench compare --paired TAG [--base base --cand cand]   (the environments of one paired launch)
 
 It sits above analysis (the numbers) and report (the words), which may not import each other
 that way round.
@@ -18,6 +19,7 @@ import warnings
 
 from dpbench import results as R
 from dpbench.analysis import compare
+from dpbench.analysis.compare import one_launch
 from dpbench.report import compare_report
 from dpbench.results.errors import error_text
 
@@ -40,8 +42,12 @@ def _parser() -> argparse.ArgumentParser:
                                 epilog="Exit status: 0 compared; 1 a --fail-on kind was found; "
                                        "2 an input is missing or damaged.")
     p.add_argument("--results-dir", default="results")
-    p.add_argument("--baseline", required=True, help="tag of the reference result set")
-    p.add_argument("--candidate", required=True, help="tag of the result set under test")
+    p.add_argument("--baseline", help="tag of the reference result set")
+    p.add_argument("--candidate", help="tag of the result set under test")
+    p.add_argument("--paired", metavar="TAG", help="a paired launch (experiment key environments): "
+                   "compare its environments within it, instead of --baseline and --candidate")
+    p.add_argument("--base", help="--paired: the reference environment (default: the first named)")
+    p.add_argument("--cand", help="--paired: the environment under test (default: the second named)")
     p.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when regressions are found (same as --fail-on regressions)")
     p.add_argument("--fail-on", type=_fail_on, default=[], metavar="KIND[,KIND]",
@@ -61,16 +67,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.paired and not (args.baseline and args.candidate):
+        parser.error("give --baseline and --candidate (two result sets), or --paired TAG (one paired launch)")
+    what = f"paired launch {args.paired!r}" if args.paired else f"{args.baseline!r} with {args.candidate!r}"
     th = compare.Thresholds(**{f.name: getattr(args, f.name) for f in dataclasses.fields(compare.Thresholds)})
     fail_on = list(dict.fromkeys((["regressions"] if args.fail_on_regression else []) + args.fail_on))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # one line out, whatever pandas or scipy think
-            report = compare.compare(args.results_dir, args.baseline, args.candidate, th, args.noise_from,
-                                     args.report_format)
+            if args.paired:
+                report = one_launch.compare_paired(args.results_dir, args.paired, args.base, args.cand, th)
+                md_path, json_path = R.paired_compare_paths(args.results_dir, args.paired,
+                                                            report["baseline"], report["candidate"])
+            else:
+                report = compare.compare(args.results_dir, args.baseline, args.candidate, th, args.noise_from,
+                                         args.report_format)
+                md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
             report["fail_on"] = fail_on
-            md_path, json_path = R.compare_paths(args.results_dir, args.baseline, args.candidate)
             # Rendered before anything is written, the json last: a crash leaves no half report.
             text = compare_report.render_markdown(report)
             R.write_atomic(md_path, text)
@@ -79,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpbench.compare_cli: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # never a traceback, never exit 1: the checker broke, not the code
-        print(f"dpbench.compare_cli: error: cannot compare {args.baseline!r} with {args.candidate!r}: "
-              f"{error_text(exc)}", file=sys.stderr)
+        print(f"dpbench.compare_cli: error: cannot compare {what}: {error_text(exc)}", file=sys.stderr)
         return 2
     if report["provenance"]["warning"]:
         print(f"WARNING: {report['provenance']['warning']}", file=sys.stderr)

@@ -72,7 +72,8 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 
 # Options added after records existed: absent from a run's config while at their defaults.
-QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s")
+QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s",
+                    "memory_cap_gib", "environment")
 
 
 @dataclass
@@ -130,6 +131,7 @@ class RunConfig:
     log_every: int = _option("log_every")
     save_checkpoint: bool = _option("save_checkpoint")  # write the final weights (bare model) to model.pt
     workload: str | dict[str, Any] = _option("workload")   # what it trains: a name, a factory, or {name|factory, args}
+    environment: str | None = _option("environment")   # a paired launch's environment (whose python runs it)
 
     def validate(self) -> None:
         """Problems a run cannot recover from, named with the way out. Allowed values and limits

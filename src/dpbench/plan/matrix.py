@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, results
+from dpbench.plan import environments as envs
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason
 from dpbench.workloads.registry import resolve
@@ -105,7 +106,38 @@ class Plan:
 
     @cached_property
     def tag(self) -> str:
-        return self.config.get("tag") or default_tag(self.config["experiment"])
+        if self.config.get("tag"):
+            return self.config["tag"]
+        if self.paired:   # upgrade-2.13.0+cpu-vs-2.14.1+cpu: what the launch compares
+            return f"{self.config['experiment']}-" + "-vs-".join(self.environment_versions.values())
+        return default_tag(self.config["experiment"])
+
+    @property
+    def environments(self) -> dict[str, str]:
+        """A paired launch's environments (name -> python), {} for a launch in this python alone."""
+        return dict(self.config.get("environments") or {})
+
+    @property
+    def paired(self) -> bool:
+        return bool(self.environments)
+
+    @cached_property
+    def environment_versions(self) -> dict[str, str]:
+        """name -> torch version of each environment, each checked (envs.EnvironmentProblem)."""
+        return envs.check_environments(self.environments)
+
+    def python_for(self, run_id: str) -> str | None:
+        """The python that runs `run_id`: its environment's, None for this one's."""
+        name = self.run(run_id).environment
+        return None if name is None else self.environments[name]
+
+    def priority_for(self, run_id: str) -> int:
+        """The Snakemake priority that makes a paired launch's runs start in the plan's order
+        (the environments interleaved ABBA) when they run one at a time; 0 for other launches."""
+        if not self.paired:
+            return 0
+        order = list(self.runs)
+        return len(order) - order.index(run_id)
 
     @property
     def results(self) -> results.ResultSet:
@@ -130,15 +162,16 @@ class Plan:
             options = self.group_options(group)
             for variant in group.get("variants", cfg["variants"]):
                 for gpus in ([1] if variant == "single" else group.get("gpus", cfg["gpus"])):
-                    for repeat in range(repeats):
-                        train = {**cfg.get("train", {}), **options}
+                    for repeat, env in self._repeats(repeats):
+                        run_options = options | ({"environment": env} if env else {})
+                        train = {**cfg.get("train", {}), **run_options}
                         if self.cpu:
                             train.update(cpu_plan["train"], max_cpu_ranks=cpu_plan["max_ranks"])
                             if "workload" in train:
                                 train["workload"] = self.cpu_workload(train["workload"])[0]
-                        rc = RunConfig.from_dict(resolve_run(train, variant, gpus, repeat, options,
+                        rc = RunConfig.from_dict(resolve_run(train, variant, gpus, repeat, run_options,
                                                              cfg.get("seeds", "distinct")))
-                        rid = results.run_id(variant, gpus, repeat, options)
+                        rid = results.run_id(variant, gpus, repeat, run_options)
                         if rid in runs and runs[rid] != rc:
                             raise ValueError(
                                 f"groups {origin[rid]!r} and {group['name']!r} both make run {rid} "
@@ -146,6 +179,14 @@ class Plan:
                         mine[rid] = runs.setdefault(rid, rc)
                         origin.setdefault(rid, group["name"])
         return groups
+
+    def _repeats(self, repeats: int) -> list[tuple[int, str | None]]:
+        """(repeat, environment) of one cell's runs in launch order: a paired launch interleaves
+        its environments per repeat (ABBA), any other has one run per repeat."""
+        names = list(self.environments)
+        if not names:
+            return [(r, None) for r in range(repeats)]
+        return [(r, env) for r in range(repeats) for env in envs.interleaved(names, r)]
 
     def group_options(self, group: dict) -> dict:
         """A group's options as its runs use them: the CPU plan's settings win over the group's,
@@ -183,6 +224,10 @@ class Plan:
                             "label": results.options_label(self.group_options(g)),
                             "runs": sorted(self.group_runs[g["name"]])} for g in cfg["matrix"]],
                 "runs": {rid: rc.to_dict() for rid, rc in sorted(self.runs.items())},
+                # A paired launch: its environments and the order its runs were made to start in.
+                "environments": self.environments,
+                "environment_versions": self.environment_versions if self.paired else {},
+                "run_order": list(self.runs) if self.paired else [],
                 "skipped": {rid: self.skip_reason(rc) for rid, rc in sorted(self.runs.items()) if self.skipped(rc)},
                 "given": self.given}
 
@@ -259,6 +304,13 @@ class Plan:
         return ", ".join(f"{v} on {sorted(g)}" for v, g in counts.items())
 
     def banner(self) -> str:
+        if not self.paired:
+            return self._banner()
+        sides = ", ".join(f"{k} (torch {v}: {self.environments[k]})" for k, v in self.environment_versions.items())
+        return (self._banner() + f"\ndpbench: a paired launch of {sides}, their runs interleaved "
+                f"per cell and repeat (ABBA); compare them with: snakemake compare --config paired={self.tag}")
+
+    def _banner(self) -> str:
         n = len(self.runs)
         skipped = [rc for rc in self.runs.values() if self.skipped(rc)]
         where = self.results.dir

@@ -18,6 +18,7 @@ import yaml
 
 from dpbench import SHARDED_VARIANTS, results
 from dpbench.host import PIPELINE_PID_ENV
+from dpbench.plan import environments as envs
 from dpbench.plan.config import schema
 from dpbench.plan.matrix import Plan, environment_fingerprint, plan_gpus
 
@@ -194,6 +195,7 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     if problem:
         raise ConfigError(problem)
     fill_defaults(merged)
+    merged["environments"] = paired_environments(merged)
     if config.get("train"):   # what the user asked for by name is not the CPU plan's to replace
         merged["cpu_plan"]["train"] = {k: v for k, v in merged["cpu_plan"]["train"].items()
                                        if k not in config["train"]}
@@ -202,11 +204,27 @@ def load_experiment(config: dict, basedir: str | Path) -> dict:
     return merged
 
 
+def paired_environments(config: dict) -> dict[str, str]:
+    """`environments`, with the `base`/`cand` shorthands of the command line folded in; a
+    paired launch needs two or more."""
+    found = dict(config.get("environments") or {})
+    found.update({k: config.pop(k) for k in ("base", "cand") if config.get(k)})
+    if len(found) == 1:
+        (name, python), = found.items()
+        raise ConfigError(f"environments: only {name}={python}; a paired launch compares two or more, "
+                          f"e.g. --config base=/venv-a/bin/python cand=/venv-b/bin/python")
+    return found
+
+
 def make_plan(config: dict, given: dict | None = None) -> Plan:
-    """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps it)."""
+    """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps
+    it). A paired launch's environments are checked here, before anything trains."""
     plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
     try:
         plan.runs
+        plan.environment_versions
+    except envs.EnvironmentProblem as exc:
+        raise ConfigError(str(exc)) from None
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
         raise ConfigError(f"experiment {config['experiment']!r}: {exc}") from None
     return plan
@@ -325,24 +343,44 @@ def tag_args(path: str) -> str:
     return f"--results-dir {shlex.quote(str(rs.root))} --tag {shlex.quote(rs.tag)}"
 
 
+def run_fingerprint(plan: Plan, run_id: str, fingerprint: str) -> str:
+    """environment_fingerprint for one run: a paired run's torch is its environment's."""
+    name = plan.run(run_id).environment
+    if name is None:
+        return fingerprint
+    return f"{fingerprint} {name}={plan.environments[name]} torch={plan.environment_versions[name]}"
+
+
 def compare_log(config: dict) -> Path:
     return results.compare_dir(config["results_dir"]) / "compare.log"
 
 
 def compare_args(config: dict, tag: str) -> str:
-    """The compare CLI's arguments from `--config baseline=... candidate=...` and `compare:`."""
+    """The compare CLI's arguments from `--config baseline=... candidate=...` (or `paired=TAG`)
+    and `compare:`."""
     import shlex
     baseline = config.get("baseline")
+    if config.get("paired"):   # one paired launch: its environments compared within it
+        problem = tag_problem(config["paired"], "paired")
+        if problem:
+            raise ConfigError(problem)
+        args = ["--results-dir", config["results_dir"], "--paired", config["paired"]]
+        return " ".join(shlex.quote(str(a)) for a in args + _compare_flags(dict(config["compare"])))
     if not baseline:
         raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
-                          "[candidate=<tag>] (tags are the folders under results/)")
+                          "[candidate=<tag>], or paired=<tag> (tags are the folders under results/)")
     for key in ("baseline", "candidate"):
         problem = tag_problem(config.get(key), key)
         if problem:
             raise ConfigError(problem)
-    c = dict(config["compare"])
     args = ["--results-dir", config["results_dir"], "--baseline", baseline,
             "--candidate", config.get("candidate") or tag]
+    return " ".join(shlex.quote(str(a)) for a in args + _compare_flags(dict(config["compare"])))
+
+
+def _compare_flags(c: dict) -> list[str]:
+    """The compare CLI's flags from the schema's `compare:` block."""
+    args: list[str] = []
     if c.pop("fail_on_regression", False):
         args.append("--fail-on-regression")
     if c.get("fail_on"):
@@ -353,11 +391,11 @@ def compare_args(config: dict, tag: str) -> str:
     c.pop("noise_from", None)
     # Every other key of the schema's compare block is a threshold flag of the same name.
     for key, value in sorted(c.items()):
-        args += [f"--{key.replace('_', '-')}", value]
-    return " ".join(shlex.quote(str(a)) for a in args)
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args
 
 
 __all__ = ["ConfigError", "PipelineBusy", "hold_pipeline_lock", "needs_pipeline_lock", "load_experiment",
            "tag_problem", "coerce", "unknown_keys", "make_plan", "table_files", "figure_files",
            "claim_figure_files", "probe_files", "perf_target_files", "final_targets", "tag_args", "compare_args",
-           "environment_fingerprint"]
+           "environment_fingerprint", "run_fingerprint", "paired_environments"]

@@ -108,15 +108,19 @@ def render_markdown(report: dict) -> str:
     th, w, counts = report["thresholds"], report["warnings"], report["verdict"]["counts"]
     fail_on = report.get("fail_on") or []
     cells = len({(r["variant"], r["gpus"], r["options"]) for r in report["throughput"] + report["loss"]})
-    launch = report.get("noise")
+    launch, paired = report.get("noise"), report.get("paired")
     # Format 2 changes are ratios of geometric means; older reports' (no `format`) of medians.
     geo = report.get("format", 1) >= 2
     centre = "geomean" if geo else "median"
-    out = [f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)", "",
+    title = (f"# dpbench compare within one launch `{paired['tag']}`: `{report['candidate']}` (candidate) "
+             f"vs `{report['baseline']}` (baseline)" if paired else
+             f"# dpbench compare: `{report['baseline']}` (baseline) vs `{report['candidate']}` (candidate)")
+    out = [title, "",
            f"{counted(report['runs']['baseline'], 'baseline run')} against "
            f"{counted(report['runs']['candidate'], 'candidate run')}, "
            f"{counted(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
-           "**How noise is judged.** " + _throughput_rule(th, launch) + " Loss curves of "
+           "**How noise is judged.** " + (_paired_rule(paired) if paired else _throughput_rule(th, launch))
+           + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
            "software change their bits may move, but the curve test below must still pass); other "
            "curves face the curve test: each run's mean loss from a tenth of the way in, the sides' "
@@ -135,6 +139,13 @@ def render_markdown(report: dict) -> str:
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
+        ("Throughput within the launch (images/s, median over repeats)",
+         "`smallest`: the change this cell's test finds at 80% power; `p (Holm)`: adjusted over the cells.",
+         ["run group", "runs", "baseline", "candidate", "change", "smallest", "p (Holm)", "verdict"],
+         range(1, 7),
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"], r["median_candidate"],
+           _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"])]
+          for r in report["throughput"]]) if paired else
         (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
          ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
           "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
@@ -177,13 +188,27 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _paired_rule(paired: dict) -> str:
+    launch = paired["launch"]
+    return (f"Both environments ran in this one launch, their runs interleaved {paired['order']} per cell "
+            f"and repeat, so the noise is this launch's run-to-run spread and no shift between launches "
+            f"enters ({paired['design']}). The smallest change it could have seen (80% power): "
+            f"{_pct(launch['smallest_detectable'])} common to every cell, per cell in the table below. "
+            f"The whole launch: {_signed(launch['change'], '%', 100)}"
+            + ("" if launch["p"] is None else f" (p = {launch['p']:.3g})") + f", **{launch['verdict']}**."
+            + "".join(f" {note}" for note in paired.get("notes") or []))
+
+
 def _throughput_rule(th: dict, launch: dict | None) -> str:
     if not launch:
         floor = max(th["threshold"], th["noise_floor"])
         return (f"A throughput change is called only when it exceeds {100 * floor:g}% (the larger of the "
                 f"threshold and the noise floor between two launches), {th['k_spread']:g} × the repeats' "
                 f"pooled coefficient of variation, and Welch's t-test reaches p < {th['alpha']:g} after "
-                "Holm's correction over the cells.")
+                f"Holm's correction over the cells. No A/A launches were given (--noise-from): a change "
+                f"under {100 * floor:g}% cannot be told from the shift between two launches of this machine; "
+                "to see smaller ones, check the upgrade in one launch, both installs interleaved "
+                "(`--config experiment=upgrade base=... cand=...`, then `compare --paired`; docs/compare.md).")
     return (f"A throughput change is called only when it exceeds {100 * th['threshold']:g}% and "
             f"{th['k_spread']:g} × the repeats' pooled coefficient of variation, and is beyond the noise "
             f"between launches learned from {len(launch['launches'])} A/A launches (below): either the "

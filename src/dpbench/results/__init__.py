@@ -64,10 +64,11 @@ CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step", "C9")
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 
 def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None = None) -> str:
-    """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options."""
+    """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options
+    (`ddp-g2-envbase-r0`: a paired launch's environment)."""
     parts = [variant, f"g{gpus}"]
-    parts += [f"w{_slug(workload_label(v))}" if k == "workload" else f"{k}{_slug(v)}"
-              for k, v in sorted((options or {}).items())]
+    short = {"workload": lambda v: f"w{_slug(workload_label(v))}", "environment": lambda v: f"env{_slug(v)}"}
+    parts += [short[k](v) if k in short else f"{k}{_slug(v)}" for k, v in sorted((options or {}).items())]
     parts.append(f"r{repeat}")
     return "-".join(parts)
 
@@ -165,6 +166,11 @@ def compare_paths(root: Path | str, baseline: str, candidate: str) -> tuple[Path
     """The regression check's report (markdown, json) of two tags under one root."""
     folder, stem = compare_dir(root), f"{baseline}_vs_{candidate}"   # tags hold dots: no with_suffix
     return folder / f"{stem}.md", folder / f"{stem}.json"
+
+
+def paired_compare_paths(root: Path | str, tag: str, base: str, cand: str) -> tuple[Path, Path]:
+    """The report (markdown, json) of environment `cand` against `base` within paired launch `tag`."""
+    return compare_paths(root, f"{tag}.{base}", cand)
 
 
 class ResultSet:

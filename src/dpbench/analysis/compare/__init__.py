@@ -84,19 +84,31 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
     throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
+    noise_row = None if model is None else {
+        **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}}
+    return assemble(baseline, candidate, base, cand, th, sets, prov,
+                    [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()], noise_row,
+                    aa_curves=_aa_curves(results_dir, noise_from, baseline, candidate), report_format=report_format)
+
+
+def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Thresholds, sets: dict,
+             prov: dict, throughput: list[dict], noise_row: dict | None, aa_curves: dict | None = None,
+             report_format: int = REPORT_FORMAT, **extra: Any) -> dict[str, Any]:
+    """The report of two loaded sides, every aspect compared the same way whichever design
+    judged their throughput (two launches, or one paired launch: `extra` says which). aa_curves:
+    the A/A launches' curves for the curve test's pool (_aa_curves)."""
     report: dict[str, Any] = {
-        "baseline": baseline, "candidate": candidate, "format": report_format,
+        "baseline": baseline, "candidate": candidate, "format": report_format, **extra,
         "thresholds": dataclasses.asdict(th),
         "runs": {"baseline": len(base["tables"]["summary"]), "candidate": len(cand["tables"]["summary"])},
         "sets": sets,
         "provenance": prov,
         "status": [asdict(r) for r in compare_status(base, cand, sets)],
-        "noise": None if model is None else {
-            **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}},
-        "throughput": [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()],
+        "noise": noise_row,
+        "throughput": throughput,
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
-        "loss": compare_loss(base, cand, th, prov, _aa_curves(results_dir, noise_from, baseline, candidate)),
+        "loss": compare_loss(base, cand, th, prov, aa_curves),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
     }
     report["verdict"] = asdict(verdict_of(report))
@@ -127,6 +139,6 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["FAIL_ON", "REPORT_FORMAT", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
+__all__ = ["FAIL_ON", "REPORT_FORMAT", "assemble", "InputError", "MissingInput", "Thresholds", "compare", "envelope_check",
            "exact_check", "exit_code", "failing", "holm", "load_set", "pooled_cv", "throughput_verdicts",
            "welch_p"]

@@ -17,7 +17,8 @@ class Verdict:
 
 def failing(report: dict) -> dict[str, int]:
     """How many findings of each --fail-on kind the report holds."""
-    rows = [report["provenance"], *report["status"], *report["throughput"], *report["memory"],
+    launch = [report["paired"]["launch"]] if report.get("paired") else []   # a paired launch's whole-launch test
+    rows = [report["provenance"], *report["status"], *report["throughput"], *launch, *report["memory"],
             *[r for rs in report["warnings"].values() for r in rs], *report["loss"], *report["accuracy"]]
     return {"regressions": sum(r["severity"] == "regression" for r in rows),
             "new-warnings": len(report["warnings"]["new"]),
