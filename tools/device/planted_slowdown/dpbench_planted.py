@@ -1,16 +1,20 @@
 """A planted slowdown for one environment of a paired upgrade check (issue 27's benchmark).
 
-Python imports this file at start-up when its folder is on PYTHONPATH (tools/device/slow_python.sh
-puts it there). With DPBENCH_PLANT_US set, every optimizer step is preceded by a GPU kernel that
-spins for that many microseconds (torch.cuda._sleep, calibrated once with CUDA events), so the
-environment is slower by a known amount while its torch, code and data stay the same.
+tools/device/paired_upgrade.sh copies this module into one virtual environment's site-packages
+with a .pth line that imports it (a .pth works where a system sitecustomize would shadow ours).
+With DPBENCH_PLANT_US set, every optimizer step of that environment is preceded by a GPU kernel
+that spins for that many microseconds (torch.cuda._sleep, calibrated once with CUDA events), in
+every run, or with DPBENCH_PLANT_ONLY=ddp in distributed runs only (one cell): the environment
+is slower by a known amount while its torch, code and data stay the same.
 """
 import os
 
 _US = float(os.environ.get("DPBENCH_PLANT_US", "0") or 0)
+_ONLY = os.environ.get("DPBENCH_PLANT_ONLY", "all")
 
 if _US > 0:
     import torch
+    import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     _cycles: list[int] = []
@@ -27,6 +31,8 @@ if _US > 0:
 
     def _plant(optimizer, args, kwargs):
         if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return
+        if _ONLY == "ddp" and not (dist.is_available() and dist.is_initialized()):
             return
         if not _cycles:
             _cycles.append(_calibrate())
