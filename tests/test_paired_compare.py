@@ -4,11 +4,8 @@ laid out as collect writes them. The within-launch throughput test is the stats 
 they pass with either."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
-import paired_standin
-import pytest
 from test_compare import make_runs, write_set
 
 from dpbench import compare_cli
@@ -18,13 +15,6 @@ from dpbench.report import compare_report
 
 ORDER = [("base", "cand"), ("cand", "base"), ("base", "cand")]   # ABBA over 3 repeats
 
-
-@pytest.fixture(autouse=True)
-def paired_test(monkeypatch):
-    """The stats branch's test where it is merged, else the stand-in in its one call."""
-    if importlib.util.find_spec("dpbench.analysis.compare.paired") is None:
-        monkeypatch.setattr(one_launch, "throughput_test",
-                            lambda frame, base, cand, alpha: paired_standin.paired_throughput(frame, base, cand, alpha))
 
 
 def write_paired(root, tag="P", edit=None, deterministic=True) -> list[str]:

@@ -8,30 +8,21 @@ The within-launch throughput test is the stats branch's (analysis.compare.paired
 merged, a stand-in takes its one call."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-import paired_standin
 import pytest
 from fakes import copy_workflow, run_snakemake
 
 from dpbench import compare_cli
 from dpbench import results as R
-from dpbench.analysis.compare import one_launch
 
 WHEELS = Path("/opt/wheels")
 OLD_TORCH = "2.13.0"
 
-
-@pytest.fixture(autouse=True)
-def paired_test(monkeypatch):
-    if importlib.util.find_spec("dpbench.analysis.compare.paired") is None:
-        monkeypatch.setattr(one_launch, "throughput_test",
-                            lambda frame, base, cand, alpha: paired_standin.paired_throughput(frame, base, cand, alpha))
 
 
 def env_python(where: Path) -> str:

@@ -653,25 +653,29 @@ def load_tables(results_dir: Path | str, tag: str) -> Tables:
     return tables
 
 
-def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
-    """Writes every figure of results.FIGURE_NAMES to figures/<name>.png; returns the paths."""
-    tables = load_tables(results_dir, tag)
-    rs = results.ResultSet(results_dir, tag)
+def save_all(tables: dict[str, pd.DataFrame], draw: dict[str, Callable], rs: results.ResultSet) -> list[Path]:
+    """Draws each figure of `draw` from the tables to figures/<name>.png; returns the paths."""
     paths = []
     with style():
-        for name, draw in DRAW.items():
+        for name, figure in draw.items():
             path = rs.figure_path(name)
-            save(draw(tables), path)
+            save(figure(tables), path)
             paths.append(path)
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Draw one tag's figures from its tidy tables.")
+def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
+    """Writes every figure of results.FIGURE_NAMES to figures/<name>.png; returns the paths."""
+    return save_all(load_tables(results_dir, tag), DRAW, results.ResultSet(results_dir, tag))
+
+
+def main(argv: list[str] | None = None, draw: Callable[[str, str], list[Path]] = draw_all,
+         what: str = "figures") -> int:
+    parser = argparse.ArgumentParser(description=f"Draw one tag's {what} from its tidy tables.")
     parser.add_argument("--results-dir", default="results")
     parser.add_argument("--tag", required=True)
     args = parser.parse_args(argv)
-    for path in draw_all(args.results_dir, args.tag):
+    for path in draw(args.results_dir, args.tag):
         print(path)
     return 0
 

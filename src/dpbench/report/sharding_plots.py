@@ -12,7 +12,6 @@ figures only where the plan has sharded runs: dpbench.plan.pipeline.sharding_fil
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter, StrMethodFormatter
 
 from dpbench import results
+from dpbench.report import plots
 from dpbench.analysis.tables import ok_runs, variant_order
 from dpbench.report.figstyle import (
     REFERENCE_COLOR,
@@ -35,8 +35,6 @@ from dpbench.report.figstyle import (
     panel_title,
     placeholder,
     reference_gid,
-    save,
-    style,
     thousands,
 )
 from dpbench.report.plots import Tables, finish, load_tables, why_empty
@@ -201,24 +199,11 @@ def sharding_tables(results_dir: Path | str, tag: str) -> Tables:
 
 
 def draw_all(results_dir: Path | str, tag: str) -> list[Path]:
-    tables = sharding_tables(results_dir, tag)
-    rs = results.ResultSet(results_dir, tag)
-    paths = []
-    with style():
-        for name, draw in DRAW.items():
-            save(draw(tables), rs.figure_path(name))
-            paths.append(rs.figure_path(name))
-    return paths
+    return plots.save_all(sharding_tables(results_dir, tag), DRAW, results.ResultSet(results_dir, tag))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Draw one tag's sharding figures from its tidy tables.")
-    parser.add_argument("--results-dir", default="results")
-    parser.add_argument("--tag", required=True)
-    args = parser.parse_args(argv)
-    for path in draw_all(args.results_dir, args.tag):
-        print(path)
-    return 0
+    return plots.main(argv, draw_all, "sharding figures")
 
 
 if __name__ == "__main__":
