@@ -107,6 +107,9 @@ def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(rec.get("throughput"), dict) and "samples_per_s" not in rec["throughput"]:
         tp = rec["throughput"]
         rec["throughput"] = {**tp, "samples_per_s": tp.get("images_per_s"), "tokens_per_s": None}
+    # Records from before the sharded variants measured nothing by component or collective.
+    rec.setdefault("memory_components", [])
+    rec.setdefault("collectives", [])
     return rec
 
 
