@@ -32,7 +32,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
     the launcher's skipped ones (none). workload: registry.describe() of the run's workload
     (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one.
     memory_components (a row per rank) and collectives (rank 0's, one profiled step): empty
-    where the run measured none (docs/records.md); records older than them lack the keys."""
+    where the run measured none (docs/records.md); upgrade() gives older records empty ones."""
     return {
         "format": FORMAT,
         "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
