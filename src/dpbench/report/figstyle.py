@@ -130,7 +130,8 @@ def placeholder(title: str, message: str) -> Figure:
     ax = axes[0][0]
     ax.set_axis_off()
     ax.set_gid(PLACEHOLDER)
-    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, transform=ax.transAxes)
+    # Wrapped here: matplotlib's own wrap measures against the figure before a tight save crops it.
+    ax.text(0.5, 0.5, textwrap.fill(message, 48), ha="center", va="center", transform=ax.transAxes)
     figure_title(fig, title)
     return fig
 
