@@ -31,7 +31,10 @@ A change counts only beyond the noise measured for it:
   a regression when nothing did. After a software change their bits may move, but the curve
   must still pass the curve test; a step missing or not finite on one side is a divergence.
   Otherwise the curve test (compare.curves): each run's mean loss after the first tenth, a
-  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. The
+  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. Where
+  both sides' runs carry seeds and two or more match (format 3), seed-paired instead: the mean
+  of the seed-matched differences, its noise from the A/A launches' seed-matched differences
+  (the candidate left out) or else from the differences themselves. The
   per-step band of the baseline's spread is reported as a picture, not a verdict.
 - Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 

@@ -1,6 +1,6 @@
 """Loss curves per cell: bit for bit where both sides promise determinism with the same seeds,
 config and hardware, else the curve test (analysis.compare.curves: each run's mean loss after the
-first tenth, pooled t-test, Holm over cells). The per-step band (stats.envelope_check) is still
+first tenth, pooled t-test or seed-paired where seeds match, Holm over cells). The per-step band (stats.envelope_check) is still
 computed and reported, as a picture of where curves part, not as a verdict.
 
 Its rows stay dicts: which keys a row holds depends on the way it was judged (exact, exact after
