@@ -139,8 +139,9 @@ def render_markdown(report: dict) -> str:
            + (_seed_paired_rule() if report.get("format", 1) >= 3 else
               ", the sides' difference by a t-test with the variance pooled from both sides")
            + f", Holm over the cells, diverged when p < {th['alpha']:g} and the difference exceeds "
-           f"{th['loss_tolerance']:g}. Fewer than two seeds matched and fewer than two runs a side "
-           "means the noise is unknown: no divergence is called. The "
+           f"{th['loss_tolerance']:g}. Fewer than two "
+           + ("seeds matched and fewer than two runs a side" if report.get("format", 1) >= 3 else "runs a side")
+           + " means the noise is unknown: no divergence is called. The "
            f"per-step band ({th['envelope_k']:g} standard errors of the baseline's spread) is shown "
            "as a picture of where curves part, not a verdict.", ""]
     out += _sets_md(report.get("sets"))
