@@ -26,7 +26,7 @@ restricted to the drawn seeds: the baseline and two other launches ("A/A incl. b
 `--noise-from` naming the baseline: the candidate is never among them), or two launches apart from
 both sides ("A/A apart"). Power: the same shifts, in the same unit (a run's summary sd, the
 unpaired pool's), plus 1 sd; the smallest detectable change (median, Holm's first level) in that unit.
---seed-paired-only runs this part alone (about a minute) and keeps the rest of --json as frozen.
+--seed-paired-only runs this part alone (about 3 minutes) and keeps the rest of --json as frozen.
 
 Prints markdown tables; --json writes the frozen result docs/compare.md quotes.
 """
