@@ -87,14 +87,107 @@ def test_identical_runs_and_non_finite_losses():
 
 def test_aa_launches_join_the_curve_tests_pool():
     """With --noise-from, the A/A launches' runs of a cell add their degrees of freedom (the two
-    compared sets, when among them, are not counted twice)."""
+    compared sets, when among them, are not counted twice): the unpaired test of report format 2."""
     from dpbench.analysis.compare import compare
     aa = ["h200-torch-2.11.0+cu130", "h200-aa2-torch-2.11.0+cu130", "h200-92a6737-torch-2.11.0+cu130"]
-    plain = compare(REFERENCE, A, B)
-    pooled = compare(REFERENCE, A, B, noise_from=aa)
+    plain = compare(REFERENCE, A, B, report_format=2)
+    pooled = compare(REFERENCE, A, B, noise_from=aa, report_format=2)
     fast = [(p, q) for p, q in zip(plain["loss"], pooled["loss"]) if p["mode"] == "envelope" and p["curve_sd"]]
     assert fast and all(p["curve_df"] == 4 and q["curve_df"] == 6 for p, q in fast)
+    assert all(q["verdict"] == "within noise" and q["curve_design"] == "unpaired" for _, q in fast)
+
+
+def test_seed_paired_noise_comes_from_aa_launches_without_the_candidate():
+    """Format 3: the same runs carry seeds 0-2 in every launch, so the test is seed-paired; with
+    --noise-from naming baseline, candidate and a third launch, the A/A differences are those of
+    baseline vs third launch only (3 seeds, 3 df), not of the candidate."""
+    from dpbench.analysis.compare import compare
+    aa = [A, B, "h200-92a6737-torch-2.11.0+cu130"]
+    plain, learned = compare(REFERENCE, A, B), compare(REFERENCE, A, B, noise_from=aa)
+    fast = [(p, q) for p, q in zip(plain["loss"], learned["loss"]) if p["mode"] == "envelope" and p["curve_sd"]]
+    assert fast and all(p["curve_design"] == "seed-paired" and p["curve_df"] == 2 for p, _ in fast)
+    assert all(q["curve_design"] == "seed-paired, noise from A/A launches" and q["curve_df"] == 3 for _, q in fast)
     assert all(q["verdict"] == "within noise" for _, q in fast)
+
+
+def test_aa_difference_variance_pools_every_pair_of_launches_per_seed():
+    launches = [{0: 1.0, 1: 2.0, 2: 5.0}, {0: 1.2, 1: 2.1}, {0: 0.9, 3: 7.0}]
+    var, df = curves.aa_difference_variance(launches)
+    ss = np.var([1.0, 1.2, 0.9]) * 3 + np.var([2.0, 2.1]) * 2  # seeds 2 and 3: one launch each
+    assert df == 2 + 1 and var == pytest.approx(2 * ss / 3)
+
+
+SEEDED = [A, B, "h200-92a6737-torch-2.11.0+cu130", "h200-92a6737-aa2-torch-2.11.0+cu130",
+          "h200-1178c54-torch-2.11.0+cu130"]
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    """tag -> cell -> (runs x steps, the runs' seeds) of the fast cells, on the steps all reached."""
+    from dpbench.analysis.compare import load_set
+    from dpbench.analysis.compare.loss import seeds_of
+    sides = {t: load_set(REFERENCE, t, "reference") for t in SEEDED}
+    per = {t: (curves_of(s["tables"]["steps"]), seeds_of(s)) for t, s in sides.items()}
+    cells = [k for k in per[A][0] if "deterministic" not in k[2]]
+    out: dict = {t: {} for t in SEEDED}
+    for k in cells:
+        steps = common_steps([s for c, _ in per.values() for s in c[k].values()])
+        for t, (c, sd) in per.items():
+            out[t][k] = (curve_matrix(c[k], steps), [sd[(*k, r)] for r in sorted(c[k])])
+    assert all(out[t][k][1] == [0, 1, 2] for t in SEEDED for k in cells)  # seed = repeat everywhere
+    return out
+
+
+def _paired_tests(seeded, base, cand, n, shift=None, aa=(), seeds=None):
+    cells = {k: (seeded[base][k][0][:n], seeded[cand][k][0][:n] + (shift or {}).get(k, 0.0)) for k in seeded[base]}
+    seeds = seeds or {k: (seeded[base][k][1][:n], seeded[cand][k][1][:n]) for k in cells}
+    return curves.curve_summary_tests(cells, seeds=seeds, aa_seeded={k: [seeded[t][k] for t in aa] for k in cells})
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_seed_paired_real_aa_curves_pass(seeded, n):
+    for base, cand in ((A, B), (SEEDED[2], SEEDED[3])):
+        tests = _paired_tests(seeded, base, cand, n)
+        assert {t.design for t in tests.values()} == {"seed-paired"}
+        assert {t.verdict for t in tests.values()} == {"within noise"}
+        assert all(t.df == n - 1 and t.pairs == n for t in tests.values())
+    learned = _paired_tests(seeded, A, B, n, aa=[A, *SEEDED[2:]])  # the baseline and three others
+    assert {t.design for t in learned.values()} == {"seed-paired, noise from A/A launches"}
+    assert all(t.df == 3 * 3 for t in learned.values())  # 4 launches x 3 seeds: 3 df a seed
+    assert {t.verdict for t in learned.values()} == {"within noise"}
+
+
+def test_seed_paired_finds_a_planted_shift(seeded):
+    k = ("single", 1, "")
+    aa = [A, *SEEDED[2:]]
+    sd = curves.aa_difference_variance(
+        [curves._by_seed(curves.curve_summary(seeded[t][k][0]), seeded[t][k][1]) for t in aa])[0] ** 0.5
+    tests = _paired_tests(seeded, A, B, 3, {k: 4 * sd}, aa=aa)
+    assert tests[k].verdict == "diverged" and tests[k].change == pytest.approx(
+        4 * sd + _paired_tests(seeded, A, B, 3, aa=aa)[k].change)
+    assert {t.verdict for c, t in tests.items() if c != k} == {"within noise"}
+    assert tests[k].smallest_detectable < 4 * sd
+    # The unpaired test of the same runs cannot see it: the seeds' spread is its noise.
+    unpaired = curves.curve_summary_tests({c: (seeded[A][c][0], seeded[B][c][0] + (4 * sd if c == k else 0))
+                                           for c in seeded[A]})
+    assert unpaired[k].verdict == "within noise" and unpaired[k].smallest_detectable > 4 * sd
+    # Without A/A launches, the differences' own spread (2 df): a larger shift.
+    own = _paired_tests(seeded, A, B, 3)[k]
+    plain = _paired_tests(seeded, A, B, 3, {k: 2 * own.smallest_detectable})
+    assert plain[k].design == "seed-paired" and plain[k].verdict == "diverged"
+
+
+def test_unmatched_seeds_fall_back_to_the_unpaired_test(seeded):
+    k = ("single", 1, "")
+    b, c = seeded[A][k][0], seeded[B][k][0]
+    base = curves.curve_summary_test(b, c)
+    for seeds in (([0, 1, 2], [10, 11, 12]), ([0, 1, 2], [2, None, None]), ([0, 0, 1], [0, 0, 1]), None,
+                  ([None] * 3, [None] * 3)):
+        t = curves.curve_summary_test(b, c, seeds=seeds, aa_seeded=[seeded[SEEDED[2]][k]])
+        assert (t.design, t.df, t.p_value, t.pairs) == ("unpaired", base.df, base.p_value, 0)
+    # Two seeds in common: paired on those two.
+    t = curves.curve_summary_test(b, c, seeds=([0, 1, 2], [1, 2, 5]))
+    assert (t.design, t.pairs, t.df) == ("seed-paired", 2, 1)
 
 
 def test_the_gpu_lr_check_script_compares_what_it_says():

@@ -18,6 +18,16 @@ cells and each cell's sides are drawn from that pool without replacement (assume
 within-launch sd for all cells: stated, not hidden). Curves repeated bit for bit across launches
 count once. Power: a 1% slowdown of one cell, and of every cell.
 
+Seed-paired curves (report format 3): the one-H200 launches ran the same seeds by repeat (checked:
+a launch whose fast runs' seeds are not its repeats stops the script). A draw picks two distinct
+launches as baseline and candidate and n of the seeds, the same in every cell; the test is on the
+seed-matched differences, its noise from the differences themselves ("own"), or from A/A launches
+restricted to the drawn seeds: the baseline and two other launches ("A/A incl. baseline", as
+`--noise-from` naming the baseline: the candidate is never among them), or two launches apart from
+both sides ("A/A apart"). Power: the same shifts, in the same unit (a run's summary sd, the
+unpaired pool's), plus 1 sd; the smallest detectable change (median, Holm's first level) in that unit.
+--seed-paired-only runs this part alone (about 3 minutes) and keeps the rest of --json as frozen.
+
 Prints markdown tables; --json writes the frozen result docs/compare.md quotes.
 """
 from __future__ import annotations
@@ -108,6 +118,85 @@ def curve_rates(pools: dict[tuple, np.ndarray], n: int, draws: int, rng) -> dict
     return {k: _rate(v) for k, v in out.items()}
 
 
+SEEDED_DESIGN = "1x H200"
+# Where the paired test's noise comes from: the differences themselves, or A/A launches (the
+# baseline and two others, as --noise-from naming the baseline; or two apart from both sides).
+AA_MODES = ("own", "A/A incl. baseline", "A/A apart")
+
+
+def seeded_summaries(tags: list[str]) -> tuple[dict[tuple, np.ndarray], list]:
+    """cell -> launches x seeds of run summaries (fast cells; each cell's common steps over all the
+    launches), and the seeds; every launch must have run the same seeds as its repeats."""
+    per: dict[tuple, list] = {}
+    seeds = None
+    for tag in tags:
+        rs = results.ResultSet(REFERENCE, tag)
+        summary = rs.table("summary")
+        seed_of = {(v, int(g), o, int(r)): int(sd) for v, g, o, r, sd in
+                   zip(summary["variant"], summary["gpus"], summary["options"], summary["repeat"], summary["seed"])}
+        for key, runs in curves_of(rs.table("steps")).items():
+            if "deterministic" in key[2]:
+                continue
+            got = [seed_of[(*key, r)] for r in sorted(runs)]
+            if seeds is None:
+                seeds = got
+            if got != seeds:
+                raise SystemExit(f"{tag} {key}: seeds {got}, not {seeds} as in the other launches")
+            per.setdefault(key, []).append(runs)
+    out = {}
+    for k, launches in sorted(per.items()):
+        steps = common_steps([c for runs in launches for c in runs.values()])
+        out[k] = np.array([curves.curve_summary(curve_matrix(runs, steps)) for runs in launches])
+    return out, seeds or []
+
+
+def seed_paired_rates(summ: dict[tuple, np.ndarray], seeds: list, n: int, mode: str, draws: int,
+                      rng) -> dict | None:
+    """False alarms, power and detectable change of the seed-paired test at n seeds a side."""
+    keys = list(summ)
+    launches = min(len(v) for v in summ.values())
+    if n > len(seeds) or launches < (2 if mode == "own" else 4):
+        return None
+    run_sd = {k: float(v.std(ddof=1)) for k, v in summ.items()}
+    ramp = 4 * (1 + curves.BURN_IN) / 2  # a ramp 0 -> 4 sd as a run's summary (from 0.1 T on) sees it
+    out: dict[str, list] = {"fa_cell": [], "fa_comparison": [], "detectable": [],
+                            **{f"power_{w}": [] for w in ("1sd", "3sd", "4sd", "ramp")}}
+    for i in range(draws):
+        order = rng.permutation(launches)
+        base, cand = order[0], order[1]
+        aa = {"own": [], "A/A incl. baseline": [base, *order[2:4]], "A/A apart": list(order[2:4])}[mode]
+        cols = np.sort(rng.choice(len(seeds), n, replace=False))
+        sd_of = [seeds[j] for j in cols]
+
+        def tests(shift: dict) -> dict:
+            cells = {k: (summ[k][base, cols][:, None], summ[k][cand, cols][:, None] + shift.get(k, 0.0))
+                     for k in keys}
+            return curves.curve_summary_tests(
+                cells, ALPHA, seeds={k: (sd_of, sd_of) for k in keys},
+                aa_seeded={k: [(summ[k][a, cols][:, None], sd_of) for a in aa] for k in keys})
+
+        null = tests({})
+        out["fa_cell"] += [null[k].p_value is not None and null[k].p_value < ALPHA for k in keys]
+        out["fa_comparison"].append(any(t.verdict == "diverged" for t in null.values()))
+        target = keys[i % len(keys)]
+        if null[target].smallest_detectable is not None:
+            out["detectable"].append(null[target].smallest_detectable / run_sd[target])
+        for what, shift in (("1sd", 1.0), ("3sd", 3.0), ("4sd", 4.0), ("ramp", ramp)):
+            out[f"power_{what}"].append(tests({target: shift * run_sd[target]})[target].verdict == "diverged")
+    return {k: (float(np.median(v)) if k == "detectable" and v else _rate(v)) for k, v in out.items()}
+
+
+def seed_paired(draws: int, seed: int) -> dict:
+    """The seed-paired part: its own random stream, so --seed-paired-only gives the same numbers."""
+    rng = np.random.default_rng([seed, 3])
+    summ, seeds = seeded_summaries(DESIGNS[SEEDED_DESIGN])
+    res = {"design": SEEDED_DESIGN, "cells": len(summ), "launches": min(len(v) for v in summ.values()),
+           "seeds": seeds, "by_noise": {}}
+    for mode in AA_MODES:
+        res["by_noise"][mode] = {n: seed_paired_rates(summ, seeds, n, mode, draws, rng) for n in REPEATS}
+    return res
+
+
 def throughput_samples(tags: list[str]) -> pd.DataFrame:
     """One row per ok run: launch, cell, samples_per_s."""
     rows = []
@@ -180,6 +269,25 @@ def _pct(v: float | None) -> str:
     return "too few runs" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
 
 
+def seed_paired_markdown(sp: dict) -> list[str]:
+    lines = [f"Loss curves, seed-paired ({sp['design']}, {sp['launches']} launches of seeds "
+             f"{', '.join(map(str, sp['seeds']))}): false alarms per cell and per comparison (all "
+             f"{sp['cells']} cells, Holm), power in one cell, shifts and the smallest detectable change "
+             "(median) in a run's summary sd (the unit of the table above).", "",
+             "| noise from | n a side | FA cell | FA comparison | power 1 sd | power 3 sd | power 4 sd | power ramp "
+             "| detectable (run sd) |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for mode, by_n in sp["by_noise"].items():
+        for n, v in by_n.items():
+            if not v:
+                lines.append(f"| {mode} | {n} | " + " | ".join(["too few seeds"] * 7) + " |")
+                continue
+            d = v.get("detectable")
+            lines.append(f"| {mode} | {n} | " + " | ".join(
+                _pct(v.get(k)) for k in ("fa_cell", "fa_comparison", "power_1sd", "power_3sd", "power_4sd",
+                                         "power_ramp")) + f" | {'–' if d is None else f'{d:.2f}'} |")
+    return lines
+
+
 def markdown(res: dict) -> str:
     lines = ["Loss curves: the curve test (and the old per-step band), false alarms per cell and per "
              "comparison (all cells of the design, Holm), power in one cell of a comparison.", "",
@@ -191,6 +299,8 @@ def markdown(res: dict) -> str:
             lines.append(f"| {d} | {r['cells']} | {r['runs_per_cell']} | {n} | " + " | ".join(
                 _pct(v.get(k)) for k in ("fa_cell", "fa_comparison", "power_3sd", "power_4sd", "power_ramp",
                                          "band_fa_cell", "band_fa_comparison")) + " |")
+    if res.get("seed_paired"):
+        lines += ["", *seed_paired_markdown(res["seed_paired"])]
     lines += ["", "Throughput: false alarms (a regression or improvement called in an A/A) and the paired "
               "test's power and smallest detectable change (median over draws).", "",
               "| design | rule | cells | n a side | FA cell | FA comparison | power 1% one cell | power 1% every cell "
@@ -211,7 +321,21 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=2000)
     p.add_argument("--seed", type=int, default=20261203)
     p.add_argument("--json", type=Path, help="write the frozen result here")
+    p.add_argument("--seed-paired-only", action="store_true",
+                   help="measure only the seed-paired curve test; keep the rest of --json as it is")
     args = p.parse_args()
+    if args.seed_paired_only:
+        res = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+        res.pop("markdown", None)
+        if res and (res.get("draws"), res.get("seed")) != (args.draws, args.seed):
+            raise SystemExit(f"{args.json} was made with --draws {res.get('draws')} --seed {res.get('seed')}")
+        res = {"draws": args.draws, "seed": args.seed, "alpha": ALPHA, "designs": DESIGNS, "curves": {},
+               "throughput": {}, **res, "seed_paired": seed_paired(args.draws, args.seed)}
+        text = markdown(res) if res["curves"] else "\n".join(seed_paired_markdown(res["seed_paired"]))
+        print(text)
+        if args.json:
+            args.json.write_text(json.dumps({**res, "markdown": text}, indent=1, default=str) + "\n")
+        return
     rng = np.random.default_rng(args.seed)
     res: dict = {"draws": args.draws, "seed": args.seed, "alpha": ALPHA, "designs": DESIGNS,
                  "curves": {}, "throughput": {}}
@@ -223,6 +347,7 @@ def main() -> None:
         res["throughput"][design] = {
             "between launches": {n: between_launch_rates(df, n, args.draws // 4, rng) for n in REPEATS},
             "paired": {n: paired_rates(df, n, args.draws // 8, rng) for n in REPEATS}}
+    res["seed_paired"] = seed_paired(args.draws, args.seed)
     text = markdown(res)
     print(text)
     if args.json:

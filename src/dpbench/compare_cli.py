@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report-format", type=int, choices=range(1, compare.REPORT_FORMAT + 1),
                    default=compare.REPORT_FORMAT,
                    help="remake a report by an older format's rules (1: throughput change a ratio "
-                        "of medians, Welch on raw images/s)")
+                        "of medians, Welch on raw images/s; 2: every loss curve by the unpaired "
+                        "curve test, none seed-paired)")
     for f in dataclasses.fields(compare.Thresholds):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=float, default=f.default,
                        help=f"default {f.default:g}")

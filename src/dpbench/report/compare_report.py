@@ -86,9 +86,13 @@ def _loss_rows(report: dict) -> list[list[Any]]:
         judged = _enveloped(r)
         # Format 1 reports (no curve test) show their final-loss p.
         p = r.get("curve_p_holm", r.get("final_loss_p_holm")) if judged else None
+        # Reports before format 3 judged every curve unpaired.
+        design = (r.get("curve_design") or ("unpaired" if r.get("curve_df") else "–")) if judged else None
+        sd = (f"{r['curve_sd']:.3g} ({r['curve_df']})" if judged and r.get("curve_sd") is not None else
+              "–" if judged else None)
         rows.append([_run_group(r), r["repeats"], r["mode"], r["steps_matched"], r["max_abs_diff"],
-                     spread, where, _loss_change(r.get("curve_change")) if judged else None,
-                     r.get("smallest_detectable") if judged else None, p,
+                     spread, where, design, _loss_change(r.get("curve_change")) if judged else None, sd,
+                     r.get("smallest_detectable") if judged else None, r.get("curve_p") if judged else None, p,
                      _mark(r, r["verdict"]),
                      "; ".join(filter(None, [r["note"], r.get("why_not_exact") if r["mode"] != "exact" else ""]))])
     return rows
@@ -96,6 +100,14 @@ def _loss_rows(report: dict) -> list[list[Any]]:
 
 def _loss_change(v: float | None) -> str:
     return "–" if v is None else f"{v:+.3g}"
+
+
+def _seed_paired_rule() -> str:
+    return ("; where both sides' runs carry seeds and two or more match, the test is seed-paired: "
+            "the mean of the seed-matched differences (candidate - baseline) by a t-test whose "
+            "variance comes from the seed-matched differences between the A/A launches (the "
+            "candidate left out) where given, else from the differences themselves; otherwise the "
+            "sides' difference by a t-test with the variance pooled from both sides")
 
 
 def _enveloped(r: dict) -> bool:
@@ -123,10 +135,13 @@ def render_markdown(report: dict) -> str:
            + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
            "software change their bits may move, but the curve test below must still pass); other "
-           "curves face the curve test: each run's mean loss from a tenth of the way in, the sides' "
-           "difference by a t-test with the variance pooled from both sides, Holm over the cells, "
-           f"diverged when p < {th['alpha']:g} and the difference exceeds {th['loss_tolerance']:g}. "
-           "Fewer than two runs a side means the noise is unknown: no divergence is called. The "
+           "curves face the curve test: each run's mean loss from a tenth of the way in"
+           + (_seed_paired_rule() if report.get("format", 1) >= 3 else
+              ", the sides' difference by a t-test with the variance pooled from both sides")
+           + f", Holm over the cells, diverged when p < {th['alpha']:g} and the difference exceeds "
+           f"{th['loss_tolerance']:g}. Fewer than two "
+           + ("seeds matched and fewer than two runs a side" if report.get("format", 1) >= 3 else "runs a side")
+           + " means the noise is unknown: no divergence is called. The "
            f"per-step band ({th['envelope_k']:g} standard errors of the baseline's spread) is shown "
            "as a picture of where curves part, not a verdict.", ""]
     out += _sets_md(report.get("sets"))
@@ -170,11 +185,14 @@ def render_markdown(report: dict) -> str:
         ("Loss curves (loss_global per step)",
          "`exact`: deterministic on both sides with the same seeds, config and hardware, compared bit "
          "for bit (where: the first differing step and its difference); `envelope`: the curve test "
-         "(change: of the mean loss after the first tenth, candidate - baseline; detectable: the "
-         "change it finds at 80% power; p (Holm)) beside the band picture (outside: share of steps "
+         "(design: seed-paired or unpaired; change: of the mean loss after the first tenth, "
+         "candidate - baseline; sd (df): of a seed-matched difference (paired) or of a run's "
+         "summary (unpaired), with its degrees of freedom; detectable: the change it finds at 80% "
+         "power; p, and p (Holm) over the cells) beside the band picture (outside: share of steps "
          "beyond the band; where: the first such step).",
-         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where", "change",
-          "detectable", "p (Holm)", "verdict", "note"], [1, 3, 4, 5, 7, 8, 9], _loss_rows(report)),
+         ["run group", "repeats", "mode", "steps", "max abs diff", "outside", "where", "design", "change",
+          "sd (df)", "detectable", "p", "p (Holm)", "verdict", "note"], [1, 3, 4, 5, 8, 9, 10, 11, 12],
+         _loss_rows(report)),
         ("Final accuracy (test_acc, mean over repeats)", "",
          ["run group", "baseline", "candidate", "change (pp)", "p (Holm)", "verdict"], range(1, 5),
          [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],

@@ -31,7 +31,10 @@ A change counts only beyond the noise measured for it:
   a regression when nothing did. After a software change their bits may move, but the curve
   must still pass the curve test; a step missing or not finite on one side is a divergence.
   Otherwise the curve test (compare.curves): each run's mean loss after the first tenth, a
-  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. The
+  pooled t-test between sides, Holm over cells; fewer than two runs a side: noise unknown. Where
+  both sides' runs carry seeds and two or more match (format 3), seed-paired instead: the mean
+  of the seed-matched differences, its noise from the A/A launches' seed-matched differences
+  (the candidate left out) or else from the differences themselves. The
   per-step band of the baseline's spread is reported as a picture, not a verdict.
 - Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 
@@ -66,8 +69,10 @@ from dpbench.analysis.compare.verdict import exit_code, failing, verdict_of
 
 # The rules a report was made by. 1 (reports without `format`): throughput change a ratio of
 # medians, Welch on raw images/s. 2: the ratio of geometric means, Welch on log images/s; loss
-# curves by the curve test. A committed report is remade by its own format's throughput rule.
-REPORT_FORMAT = 2
+# curves by the curve test. 3: the curve test seed-paired where both sides' runs carry seeds and
+# two or more match (noise from the A/A launches' seed-matched differences where given). A
+# committed report is remade by its own format's rules.
+REPORT_FORMAT = 3
 
 
 def compare(results_dir: Path | str, baseline: str, candidate: str,
@@ -81,6 +86,8 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     base = load_set(results_dir, baseline, "baseline")
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
+    aa_sides = {t: base if t == baseline else load_set(results_dir, t, "A/A launch")
+                for t in dict.fromkeys(noise_from or []) if t != candidate}
     model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
     throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
@@ -88,15 +95,18 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
         **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}}
     return assemble(baseline, candidate, base, cand, th, sets, prov,
                     [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()], noise_row,
-                    aa_curves=_aa_curves(results_dir, noise_from, baseline, candidate), report_format=report_format)
+                    aa_curves=_aa_curves(aa_sides, baseline), aa_sides=list(aa_sides.values()),
+                    report_format=report_format)
 
 
 def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Thresholds, sets: dict,
              prov: dict, throughput: list[dict], noise_row: dict | None, aa_curves: dict | None = None,
-             report_format: int = REPORT_FORMAT, **extra: Any) -> dict[str, Any]:
+             report_format: int = REPORT_FORMAT, aa_sides: list[dict] | None = None,
+             **extra: Any) -> dict[str, Any]:
     """The report of two loaded sides, every aspect compared the same way whichever design
     judged their throughput (two launches, or one paired launch: `extra` says which). aa_curves:
-    the A/A launches' curves for the curve test's pool (_aa_curves)."""
+    the A/A launches' curves for the curve test's pool (_aa_curves); aa_sides: the loaded A/A
+    launches (the candidate left out) for the seed-paired test's noise."""
     report: dict[str, Any] = {
         "baseline": baseline, "candidate": candidate, "format": report_format, **extra,
         "thresholds": dataclasses.asdict(th),
@@ -108,20 +118,21 @@ def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Threshol
         "throughput": throughput,
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
-        "loss": compare_loss(base, cand, th, prov, aa_curves),
+        "loss": compare_loss(base, cand, th, prov, aa_curves, aa_sides, seed_paired=report_format >= 3),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
     }
     report["verdict"] = asdict(verdict_of(report))
     return _finite(report)
 
 
-def _aa_curves(results_dir: Path | str, tags: list[str] | None, *sides: str) -> dict | None:
-    """cell -> the A/A launches' curves (repeat -> Series each), for the curve test's pool; the
+def _aa_curves(aa_sides: dict[str, dict], baseline: str) -> dict | None:
+    """cell -> the A/A launches' curves (repeat -> Series each), for the unpaired test's pool; the
     compared sets themselves are left out, their runs are in the pool already."""
-    others = [t for t in dict.fromkeys(tags or []) if t not in sides]
     out: dict = {}
-    for tag in others:
-        for cell, runs in curves_of(load_set(results_dir, tag, "A/A launch")["tables"]["steps"]).items():
+    for tag, side in aa_sides.items():
+        if tag == baseline:
+            continue
+        for cell, runs in curves_of(side["tables"]["steps"]).items():
             out.setdefault(cell, []).append(runs)
     return out or None
 

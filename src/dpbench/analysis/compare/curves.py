@@ -7,6 +7,15 @@ keeps throughout (64-74% of the deviation in the 2x H200 references; the uncentr
 a difference at lag 20 is about 0.7), so the steps of one run are not independent draws and a
 per-step band built from 2-3 repeats has about 2 degrees of freedom, not one per step. A run is
 the unit of replication; its mean over the curve averages away the per-step noise.
+
+Seed-paired (report format 3): where both sides' runs carry seeds and two or more seeds are on
+both sides, the runs are matched by seed and the test is on d_i = candidate(seed_i) -
+baseline(seed_i). The seed (initial weights, batch order) sets most of a run's level (same-seed
+summaries of two one-H200 launches correlate at 0.9996), which the unpaired test counts as noise.
+Under "no change" the d_i are distributed like the seed-matched differences between A/A launches:
+with A/A launches the null sd of a difference comes from those alone (the candidate left out),
+t = mean(d) / (s_AA / sqrt(n)) on the A/A degrees of freedom; without them, a one-sample t on
+the d_i (n - 1 df).
 """
 from __future__ import annotations
 
@@ -54,6 +63,9 @@ class CurveTest:
     p_holm: float | None = None
     verdict: str = "noise unknown"
     note: str = ""
+    design: str = "unpaired"
+    # Seed-matched pairs (the seed-paired designs): n_baseline = n_candidate = pairs there.
+    pairs: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,13 +86,72 @@ def detectable(sd: float, df: int, n_b: int, n_c: int, alpha: float) -> float:
     return float((t.ppf(1 - alpha / 2, df) + t.ppf(POWER, df)) * sd * math.sqrt(1 / n_b + 1 / n_c))
 
 
+UNPAIRED, PAIRED, PAIRED_AA = "unpaired", "seed-paired", "seed-paired, noise from A/A launches"
+
+
+def _by_seed(values: np.ndarray, seeds) -> dict:
+    """seed -> value, for the seeds that name exactly one run (a seed run twice matches nothing)."""
+    if seeds is None or len(seeds) != len(values):
+        return {}
+    known = [s for s in seeds if s is not None]
+    return {s: float(v) for s, v in zip(seeds, values) if s is not None and known.count(s) == 1}
+
+
+def aa_difference_variance(launches: list[dict]) -> tuple[float, int]:
+    """The variance of a seed-matched difference between two launches of the same code, and its
+    df, from A/A launches (each seed -> summary): per seed, the spread of its summaries across the
+    launches that ran it (every pair of launches, m - 1 df for m of them), pooled over seeds;
+    a difference holds two runs, so twice that. Launch offsets are not removed: a launch that moved
+    all its runs alike counts as noise, as it would between baseline and candidate."""
+    ss, df = 0.0, 0
+    for seed in sorted({s for launch in launches for s in launch}, key=str):
+        v = np.array([launch[seed] for launch in launches if seed in launch and math.isfinite(launch[seed])])
+        if len(v) >= 2:
+            ss, df = ss + float(((v - v.mean()) ** 2).sum()), df + len(v) - 1
+    return (2 * ss / df, df) if df else (0.0, 0)
+
+
+def paired_detectable(sd: float, df: int, n: int, alpha: float) -> float:
+    """The change a two-sided t-test of a mean of n differences finds with POWER."""
+    t = scipy.stats.t
+    return float((t.ppf(1 - alpha / 2, df) + t.ppf(POWER, df)) * sd / math.sqrt(n))
+
+
+def _paired(res: CurveTest, b: dict, c: dict, aa_launches: list[dict] | None, alpha: float) -> CurveTest:
+    seeds = sorted(b.keys() & c.keys(), key=str)
+    d = np.array([c[s] - b[s] for s in seeds])
+    res.design, res.pairs, res.n_baseline, res.n_candidate = PAIRED, len(d), len(d), len(d)
+    res.summary_baseline = float(np.mean([b[s] for s in seeds]))
+    res.summary_candidate = float(np.mean([c[s] for s in seeds]))
+    res.change = float(d.mean())
+    var, df = aa_difference_variance(aa_launches) if aa_launches else (0.0, 0)
+    if df:
+        res.design = PAIRED_AA
+    else:
+        var, df = float(d.var(ddof=1)), len(d) - 1
+    if var == 0.0:
+        res.note = "the seed-matched runs differ by the same amount: the noise is unknown"
+        return res
+    res.sd, res.df = math.sqrt(var), df
+    t = res.change / (res.sd / math.sqrt(len(d)))
+    res.p_value = float(2 * scipy.stats.t.sf(abs(t), df))
+    res.smallest_detectable = paired_detectable(res.sd, df, len(d), alpha)
+    return res
+
+
 def curve_summary_test(base: np.ndarray, cand: np.ndarray, alpha: float = 0.05,
-                       aa: list[np.ndarray] | None = None) -> CurveTest:
+                       aa: list[np.ndarray] | None = None, seeds: tuple | None = None,
+                       aa_seeded: list[tuple] | None = None) -> CurveTest:
     """The test of one cell (base, cand: runs x steps over the steps all runs reached).
 
     aa: A/A curves of this cell (each a runs x steps array of one launch of the same code): their
     within-launch spread joins the pool, with its degrees of freedom. Without them a side needs two
-    runs, or the noise is unknown."""
+    runs, or the noise is unknown.
+
+    seeds: (the baseline rows' seeds, the candidate rows' seeds), None where unknown: two or more
+    seeds on both sides make the test seed-paired. aa_seeded: the A/A launches the paired test
+    learns its noise from, (runs x steps, seeds) each; never the candidate (the baseline may be
+    one of them)."""
     b, c = curve_summary(base), curve_summary(cand)
     aa_summaries = [curve_summary(a) for a in (aa or []) if np.size(a)]
     res = CurveTest(len(b), len(c), None, None, None, None, 0, None, None)
@@ -95,6 +166,10 @@ def curve_summary_test(base: np.ndarray, cand: np.ndarray, alpha: float = 0.05,
         else:
             res.note = "loss not finite on either side"
         return res
+    bs, cs = (_by_seed(b, seeds[0]), _by_seed(c, seeds[1])) if seeds else ({}, {})
+    if len(bs.keys() & cs.keys()) >= 2:
+        launches = [_by_seed(curve_summary(m), s) for m, s in aa_seeded or [] if np.size(m)]
+        return _paired(res, bs, cs, [x for x in launches if x], alpha)
     res.change = float(c.mean() - b.mean())
     var, df = _pooled([b, c, *[a[np.isfinite(a)] for a in aa_summaries]])
     if min(len(b), len(c)) < 2 and not aa_summaries:
@@ -111,11 +186,13 @@ def curve_summary_test(base: np.ndarray, cand: np.ndarray, alpha: float = 0.05,
 
 
 def curve_summary_tests(cells: dict, alpha: float = 0.05, tolerance: float = 0.0,
-                        aa: dict | None = None) -> dict:
+                        aa: dict | None = None, seeds: dict | None = None, aa_seeded: dict | None = None) -> dict:
     """curve_summary_test per cell (key -> (base, cand) arrays), Holm over the tested cells; a
     cell diverges when its Holm p < alpha and its change exceeds tolerance. The smallest
-    detectable change is quoted at alpha / (tested cells), the level Holm holds the first cell to."""
-    out = {k: curve_summary_test(b, c, alpha, (aa or {}).get(k)) for k, (b, c) in cells.items()}
+    detectable change is quoted at alpha / (tested cells), the level Holm holds the first cell to.
+    seeds, aa_seeded: per cell, curve_summary_test's (absent: the unpaired test)."""
+    out = {k: curve_summary_test(b, c, alpha, (aa or {}).get(k), (seeds or {}).get(k), (aa_seeded or {}).get(k))
+           for k, (b, c) in cells.items()}
     keys = list(out)
     adjusted = holm([out[k].p_value for k in keys])
     m = max(1, sum(p is not None for p in adjusted))
@@ -124,7 +201,9 @@ def curve_summary_tests(cells: dict, alpha: float = 0.05, tolerance: float = 0.0
         r.p_holm = q
         if r.verdict == "diverged" or q is None:
             continue
-        if r.sd is not None:
+        if r.sd is not None and r.pairs:
+            r.smallest_detectable = paired_detectable(r.sd, r.df, r.pairs, alpha / m)
+        elif r.sd is not None:
             r.smallest_detectable = detectable(r.sd, r.df, r.n_baseline, r.n_candidate, alpha / m)
         r.verdict = "diverged" if q < alpha and abs(r.change) > tolerance else "within noise"
     return out

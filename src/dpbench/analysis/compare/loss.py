@@ -1,6 +1,6 @@
 """Loss curves per cell: bit for bit where both sides promise determinism with the same seeds,
 config and hardware, else the curve test (analysis.compare.curves: each run's mean loss after the
-first tenth, pooled t-test, Holm over cells). The per-step band (stats.envelope_check) is still
+first tenth, pooled t-test or seed-paired where seeds match, Holm over cells). The per-step band (stats.envelope_check) is still
 computed and reported, as a picture of where curves part, not as a verdict.
 
 Its rows stay dicts: which keys a row holds depends on the way it was judged (exact, exact after
@@ -34,6 +34,14 @@ def curves_of(steps) -> dict[tuple, dict[int, Any]]:
         out.setdefault(tuple(key), {})[int(repeat)] = pd.Series(
             g["loss_global"].to_numpy(float), index=index).sort_index()
     return out
+
+
+def seeds_of(side: dict) -> dict[tuple, Any]:
+    """(variant, gpus, options, repeat) -> the seed its run record names (None: no record)."""
+    ids = side["tables"]["steps"].drop_duplicates(CELL_KEY + ["repeat"])
+    recs = side["records"]
+    return {(v, int(g), o, int(r)): getattr(recs.get(str(rid)), "seed", None) for v, g, o, r, rid in
+            zip(ids["variant"], ids["gpus"], ids["options"], ids["repeat"], ids["run_id"])}
 
 
 def _mode(base: dict, cand: dict, rids: list[str], hardware_same: bool) -> tuple[bool, str]:
@@ -72,29 +80,44 @@ def curve_matrix(curves: dict, steps) -> np.ndarray:
 
 
 def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
-                aa: dict | None = None) -> dict[tuple, CurveTest]:
+                aa: dict | None = None, seeds: tuple | None = None,
+                aa_seeded: list | None = None) -> dict[tuple, CurveTest]:
     """The curve test of every cell both sides ran (Holm over them); aa: cell -> [per A/A launch
-    repeat -> curve Series], whose spread joins the pool."""
-    cells, aa_cells = {}, {}
+    repeat -> curve Series], whose spread joins the pool. seeds: (seeds_of the baseline, of the
+    candidate), which make a cell's test seed-paired where they match (None: unpaired);
+    aa_seeded: [(curves_of, seeds_of) per A/A launch] for the paired test's noise (the candidate
+    left out, the baseline in when it is one of them)."""
+    cells, aa_cells, seed_cells, aa_seed_cells = {}, {}, {}, {}
     for k in keys:
         launches = [c for c in (aa or {}).get(k, []) if c]
+        paired = [(c[k], sd) for c, sd in (aa_seeded or []) if c.get(k)] if seeds else []
         steps = common_steps([*curves_a[k].values(), *curves_b[k].values(),
-                         *[s for c in launches for s in c.values()]])
-        if steps is not None:
-            cells[k] = (curve_matrix(curves_a[k], steps), curve_matrix(curves_b[k], steps))
-            aa_cells[k] = [curve_matrix(c, steps) for c in launches]
-    return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells)
+                              *[s for c in launches for s in c.values()],
+                              *[s for c, _ in paired for s in c.values()]])
+        if steps is None:
+            continue
+        cells[k] = (curve_matrix(curves_a[k], steps), curve_matrix(curves_b[k], steps))
+        aa_cells[k] = [curve_matrix(c, steps) for c in launches]
+        if seeds:
+            seed_cells[k] = tuple([side.get((*k, r)) for r in sorted(cur[k])]
+                                  for side, cur in zip(seeds, (curves_a, curves_b)))
+            aa_seed_cells[k] = [(curve_matrix(c, steps), [sd.get((*k, r)) for r in sorted(c)]) for c, sd in paired]
+    return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells, seed_cells, aa_seed_cells)
 
 
 def _curve_fields(t: CurveTest | None) -> dict[str, Any]:
     if t is None:
-        return {"curve_change": None, "curve_sd": None, "curve_df": 0, "curve_p_holm": None,
-                "smallest_detectable": None}
-    return {"curve_change": t.change, "curve_sd": t.sd, "curve_df": t.df, "curve_p_holm": t.p_holm,
-            "smallest_detectable": t.smallest_detectable}
+        return {"curve_design": None, "curve_change": None, "curve_sd": None, "curve_df": 0, "curve_p": None,
+                "curve_p_holm": None, "smallest_detectable": None}
+    return {"curve_design": t.design, "curve_change": t.change, "curve_sd": t.sd, "curve_df": t.df,
+            "curve_p": t.p_value, "curve_p_holm": t.p_holm, "smallest_detectable": t.smallest_detectable}
 
 
-def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | None = None) -> list[dict]:
+def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | None = None,
+                 aa_sides: list[dict] | None = None, seed_paired: bool = True) -> list[dict]:
+    """aa: cell -> the A/A launches' curves (the compared sets left out) for the unpaired pool;
+    aa_sides: the loaded A/A launches for the seed-paired test's noise (the candidate left out,
+    the baseline in when named); seed_paired False: every cell unpaired (report formats 1-2)."""
     sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
     curves_a, curves_b = curves_of(sa), curves_of(sb)
     keys = sorted(curves_a.keys() & curves_b.keys())
@@ -112,7 +135,9 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
     # Holm's family: the cells the curve test judges (not those held bit for bit with nothing
     # changed, nor same-bits curves, which it never judges).
     judged = [k for k in keys if (software or not modes[k][0]) and not _same_bits_all(curves_a[k], curves_b[k])]
-    tests = curve_tests(curves_a, curves_b, judged, th, aa)
+    seeds = (seeds_of(base), seeds_of(cand)) if seed_paired else None
+    aa_seeded = [(curves_of(s["tables"]["steps"]), seeds_of(s)) for s in aa_sides or []]
+    tests = curve_tests(curves_a, curves_b, judged, th, aa, seeds, aa_seeded)
     rows = []
     for key, p, q in zip(keys, raw, adjusted):
         ca, cb = curves_a[key], curves_b[key]
