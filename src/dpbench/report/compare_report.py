@@ -132,6 +132,8 @@ def render_markdown(report: dict) -> str:
            f"{counted(report['runs']['candidate'], 'candidate run')}, "
            f"{counted(cells, 'cell')} (variant, GPU count, options) on both sides.", "",
            "**How noise is judged.** " + (_paired_rule(paired) if paired else _throughput_rule(th, launch))
+           + (f" The A/A launches gave no throughput noise ({report['noise_unfitted']})."
+              if report.get("noise_unfitted") else "")
            + " Loss curves of "
            "deterministic runs with the same seed, config and hardware must match bit for bit (after a "
            "software change their bits may move, but the curve test below must still pass); other "

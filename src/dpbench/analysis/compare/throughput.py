@@ -164,9 +164,11 @@ def _comparable(key: str, value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tuple[noise.LaunchNoise, dict]:
+def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tuple[noise.LaunchNoise | None, dict]:
     """The launch-noise model from result sets of the same experiment launched several times;
-    InputError when they cannot give one or were made on other hardware than the baseline."""
+    InputError when they were made on other hardware than the baseline. An experiment of one cell
+    cannot split a launch's shift from its cells' wobble: no model then, and `unfitted` says why
+    (throughput keeps the fixed floor; the loss curves still learn from the launches)."""
     tags = list(dict.fromkeys(tags))
     if len(tags) < 2:
         raise InputError(f"--noise-from needs at least 2 launches of the same experiment (A/A), got "
@@ -185,7 +187,9 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tupl
         model = noise.fit(np.log([[medians[t][c] for t in tags] for c in cells]).reshape(len(cells), len(tags)),
                           tags)
     except noise.NotEnoughLaunches as exc:
-        raise InputError(str(exc)) from None
+        if len(cells) >= 2:
+            raise InputError(str(exc)) from None
+        return None, {"unfitted": f"{exc}: throughput keeps the fixed noise floor"}
     differs = [k for k in SOFTWARE_KEYS if len({_comparable(k, prov_value(s, k)) for s in sets.values()}) > 1]
     return model, {"fitted_cells": [cell_fields(c) for c in cells], "software_differs": differs}
 
