@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The paired upgrade check's GPU benchmark in one launch: the upgrade experiment with three
-# environments of this machine's torch (venvs on its packages), interleaved per cell and repeat
+# environments of this machine's torch (launchers of its python), interleaved per cell and repeat
 # (base same slow, slow same base, ...): `same` is base again (a paired A/A), `slow` carries a
 # planted slowdown (tools/device/planted_slowdown: a GPU busy-wait of SLOW_US microseconds before
 # every optimizer step; in every run, or in distributed runs only with SLOW_ONLY=ddp). Then two
@@ -14,19 +14,22 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do mine+=("$1"); shift; done
 usage="usage: paired_upgrade.sh OUT_DIR TAG SLOW_US [SLOW_ONLY] [-- config...]"
 out=${mine[0]:?$usage} tag=${mine[1]:?$usage} slow_us=${mine[2]:?$usage} slow_only=${mine[3]:-all}
 py=python3 envs=${ENVS_DIR:-/tmp/dpbench-envs}
-mkdir -p "$out" "$envs"
-for side in base same slow; do
-  [ -x "$envs/$side/bin/python" ] || "$py" -m venv --system-site-packages --without-pip "$envs/$side" || exit 3
-done
-site=$("$envs/slow/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-cp tools/device/planted_slowdown/dpbench_planted.py "$site/" && echo "import dpbench_planted" > "$site/dpbench_planted.pth"
+mkdir -p "$out" "$envs/planted"
+# Each environment is a launcher of this machine's python (a venv on its packages may not see an
+# image's torch); `slow` puts the planted module first on its PYTHONPATH (a sitecustomize there
+# imports it, in torchrun's ranks too, which inherit the variable).
+real=$(command -v "$py")
+for side in base same; do printf '#!/bin/sh\nexec %s "$@"\n' "$real" > "$envs/$side"; chmod +x "$envs/$side"; done
+cp tools/device/planted_slowdown/dpbench_planted.py "$envs/planted/" && echo "import dpbench_planted" > "$envs/planted/sitecustomize.py"
+printf '#!/bin/sh\nexport PYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}"\nexec %s "$@"\n' "$envs/planted" "$real" > "$envs/slow"
+chmod +x "$envs/slow"
 export DPBENCH_PLANT_US=$slow_us DPBENCH_PLANT_ONLY=$slow_only   # read only where the module is
 timeout -s INT -k 30 "${LIMIT:-3600}" snakemake --cores all --config experiment=upgrade \
-  "environments={base: $envs/base/bin/python, same: $envs/same/bin/python, slow: $envs/slow/bin/python}" \
+  "environments={base: $envs/base, same: $envs/same, slow: $envs/slow}" \
   "tag=$tag" "$@" > "$out/$tag-snakemake.log" 2>&1
 echo "snakemake exit $?  (log: $out/$tag-snakemake.log)"
 for cand in same slow; do
-  PYTHONPATH=$PWD/src "$py" -m dpbench.compare_cli --paired "$tag" --base base --cand "$cand" > /dev/null
+  PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$py" -m dpbench.compare_cli --paired "$tag" --base base --cand "$cand" > /dev/null
   echo "compare base vs $cand: exit $?"
   cp results/compare/"$tag".base_vs_"$cand".* "$out"/ 2>/dev/null
   "$py" - "results/compare/$tag.base_vs_$cand.json" <<'PY'

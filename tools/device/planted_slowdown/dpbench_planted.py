@@ -1,7 +1,7 @@
 """A planted slowdown for one environment of a paired upgrade check (issue 27's benchmark).
 
-tools/device/paired_upgrade.sh copies this module into one virtual environment's site-packages
-with a .pth line that imports it (a .pth works where a system sitecustomize would shadow ours).
+tools/device/paired_upgrade.sh puts this module first on one environment's PYTHONPATH, beside a
+sitecustomize.py that imports it (PYTHONPATH comes before the standard library's own).
 With DPBENCH_PLANT_US set, every optimizer step of that environment is preceded by a GPU kernel
 that spins for that many microseconds (torch.cuda._sleep, calibrated once with CUDA events), in
 every run, or with DPBENCH_PLANT_ONLY=ddp in distributed runs only (one cell): the environment
