@@ -82,7 +82,7 @@ def test_each_comparison_decides_as_committed(tmp_path, stem):
     format it records, a report reaches the same verdict per aspect and cell; its words may be new."""
     kept = results.read_json(REFERENCE / results.COMPARE_DIR / f"{stem}.json")
     code, made, _ = run_compare(tmp_path, REFERENCE, kept["baseline"], kept["candidate"],
-                                noise_from=(kept.get("noise") or {}).get("launches", []),
+                                noise_from=kept.get("noise_from") or (kept.get("noise") or {}).get("launches", []),
                                 fail_on=kept["fail_on"], thresholds=kept["thresholds"],
                                 report_format=kept.get("format", 1))  # made before `format`: 1
     assert compare_verdicts(made) == compare_verdicts(kept)

@@ -96,7 +96,8 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     return assemble(baseline, candidate, base, cand, th, sets, prov,
                     [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()], noise_row,
                     aa_curves=_aa_curves(aa_sides, baseline), aa_sides=list(aa_sides.values()),
-                    report_format=report_format)
+                    report_format=report_format, noise_from=list(dict.fromkeys(noise_from or [])),
+                    **({"noise_unfitted": fitted["unfitted"]} if "unfitted" in fitted else {}))
 
 
 def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Thresholds, sets: dict,
