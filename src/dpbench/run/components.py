@@ -5,8 +5,8 @@ holds after the step, counted from the tensors themselves (a DTensor's local sha
 optimizer state is this rank's partition), so also on the CPU; on CUDA, the allocator's peak
 in each phase of the step (forward, backward, optimizer step).
 
-Collectives (the record's `collectives`, rank 0's): PyTorch's CommDebugMode sees the c10d ops
-that Python dispatch sees (FSDP2's all-gathers and reduce-scatters, ZeRO-1's broadcasts, DDP's
+Collectives (the record's `collectives`, rank 0's): a dispatch mode counts the collectives
+CommDebugMode knows, as Python dispatch sees them (FSDP2's all-gathers and reduce-scatters, ZeRO-1's broadcasts, DDP's
 all-reduces where the reducer runs them on the step's thread, as on the CPU); this module adds
 each op's payload bytes. Where DDP's reducer runs its all-reduces on an autograd thread the mode
 does not see (CUDA), its buckets say what they reduce (`ddp_buckets`).
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
-from torch.distributed.tensor.debug import CommDebugMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpbench.run.step import train_step
 from dpbench.run.variants import StepLosses, Variant
@@ -64,19 +64,27 @@ def payload_bytes(name: str, args: tuple) -> int:
     return _payload(args[0]) if args else 0
 
 
-class CollectiveCounter(CommDebugMode):
-    """CommDebugMode, plus the bytes of each collective it sees."""
+class CollectiveCounter(TorchDispatchMode):
+    """Counts the collectives dispatched in its scope, with each one's payload bytes: the ops
+    CommDebugMode counts (its c10d and functional-collective lists), without CommDebugMode's
+    module tracker, whose full backward hooks break models that modify an activation in place
+    (torchvision's ReLU(inplace=True): "Output 0 of BackwardHookFunction is a view ...")."""
 
     def __init__(self):
         super().__init__()
+        from torch.distributed.tensor.debug import _comm_mode as known
+        self.ops = (set(known.c10d_collective_ops) | set(known.NATIVE_TO_PY_MAPPING)
+                    | set(known.NATIVE_TO_PY_MAPPING.values()))
         self.bytes: dict[str, int] = defaultdict(int)
         self.counts: dict[str, int] = defaultdict(int)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        seen = sum(self.comm_counts.values())
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if out is not NotImplemented and sum(self.comm_counts.values()) > seen:
-            name = collective_name(str(func._overloadpacket))
+        if any(t is DTensor for t in types):
+            return NotImplemented   # let DTensor desugar into the collectives counted here
+        out = func(*args, **(kwargs or {}))
+        packet = getattr(func, "_overloadpacket", None)
+        if packet in self.ops:
+            name = collective_name(str(packet))
             self.counts[name] += 1
             self.bytes[name] += payload_bytes(name, args)
         return out
