@@ -219,3 +219,17 @@ def test_fsdp_with_and_without_resharding_get_a_cell_each(collected):
     fsdp = med[(med["variant"] == "fsdp") & (med["quantity"] == "images_per_s")]
     assert sorted(fsdp["options"]) == ["", "reshard_after_forward=False"]
     assert len(set(fsdp["setup"])) == 1          # the option is no other setup: single compares with both
+
+
+def test_one_rank_fsdp_sends_nothing_and_ddp_buffer_broadcasts_have_no_formula():
+    """What the CPU plan measured: FSDP2 on a mesh of one counts no collective, and DDP's
+    per-forward buffer broadcasts (BatchNorm statistics) are outside the parameter formulas."""
+    assert T.predicted_traffic("fsdp", 1000, ranks=1) == {}
+    assert set(T.predicted_traffic("hsdp", 1000, ranks=2, shard_size=1)) == {"all_reduce"}
+    rec = {"variant": "ddp", "gpus": 2, "status": "ok", "parameters": 1000, "param_bytes": 4000,
+           "config": {"precision": "fp32", "momentum": 0.9},
+           "collectives": [{"collective": "all_reduce", "count": 1, "bytes": 4000},
+                           {"collective": "broadcast", "count": 4, "bytes": 96}]}
+    rows = {r["collective"]: r for r in T.collective_rows(rec)}
+    assert rows["all_reduce"]["predicted_bytes"] == 4000 and rows["broadcast"]["predicted_bytes"] is None
+    assert [c["collective"] for c in T.comparison(list(rows.values()))] == ["all_reduce"]

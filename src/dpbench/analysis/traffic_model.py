@@ -51,8 +51,9 @@ def predicted_traffic(variant: str, parameters: int, ranks: int, reduce_bytes: f
         add("broadcast", P * reduce_bytes, ranks)
     if variant in ("fsdp", "hsdp"):
         group = (shard_size or ranks) if variant == "hsdp" else ranks
-        add("all_gather", P * gather * (2 if reshard_after_forward else 1), group)
-        add("reduce_scatter", P * reduce_bytes, group)
+        if group > 1:   # a one-rank shard group holds whole tensors: FSDP2 sends nothing within it
+            add("all_gather", P * gather * (2 if reshard_after_forward else 1), group)
+            add("reduce_scatter", P * reduce_bytes, group)
         if variant == "hsdp" and ranks // group > 1:
             add("all_reduce", P * reduce_bytes / group, ranks // group)
     return out
@@ -87,9 +88,14 @@ def collective_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
         for name in predicted:
             rows.setdefault(name, {"count": 0, "bytes": 0})
     order = sorted(rows, key=lambda c: (COLLECTIVES.index(c) if c in COLLECTIVES else len(COLLECTIVES), c))
+    # DDP (and ZeRO-1's DDP) also broadcasts its buffers (BatchNorm's statistics) before each
+    # forward; the closed form counts parameters only, so those broadcasts have no prediction.
+    buffers = record.get("variant") in ("ddp", "zero1") and "broadcast" not in predicted
     return [{"collective": c, **rows[c],
-             "predicted_bytes": predicted.get(c, {}).get("payload", 0.0) if predicted else None,
-             "predicted_wire_bytes": predicted.get(c, {}).get("wire", 0.0) if predicted else None}
+             "predicted_bytes": (None if buffers and c == "broadcast" else predicted.get(c, {}).get("payload", 0.0))
+             if predicted else None,
+             "predicted_wire_bytes": (None if buffers and c == "broadcast" else predicted.get(c, {}).get("wire", 0.0))
+             if predicted else None}
             for c in order]
 
 
