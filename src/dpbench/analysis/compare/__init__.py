@@ -86,9 +86,11 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     base = load_set(results_dir, baseline, "baseline")
     cand = load_set(results_dir, candidate, "candidate")
     prov = compare_provenance(base, cand)
-    aa_sides = {t: base if t == baseline else load_set(results_dir, t, "A/A launch")
-                for t in dict.fromkeys(noise_from or []) if t != candidate}
-    model, fitted = load_launch_noise(results_dir, noise_from, base) if noise_from else (None, {})
+    # Each A/A launch read once, for the throughput's launch noise and the curves' pool alike.
+    launches = {t: {baseline: base, candidate: cand}.get(t) or load_set(results_dir, t, "A/A launch")
+                for t in dict.fromkeys(noise_from or [])}
+    aa_sides = {t: s for t, s in launches.items() if t != candidate}
+    model, fitted = load_launch_noise(results_dir, noise_from, base, launches) if noise_from else (None, {})
     throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
     noise_row = None if model is None else {

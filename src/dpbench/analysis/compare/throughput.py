@@ -164,16 +164,18 @@ def _comparable(key: str, value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def load_launch_noise(root: Path | str, tags: list[str], baseline: dict) -> tuple[noise.LaunchNoise | None, dict]:
+def load_launch_noise(root: Path | str, tags: list[str], baseline: dict,
+                      loaded: dict[str, dict] | None = None) -> tuple[noise.LaunchNoise | None, dict]:
     """The launch-noise model from result sets of the same experiment launched several times;
     InputError when they were made on other hardware than the baseline. An experiment of one cell
     cannot split a launch's shift from its cells' wobble: no model then, and `unfitted` says why
-    (throughput keeps the fixed floor; the loss curves still learn from the launches)."""
+    (throughput keeps the fixed floor; the loss curves still learn from the launches). loaded:
+    sets the caller has read already, by tag (read again otherwise)."""
     tags = list(dict.fromkeys(tags))
     if len(tags) < 2:
         raise InputError(f"--noise-from needs at least 2 launches of the same experiment (A/A), got "
                          f"{len(tags)}: {', '.join(tags) or 'none'}")
-    sets = {t: load_set(root, t, "A/A launch") for t in tags}
+    sets = {t: (loaded or {}).get(t) or load_set(root, t, "A/A launch") for t in tags}
     for t, s in sets.items():
         for k in EXACT_HARDWARE_KEYS:
             if prov_value(s, k) != prov_value(baseline, k):
