@@ -5,7 +5,8 @@
 Loss curves: per machine, the fast (not deterministic) curves of one cell from every launch of
 the same experiment are taken as exchangeable runs (same code, config and seed: what differs is
 the GPU's non-determinism). An A/A draws 2n distinct runs of a cell and splits them n vs n; a
-comparison draws every cell of the design so, with Holm over the cells. Power: the candidate's
+comparison draws every cell of the design so, with Holm over the cells. Between launches, as a
+user compares: every pair of the one-H200 launches and every n of the seeds both ran, exhaustively. Power: the candidate's
 curves shifted by 3 or 4 sd of a run's summary (the pool's), or a ramp growing from 0 to 4 sd at
 the last step, in one cell. The old per-step band rule is measured on the same draws.
 
@@ -15,8 +16,10 @@ paired within-launch test (analysis.compare.paired) draws both sides from one la
 holds 2-3 runs of a cell, too few for 2 vs 2, so its runs' log samples/s residuals from their
 cell's mean (rescaled by sqrt(k / (k - 1)) for the mean they lost) are pooled over the launch's
 cells and each cell's sides are drawn from that pool without replacement (assumes one
-within-launch sd for all cells: stated, not hidden). Curves repeated bit for bit across launches
-count once. Power: a 1% slowdown of one cell, and of every cell.
+within-launch sd for all cells: stated, not hidden). The same on the paired one-H200 launches of
+the upgrade experiment (their A/A environments, base and same: residuals from each cell's and
+environment's mean). Curves repeated bit for bit across launches count once. Power: a 1% slowdown
+of one cell, and of every cell.
 
 Seed-paired curves (report format 3): the one-H200 launches ran the same seeds by repeat (checked:
 a launch whose fast runs' seeds are not its repeats stops the script). A draw picks two distinct
@@ -26,13 +29,13 @@ restricted to the drawn seeds: the baseline and two other launches ("A/A incl. b
 `--noise-from` naming the baseline: the candidate is never among them), or two launches apart from
 both sides ("A/A apart"). Power: the same shifts, in the same unit (a run's summary sd, the
 unpaired pool's), plus 1 sd; the smallest detectable change (median, Holm's first level) in that unit.
---seed-paired-only runs this part alone (about 3 minutes) and keeps the rest of --json as frozen.
 
 Prints markdown tables; --json writes the frozen result docs/compare.md quotes.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from pathlib import Path
@@ -57,6 +60,10 @@ DESIGNS = {
     "2x H200": [f"h200x2-{T211}"],
     "CPU": [f"cpu_check-aa{i}-torch-2.14.1+cu130" for i in (1, 2, 3)],
 }
+# One-H200 launches of the upgrade experiment, each with two environments of one torch (base and
+# same: a paired A/A) beside a third carrying a planted slowdown, left out here.
+PAIRED_LAUNCHES = ["h200-paired-9302adf", "h200-paired-slow-all-d5e46b6", "h200-paired-slow-ddp-d5e46b6"]
+AA_ENVIRONMENTS = ("base", "same")
 REPEATS = (2, 3, 4)
 ALPHA = 0.05
 
@@ -118,10 +125,39 @@ def curve_rates(pools: dict[tuple, np.ndarray], n: int, draws: int, rng) -> dict
     return {k: _rate(v) for k, v in out.items()}
 
 
+def between_launch_curve_rates(summ: dict[tuple, np.ndarray], n: int) -> dict | None:
+    """The curve test as a user meets it: baseline and candidate are two distinct launches with
+    the same seeds (summ: cell -> launches x seeds); every pair of launches and every n of the
+    seeds, exhaustively. Power: a 4 sd shift of one cell, in turn."""
+    keys = list(summ)
+    launches, seeds = next(iter(summ.values())).shape
+    if n > seeds or launches < 2:
+        return None
+    sd = {k: float(v.std(ddof=1)) for k, v in summ.items()}
+
+    def p_of(b: np.ndarray, c: np.ndarray) -> float:
+        p = curves.curve_summary_test(b[:, None], c[:, None]).p_value
+        return 1.0 if p is None else p
+
+    cell, comparison, power = [], [], []
+    for i, j in itertools.combinations(range(launches), 2):
+        for cols in itertools.combinations(range(seeds), n):
+            ps = {k: p_of(summ[k][i, list(cols)], summ[k][j, list(cols)]) for k in keys}
+            cell += [ps[k] < ALPHA for k in keys]
+            comparison.append(any(q < ALPHA for q in holm(list(ps.values()))))
+            for target in keys:
+                moved = {**ps, target: p_of(summ[target][i, list(cols)], summ[target][j, list(cols)] + 4 * sd[target])}
+                power.append(dict(zip(keys, holm([moved[k] for k in keys])))[target] < ALPHA)
+    return {"fa_cell": _rate(cell), "fa_comparison": _rate(comparison), "power_4sd": _rate(power),
+            "comparisons": len(comparison)}
+
+
 SEEDED_DESIGN = "1x H200"
 # Where the paired test's noise comes from: the differences themselves, or A/A launches (the
 # baseline and two others, as --noise-from naming the baseline; or two apart from both sides).
 AA_MODES = ("own", "A/A incl. baseline", "A/A apart")
+# The seed-paired draws are the slowest; they get this share of --draws.
+SEED_PAIRED_SHARE = 4
 
 
 def seeded_summaries(tags: list[str]) -> tuple[dict[tuple, np.ndarray], list]:
@@ -187,7 +223,7 @@ def seed_paired_rates(summ: dict[tuple, np.ndarray], seeds: list, n: int, mode: 
 
 
 def seed_paired(draws: int, seed: int) -> dict:
-    """The seed-paired part: its own random stream, so --seed-paired-only gives the same numbers."""
+    """The seed-paired part, on its own random stream."""
     rng = np.random.default_rng([seed, 3])
     summ, seeds = seeded_summaries(DESIGNS[SEEDED_DESIGN])
     res = {"design": SEEDED_DESIGN, "cells": len(summ), "launches": min(len(v) for v in summ.values()),
@@ -227,42 +263,62 @@ def between_launch_rates(df: pd.DataFrame, n: int, draws: int, rng) -> dict | No
     return {"fa_cell": _rate(cell_alarm), "fa_comparison": _rate(comparison_alarm), "cells": len(cells)}
 
 
-def paired_rates(df: pd.DataFrame, n: int, draws: int, rng) -> dict | None:
-    """The paired test's A/A alarms and power (1% slower: one cell, every cell) within one launch."""
-    residuals = {}
+def paired_launch_samples(tags: list[str]) -> pd.DataFrame:
+    """One row per ok run of the A/A environments of paired launches: launch, cell, environment,
+    samples_per_s."""
+    rows = []
+    for tag in tags:
+        s = results.ResultSet(REFERENCE, tag).table("summary")
+        s = s[s["status"] == results.STATUS_OK]
+        env = s["options"].str.extract(r"environment=(\w+)")[0]
+        for v, g, e, x in zip(s["variant"], s["gpus"], env, s["images_per_s"]):
+            if e in AA_ENVIRONMENTS:
+                rows.append({"launch": tag, "cell": (v, int(g)), "environment": e, "samples_per_s": float(x)})
+    return pd.DataFrame(rows)
+
+
+def launch_residuals(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """launch -> its runs' log samples/s residuals from their group's mean (groups: cell, or cell
+    and environment in a paired launch), rescaled by sqrt(k / (k - 1)) for the mean they lost."""
+    out = {}
+    group = df["cell"].astype(str) + "|" + df.get("environment", pd.Series("", index=df.index)).astype(str)
     for t, g in df.groupby("launch"):
         logs = np.log(g["samples_per_s"].to_numpy())
-        k = g.groupby("cell")["samples_per_s"].transform("size").to_numpy()
-        mean = np.log(g["samples_per_s"]).groupby(g["cell"]).transform("mean").to_numpy()
-        residuals[t] = ((logs - mean) * np.sqrt(k / np.maximum(k - 1, 1)))[k > 1]
-    cells = sorted(df["cell"].unique())
-    launches = sorted(residuals)
-    if min(len(r) for r in residuals.values()) < 2 * n:
+        by = group.loc[g.index]
+        k = g.groupby(by)["samples_per_s"].transform("size").to_numpy()
+        mean = np.log(g["samples_per_s"]).groupby(by).transform("mean").to_numpy()
+        out[t] = ((logs - mean) * np.sqrt(k / np.maximum(k - 1, 1)))[k > 1]
+    return out
+
+
+def paired_rates(residuals: dict[str, np.ndarray], cells: int, n: int, draws: int, rng) -> dict | None:
+    """The paired test's A/A alarms and power (1% slower: one cell, every cell) in a launch of
+    `cells` cells, n runs a side, each draw's noise from one pool of residuals (in turn)."""
+    pools = [r for r in residuals.values() if len(r) >= 2 * n]
+    if not pools:
         return None
     out: dict[str, list] = {"fa_cell": [], "fa_comparison": [], "power_one_cell": [], "power_every_cell": [],
                             "detectable_cell": [], "detectable_launch": []}
     for i in range(draws):
-        r = residuals[launches[i % len(launches)]]
-        noise = {c: rng.choice(r, 2 * n, replace=False) for c in cells}
+        r = pools[i % len(pools)]
+        noise = [rng.choice(r, 2 * n, replace=False) for _ in range(cells)]
 
         def verdict(slow: dict) -> paired.PairedVerdict:
-            rows = [{"cell": str(c), "environment": env, "order": j,
-                     "samples_per_s": 1e4 * math.exp(noise[c][j]) * (1 + slow.get(c, 0.0) * (env == "cand"))}
-                    for c in cells for j, env in enumerate(["base"] * n + ["cand"] * n)]
-            return paired.paired_throughput(pd.DataFrame(rows), "base", "cand", ALPHA)
+            return paired.paired_logs({c: (noise[c][:n], noise[c][n:] + math.log1p(slow.get(c, 0.0)))
+                                       for c in range(cells)}, ALPHA)
 
         aa = verdict({})
         alarms = [c.verdict in ("faster", "slower") for c in aa.cells]
         out["fa_cell"] += alarms
         out["fa_comparison"].append(any(alarms) or aa.launch.verdict != "no change")
-        target = cells[i % len(cells)]
+        target = i % cells
         one = verdict({target: -0.01})
-        out["power_one_cell"].append(next(c.verdict for c in one.cells if c.cell == str(target)) == "slower")
-        out["power_every_cell"].append(verdict({c: -0.01 for c in cells}).launch.verdict == "slower")
+        out["power_one_cell"].append(one.cells[target].verdict == "slower")
+        out["power_every_cell"].append(verdict({c: -0.01 for c in range(cells)}).launch.verdict == "slower")
         out["detectable_cell"].append(np.median([c.smallest_detectable for c in aa.cells]))
         out["detectable_launch"].append(aa.launch.smallest_detectable)
     return {**{k: (float(np.median(v)) if k.startswith("detectable") else _rate(v)) for k, v in out.items()},
-            "cells": len(cells)}
+            "cells": cells}
 
 
 def _pct(v: float | None) -> str:
@@ -299,6 +355,15 @@ def markdown(res: dict) -> str:
             lines.append(f"| {d} | {r['cells']} | {r['runs_per_cell']} | {n} | " + " | ".join(
                 _pct(v.get(k)) for k in ("fa_cell", "fa_comparison", "power_3sd", "power_4sd", "power_ramp",
                                          "band_fa_cell", "band_fa_comparison")) + " |")
+    bl = res.get("curves_between_launches")
+    if bl:
+        lines += ["", f"Loss curves, the curve test between two distinct launches ({bl['design']}, every pair of "
+                  f"its {bl['launches']} launches and every n of the seeds they share, exhaustively): false "
+                  "alarms, and power for a 4 sd shift of one cell.", "",
+                  "| n a side | comparisons | FA cell | FA comparison | power 4 sd |", "|--:|--:|--:|--:|--:|"]
+        for n, v in bl["by_n"].items():
+            lines.append(f"| {n} | " + (" | ".join([str(v["comparisons"])] + [_pct(v[k]) for k in (
+                "fa_cell", "fa_comparison", "power_4sd")]) if v else " | ".join(["too few seeds"] * 4)) + " |")
     if res.get("seed_paired"):
         lines += ["", *seed_paired_markdown(res["seed_paired"])]
     lines += ["", "Throughput: false alarms (a regression or improvement called in an A/A) and the paired "
@@ -307,7 +372,7 @@ def markdown(res: dict) -> str:
               "| detectable cell | detectable launch |", "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for d, r in res["throughput"].items():
         for rule in ("between launches", "paired"):
-            for n, v in r[rule].items():
+            for n, v in r.get(rule, {}).items():
                 v = v or {}
                 lines.append(f"| {d} | {rule} | {v.get('cells', '–')} | {n} | " + " | ".join(
                     (_pct(v.get(k)) if k in v else "–") if v else "too few runs" for k in
@@ -321,21 +386,7 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=2000)
     p.add_argument("--seed", type=int, default=20261203)
     p.add_argument("--json", type=Path, help="write the frozen result here")
-    p.add_argument("--seed-paired-only", action="store_true",
-                   help="measure only the seed-paired curve test; keep the rest of --json as it is")
     args = p.parse_args()
-    if args.seed_paired_only:
-        res = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
-        res.pop("markdown", None)
-        if res and (res.get("draws"), res.get("seed")) != (args.draws, args.seed):
-            raise SystemExit(f"{args.json} was made with --draws {res.get('draws')} --seed {res.get('seed')}")
-        res = {"draws": args.draws, "seed": args.seed, "alpha": ALPHA, "designs": DESIGNS, "curves": {},
-               "throughput": {}, **res, "seed_paired": seed_paired(args.draws, args.seed)}
-        text = markdown(res) if res["curves"] else "\n".join(seed_paired_markdown(res["seed_paired"]))
-        print(text)
-        if args.json:
-            args.json.write_text(json.dumps({**res, "markdown": text}, indent=1, default=str) + "\n")
-        return
     rng = np.random.default_rng(args.seed)
     res: dict = {"draws": args.draws, "seed": args.seed, "alpha": ALPHA, "designs": DESIGNS,
                  "curves": {}, "throughput": {}}
@@ -346,8 +397,16 @@ def main() -> None:
         df = throughput_samples(tags)
         res["throughput"][design] = {
             "between launches": {n: between_launch_rates(df, n, args.draws // 4, rng) for n in REPEATS},
-            "paired": {n: paired_rates(df, n, args.draws // 8, rng) for n in REPEATS}}
-    res["seed_paired"] = seed_paired(args.draws, args.seed)
+            "paired": {n: paired_rates(launch_residuals(df), df["cell"].nunique(), n, args.draws // 4, rng)
+                       for n in REPEATS}}
+    df = paired_launch_samples(PAIRED_LAUNCHES)
+    res["throughput"]["1x H200, paired launches"] = {
+        "paired": {n: paired_rates(launch_residuals(df), df["cell"].nunique(), n, args.draws // 4, rng)
+                   for n in REPEATS}}
+    summ, _ = seeded_summaries(DESIGNS[SEEDED_DESIGN])
+    res["curves_between_launches"] = {"design": SEEDED_DESIGN, "launches": len(DESIGNS[SEEDED_DESIGN]),
+                                      "by_n": {n: between_launch_curve_rates(summ, n) for n in REPEATS}}
+    res["seed_paired"] = seed_paired(args.draws // SEED_PAIRED_SHARE, args.seed)
     text = markdown(res)
     print(text)
     if args.json:

@@ -105,13 +105,23 @@ def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float 
     logs = {cell: (np.log(g.loc[g["environment"] == base, "samples_per_s"].to_numpy(float)),
                    np.log(g.loc[g["environment"] == cand, "samples_per_s"].to_numpy(float)))
             for cell, g in samples.groupby("cell", sort=True)}
+    verdict = paired_logs(logs, alpha)
+    n_b = sorted({r.n_base for r in verdict.cells})
+    n_c = sorted({r.n_cand for r in verdict.cells})
+    verdict.design = (f"paired within one launch: {base} (A) vs {cand} (B) interleaved "
+                      f"{_order(samples, base, cand) if len(samples) else ''}; {len(verdict.cells)} cells, "
+                      f"{'/'.join(map(str, n_b))} vs {'/'.join(map(str, n_c))} runs a side; per cell a pooled "
+                      "two-sample t-test on log samples/s; the launch: mean log change over cells; Holm over both")
+    return verdict
+
+
+def paired_logs(logs: dict[Hashable, tuple[np.ndarray, np.ndarray]], alpha: float = 0.05) -> PairedVerdict:
+    """The test itself on cell -> (baseline's, candidate's) log samples/s; cells missing a side
+    are left out."""
     logs = {k: v for k, v in logs.items() if len(v[0]) and len(v[1])}
-    tests = {k: _t_test(*v) for k, v in logs.items()}
-    keys = list(tests)
     rows = []
-    for k in keys:
-        b, c = logs[k]
-        d, p, sd, df = tests[k]
+    for k, (b, c) in logs.items():
+        d, p, sd, df = _t_test(b, c)
         rows.append(PairedCell(k, len(b), len(c), math.expm1(d), p, None, NOISE_UNKNOWN, None, sd, df))
     launch = _launch(rows)
     # One family: the cells' tests and the launch's, so an A/A raises any alarm at most alpha.
@@ -127,13 +137,7 @@ def paired_throughput(samples: pd.DataFrame, base: str, cand: str, alpha: float 
     if launch.p_holm is not None:
         launch.verdict = _direction(launch.change) if launch.p_holm < alpha and launch.change else "no change"
         launch.smallest_detectable = math.expm1(detectable_log(launch.se_log, launch.df, alpha / m))
-    n_b = sorted({r.n_base for r in rows})
-    n_c = sorted({r.n_cand for r in rows})
-    design = (f"paired within one launch: {base} (A) vs {cand} (B) interleaved "
-              f"{_order(samples, base, cand) if len(samples) else ''}; {len(rows)} cells, "
-              f"{'/'.join(map(str, n_b))} vs {'/'.join(map(str, n_c))} runs a side; per cell a pooled "
-              "two-sample t-test on log samples/s; the launch: mean log change over cells; Holm over both")
-    return PairedVerdict(rows, launch, design, alpha)
+    return PairedVerdict(rows, launch, "paired within one launch", alpha)
 
 
 def _launch(rows: list[PairedCell]) -> PairedLaunch:
