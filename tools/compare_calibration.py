@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from dpbench import results
-from dpbench.analysis.compare import curves, paired
+from dpbench.analysis.compare import curves, one_launch, paired
+from dpbench.analysis.compare.loading import load_set
 from dpbench.analysis.compare.loss import common_steps, curve_matrix, curves_of
 from dpbench.analysis.compare.stats import envelope_check, holm
 from dpbench.analysis.compare.thresholds import Thresholds
@@ -265,16 +266,9 @@ def between_launch_rates(df: pd.DataFrame, n: int, draws: int, rng) -> dict | No
 
 def paired_launch_samples(tags: list[str]) -> pd.DataFrame:
     """One row per ok run of the A/A environments of paired launches: launch, cell, environment,
-    samples_per_s."""
-    rows = []
-    for tag in tags:
-        s = results.ResultSet(REFERENCE, tag).table("summary")
-        s = s[s["status"] == results.STATUS_OK]
-        env = s["options"].str.extract(r"environment=(\w+)")[0]
-        for v, g, e, x in zip(s["variant"], s["gpus"], env, s["images_per_s"]):
-            if e in AA_ENVIRONMENTS:
-                rows.append({"launch": tag, "cell": (v, int(g)), "environment": e, "samples_per_s": float(x)})
-    return pd.DataFrame(rows)
+    samples_per_s (compare --paired's own reading of a launch)."""
+    return pd.concat([one_launch.samples(load_set(REFERENCE, t, "paired launch"), *AA_ENVIRONMENTS).assign(launch=t)
+                      for t in tags], ignore_index=True)
 
 
 def launch_residuals(df: pd.DataFrame) -> dict[str, np.ndarray]:
