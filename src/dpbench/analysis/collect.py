@@ -72,7 +72,17 @@ def summary_row(rec: dict) -> dict:
             "final_loss": rec["final_loss"], "test_acc": acc, "wall_s": rec["wall_s"],
             "timed_steps": tp["timed_steps"], "global_batch": cfg["global_batch"],
             "precision": cfg["precision"], "feed": cfg["feed"], "dataset": cfg["dataset"],
-            "device_type": rec["device_type"], **planning(rec), "workload": results.workload_name(rec)}
+            "device_type": rec["device_type"], **planning(rec), "workload": results.workload_name(rec),
+            **rate_fields(rec)}
+
+
+def rate_fields(rec: dict) -> dict:
+    """Throughput in the workload's own unit: tokens/s for a token workload, images/s for an
+    image one (a record before workloads trained images), and the step's regime."""
+    tp, unit = rec["throughput"], rec.get("sample_unit") or "images"
+    rate = tp.get("tokens_per_s") if unit == "tokens" else tp.get("samples_per_s", tp.get("images_per_s"))
+    return {"sample_unit": unit, "samples_per_s": tp.get("samples_per_s"), "tokens_per_s": tp.get("tokens_per_s"),
+            "rate": rate, "rate_unit": f"{unit}/s", "host_step_ms": tp.get("host_step_ms"), "bound": tp.get("bound")}
 
 
 # What a run's steps.csv must hold for its curve to be read (the writer writes all of STEP_COLUMNS).

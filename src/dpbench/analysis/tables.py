@@ -47,6 +47,7 @@ NO_INTERVAL = "n=1, no interval"
 # Quantities of a cell (options, variant, gpus): a median over its ok repeats, or a ratio of
 # medians against the matching single runs. (name, what it is, interval?)
 MEDIANS = [
+    ("rate", "median throughput in the workload's unit (the cell's rate_unit)", True),
     ("images_per_s", "median images/s", True),
     ("step_ms_p50", "median step time (ms)", False),
     ("peak_mem_mib", "median peak allocated MiB", True),
@@ -258,7 +259,10 @@ def load_table(results_dir: Path | str, tag: str, name: str) -> pd.DataFrame:
 
 
 def ok_runs(summary: pd.DataFrame) -> pd.DataFrame:
-    return summary[summary["status"] == results.STATUS_OK]
+    ok = summary[summary["status"] == results.STATUS_OK]
+    if "rate" not in ok.columns:   # a summary.csv from before the workload's unit: images only
+        ok = ok.assign(rate=ok["images_per_s"], rate_unit="images/s", bound=None)
+    return ok
 
 
 def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
@@ -353,9 +357,9 @@ def _batch(value: float) -> float | None:
 
 
 def single_pools(ok: pd.DataFrame) -> dict[tuple[str, float], np.ndarray]:
-    """images/s of the ok single runs, by (setup, global batch)."""
-    single = ok[(ok["variant"] == "single") & ok["images_per_s"].notna()]
-    return {(s, float(g)): grp["images_per_s"].to_numpy()
+    """Throughput (in the workload's unit) of the ok single runs, by (setup, global batch)."""
+    single = ok[(ok["variant"] == "single") & ok["rate"].notna()]
+    return {(s, float(g)): grp["rate"].to_numpy()
             for (s, g), grp in single.groupby(["setup", "global_batch"], sort=True)}
 
 
@@ -381,7 +385,7 @@ def with_efficiency(ok: pd.DataFrame) -> pd.DataFrame:
             pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
             ref = np.median(pool) * (r["gpus"] if per_gpu else 1) if pool is not None else math.nan
             refs.append(ref)
-        out[name] = ok["images_per_s"].to_numpy() / np.asarray(refs, dtype=float) if len(ok) else []
+        out[name] = ok["rate"].to_numpy() / np.asarray(refs, dtype=float) if len(ok) else []
     return out
 
 
@@ -395,7 +399,8 @@ def cells(summary: pd.DataFrame) -> pd.DataFrame:
     pools = single_pools(ok)
     rows = []
     for key, grp in ok.groupby(CELL_IDENT, sort=False, dropna=False):
-        row = dict(zip(CELL_IDENT, key), n_ok=len(grp), precision=grp["precision"].iloc[0])
+        row = dict(zip(CELL_IDENT, key), n_ok=len(grp), precision=grp["precision"].iloc[0],
+                   rate_unit=grp["rate_unit"].iloc[0], bound=regime(grp["bound"]))
         row["label"] = label(row)
         for q, _, interval in MEDIANS:
             est = median_ci(grp[q]) if interval else Estimate(grp[q].median(), math.nan, math.nan, math.nan)
@@ -410,10 +415,17 @@ def cells(summary: pd.DataFrame) -> pd.DataFrame:
             elif pool is None:
                 est = NONE
             else:
-                est = ratio_ci(grp["images_per_s"], pool, row["gpus"] if per_gpu else 1.0)
+                est = ratio_ci(grp["rate"], pool, row["gpus"] if per_gpu else 1.0)
             row.update(estimate_fields(q, est))
         rows.append(row)
     return sort(pd.DataFrame(rows))
+
+
+def regime(bounds: pd.Series) -> str:
+    """A cell's regime: "host" or "device" where its runs agree, "mixed" where they do not, ""
+    where none was probed (the CPU, records before the probe)."""
+    seen = sorted({b for b in bounds if isinstance(b, str) and b})
+    return seen[0] if len(seen) == 1 else ("mixed" if seen else "")
 
 
 def estimate_fields(q: str, est: Estimate) -> dict[str, float]:

@@ -183,7 +183,7 @@ def panel_medians(runs: pd.DataFrame, y: str, pools: dict | None = None,
         else:
             r = grp.iloc[0]
             pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
-            est = ratio_ci(grp["images_per_s"], pool, k) if pool is not None else NONE
+            est = ratio_ci(grp["rate"], pool, k) if pool is not None else NONE
         rows.append({"variant": v, "gpus": k, **estimate_fields(y, est)})
     return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high", f"{y}_ci_level"])
 
@@ -249,9 +249,9 @@ def ideal_points(panel: pd.DataFrame, pools: dict, kind: str) -> tuple[list[int]
 
 def plot_throughput(t: Tables) -> Figure:
     title = "Training throughput"
-    ok = ok_runs(t["summary"]).dropna(subset=["images_per_s"])
+    ok = ok_runs(t["summary"]).dropna(subset=["rate"])
     if ok.empty:
-        return placeholder(title, why_empty(t["summary"], "no images/s measured"))
+        return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     pools = single_pools(ok)
     variants = variant_order(ok["variant"])
     order = label_order(ok)
@@ -259,8 +259,8 @@ def plot_throughput(t: Tables) -> Figure:
     tops, bottoms, kinds_drawn, meds, logs, notes = [], [], set(), [], [], []
     for ax, lab in zip(axes, order):
         panel = ok[ok["label"] == lab]
-        meds.append(panel_medians(panel, "images_per_s"))
-        values = points_medians_intervals(ax, panel, meds[-1], "images_per_s", variants)
+        meds.append(panel_medians(panel, "rate"))
+        values = points_medians_intervals(ax, panel, meds[-1], "rate", variants)
         xs_all = set(panel["gpus"])
         for kind in (STRONG, WEAK):
             xs, ys = ideal_points(panel, pools, kind)
@@ -278,13 +278,14 @@ def plot_throughput(t: Tables) -> Figure:
         tops.append(max(values))
         bottoms.append(min(values) if logs[-1] else 0.0)
     fit_y(axes, tops, bottoms, log=logs)
-    for ax, is_log in zip(axes, logs):
-        ax.set_ylabel("images/s (log scale)" if is_log else "images/s")
+    for ax, is_log, lab in zip(axes, logs, order):   # each panel in its workload's unit
+        unit = str(ok.loc[ok["label"] == lab, "rate_unit"].iloc[0])
+        ax.set_ylabel(f"{unit} (log scale)" if is_log else unit)
         thousands(ax)
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=IDEAL_LABEL[k])
                                      for k in (STRONG, WEAK) if k in kinds_drawn])
     figure_title(fig, f"{title} (points: repeats; line: medians; "
-                 f"{interval_words(pd.concat(meds), 'images_per_s')})")
+                 f"{interval_words(pd.concat(meds), 'rate')})")
     return finish(fig, t["summary"], notes)
 
 
@@ -317,9 +318,9 @@ def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
 
 def plot_scaling_efficiency(t: Tables) -> Figure:
     title = "Scaling efficiency"
-    ok = ok_runs(t["summary"]).dropna(subset=["images_per_s"])
+    ok = ok_runs(t["summary"]).dropna(subset=["rate"])
     if ok.empty:
-        return placeholder(title, why_empty(t["summary"], "no images/s measured"))
+        return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     panels = efficiency_panels(with_efficiency(ok), single_pools(ok))
     if not panels:
         return placeholder(title, "no run has a single run to compare with\n(at its global batch "
@@ -336,7 +337,7 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
         ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")},
                    gid=reference_gid(f"1.0 {kind}"))
         gpu_ticks(ax, runs["gpus"], on_cpu(ok))
-        ax.set_ylabel("images/s ÷ (GPUs × single)")
+        ax.set_ylabel("throughput ÷ (GPUs × single)")
         panel_title(ax, head)
         tops.append(max(values + [1.0]))
     fit_y(axes, [max(1.1, t) for t in tops])

@@ -48,7 +48,7 @@ PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("n
 
 # (cell column, header, format) for the medians table.
 MEDIAN_COLUMNS = [
-    ("images_per_s", "images/s", "{:,.0f}"),
+    ("rate", "throughput", "{:,.0f}"),
     ("speedup_strong", "× single", "{:.2f}"),
     ("efficiency_strong", "strong eff.", "{:.0%}"),
     ("efficiency_weak", "weak eff.", "{:.0%}"),
@@ -122,14 +122,20 @@ def scaling_phrase(c: pd.Series, kind: str) -> str:
 def speed_text(c: pd.Series, launch: noise.LaunchNoise | None = None) -> str:
     """'17,700 images/s (75% CI of this launch 17,650–17,720)', or with A/A launches the interval
     widened by their launch-to-launch noise, '(75% CI across launches 17,500–17,900)'."""
-    est, spec = cell_estimate(c, "images_per_s"), ips_spec(c["images_per_s"])
+    est, spec, unit = cell_estimate(c, "rate"), ips_spec(c["rate"]), rate_unit(c)
     if launch is not None and c["n_ok"] >= 2 and not math.isnan(est.low):
         low, high = noise.across_launches(est.low, est.high, est.level, launch)
-        return (f"{fmt(est.value, spec)} images/s ({level_text(est.level)} CI across "
+        return (f"{fmt(est.value, spec)} {unit} ({level_text(est.level)} CI across "
                 f"{len(launch.launches)} A/A launches {spec.format(low)}–{spec.format(high)})")
     # Without A/A launches it leaves out the launch-to-launch shift: it says so where it stands.
-    return with_interval(est, spec, c["n_ok"]).replace(" (", " images/s (", 1).replace(
+    return with_interval(est, spec, c["n_ok"]).replace(" (", f" {unit} (", 1).replace(
         " CI ", " CI of this launch ", 1)
+
+
+def rate_unit(c: pd.Series) -> str:
+    """The cell's throughput unit: images/s, tokens/s (the workload's)."""
+    unit = c.get("rate_unit")
+    return unit if isinstance(unit, str) and unit else "images/s"
 
 
 def headline_line(c: pd.Series, launch: noise.LaunchNoise | None = None) -> str:
@@ -137,6 +143,9 @@ def headline_line(c: pd.Series, launch: noise.LaunchNoise | None = None) -> str:
     global batch 512, efficiency 88% (...); weak scaling: ...'."""
     where = f"{c['variant']} on {gpus_label(c['gpus'])}"
     speed = speed_text(c, launch)
+    bound = c.get("bound")
+    if isinstance(bound, str) and bound:   # a wrapper's host work shows only where the host sets the pace
+        speed += f", {bound}-bound" if bound != "mixed" else ", host- and device-bound runs"
     if c["variant"] == "single":
         return f"- {where}: {speed} (baseline)"
     # On one GPU the per-GPU batch is the global batch: weak is strong, said once.
@@ -173,7 +182,7 @@ def headline_section(med: pd.DataFrame, launch: noise.LaunchNoise | None = None)
         return "\n".join(out + ["No successful runs.", ""])
     out += [intervals_note(), ""]
     if launch is not None:
-        out += [f"images/s intervals are widened by the noise between {len(launch.launches)} A/A "
+        out += [f"throughput intervals are widened by the noise between {len(launch.launches)} A/A "
                 f"launches ({', '.join(launch.launches)}): a cell's median moves between launches by sd "
                 f"{100 * math.hypot(launch.sigma_launch, launch.sigma_cell):.2g}%.", ""]
     several = med["label"].nunique() > 1
@@ -189,8 +198,8 @@ def scaling_section(med: pd.DataFrame, summary: pd.DataFrame) -> str:
     """Strong and weak efficiency of every cell but single's, each against its own single runs;
     on 1 GPU, where weak is strong, once. Without such cells, what happened to them instead."""
     out = ["## Strong and weak scaling", "",
-           "Strong: images/s ÷ (GPUs × single's images/s at the same global batch). Weak: "
-           "images/s ÷ (GPUs × single's images/s at the per-GPU batch). Both are ratios of "
+           "Strong: throughput ÷ (GPUs × single's throughput at the same global batch). Weak: "
+           "throughput ÷ (GPUs × single's throughput at the per-GPU batch). Both are ratios of "
            "medians, with the same options otherwise; `n/a`: no such single run.", ""]
     cells_ = med[(med["variant"] != "single")] if not med.empty else med
     if cells_.empty:
@@ -236,7 +245,8 @@ def medians_section(med: pd.DataFrame) -> str:
     rows = []
     for _, r in med.iterrows():
         row = [r["variant"], str(r["gpus"]), r["label"], str(r["n_ok"])]
-        row += [fmt(r[c], ips_spec(r[c]) if c == "images_per_s" else spec)
+        row += [fmt(r[c], ips_spec(r[c]) if c == "rate" else spec) + (f" {rate_unit(r)}" if c == "rate" and
+                                                                          fmt(r[c]) != "n/a" else "")
                 for c, _, spec in MEDIAN_COLUMNS]
         rows.append(row)
     right = [1, 3] + list(range(4, len(headers)))
@@ -289,7 +299,7 @@ def startup_section(rs: results.ResultSet) -> str:
         table.append(([lab] if several else []) + [v, str(g), str(len(t)), f"{median(t):.1f}",
                                                    f"{min(t):.1f}-{max(t):.1f}", *cells_])
     text = ("Seconds from a run's launch (its GPUs held) to its first training step: imports, "
-            "torchrun, the devices, the data and the model, none of it in images/s.")
+            "torchrun, the devices, the data and the model, none of it in the throughput.")
     if names:
         text += (" Then the median of each phase: imports (Python, torch and torch._dynamo, which "
                  "the optimizer would import; for ddp torchrun and its ranks too), devices (CUDA, "
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", required=True)
     parser.add_argument("--noise-from", default="", metavar="TAG,TAG[,TAG]",
                         help="A/A launches of this experiment on this machine: widen the headline "
-                             "images/s intervals by their launch-to-launch noise")
+                             "throughput intervals by their launch-to-launch noise")
     args = parser.parse_args(argv)
     print(write_summary_md(args.results_dir, args.tag, [t for t in args.noise_from.split(",") if t]))
     return 0

@@ -28,7 +28,20 @@ STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of
 # dpbench.run.measure.throughput with no steps, and no compile time.
 NO_THROUGHPUT = {"images_per_s": None, "samples_per_s": None, "tokens_per_s": None, "timed_steps": 0,
-                 "step_ms_p50": None, "step_ms_p95": None, "step_ms_mean": None, "compile_s": None}
+                 "step_ms_p50": None, "step_ms_p95": None, "step_ms_mean": None, "compile_s": None,
+                 "host_step_ms": None, "bound": None}
+
+# A step is host-bound when the host's time to issue it from an idle device (throughput's
+# host_step_ms) reaches this share of the device's step time: the device then waits for the
+# host, and a wrapper's host work shows in the step time; device-bound otherwise (it hides).
+HOST_BOUND_SHARE = 0.9
+
+
+def step_bound(host_ms: float | None, step_ms: float | None) -> str | None:
+    """"host" or "device" (None when either time is unknown)."""
+    if host_ms is None or not step_ms:
+        return None
+    return "host" if host_ms >= HOST_BOUND_SHARE * step_ms else "device"
 
 # What a record says of its workload (issue 25): `workload` (name or factory, args, the digest
 # of the factory's source file: dpbench.workloads.registry.describe) and its sizes, None where
@@ -107,6 +120,8 @@ def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(rec.get("throughput"), dict) and "samples_per_s" not in rec["throughput"]:
         tp = rec["throughput"]
         rec["throughput"] = {**tp, "samples_per_s": tp.get("images_per_s"), "tokens_per_s": None}
+    if isinstance(rec.get("throughput"), dict):   # before issue 35 no run probed its regime
+        rec["throughput"] = {"host_step_ms": None, "bound": None, **rec["throughput"]}
     # Records from before the sharded variants measured nothing by component or collective.
     rec.setdefault("memory_components", [])
     rec.setdefault("collectives", [])

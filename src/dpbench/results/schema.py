@@ -23,6 +23,10 @@ SUMMARY_COLUMNS = [
     "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
     # what the run trained: its workload's name or factory (records before workloads: the default)
     "workload",
+    # throughput in the workload's own unit (rate: images/s for images, tokens/s for tokens; its
+    # unit in rate_unit), and the step's regime: the host's time to issue one step from an idle
+    # device and whether the host or the device set the pace (results.formats.step_bound)
+    "sample_unit", "samples_per_s", "tokens_per_s", "rate", "rate_unit", "host_step_ms", "bound",
 ]
 # data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
 # to compare what the model and optimizer cost per device.
@@ -66,7 +70,7 @@ LATER_TABLES = ("memory_components", "collectives")
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type", "workload", "collective")
+                "dataset", "device_type", "workload", "collective", "sample_unit", "rate_unit", "bound")
 # Columns that hold True/False (written by csv as the words).
 FLAG_COLUMNS = ("deterministic", "reshard_after_forward")
 # Numeric columns that count or index something: empty is never a value there.

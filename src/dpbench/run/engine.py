@@ -58,6 +58,7 @@ class Measured(Record):
         super().__init__(cfg, out, "cuda" if uses_cuda(cfg) else "cpu")
         self.timed_ms: list[float] = []
         self.timed_batches: list[int] = []
+        self.host_ms: list[float] = []   # warm-up steps issued from an idle device: the host's own time
         self.dataset: dict | None = None
         self.compile_s: float | None = None
         self.unit, self.units_per_sample = "images", 1   # the workload's, once it is built
@@ -81,7 +82,7 @@ class Measured(Record):
             status, reason, launch=provenance.launch_facts(self.hosts),
             provenance=device_facts.collect(self.dataset, self.cfg),
             throughput=dict(measure.throughput(self.timed_ms, self.timed_batches, self.unit,
-                                                self.units_per_sample), compile_s=self.compile_s))
+                                                self.units_per_sample, self.host_ms), compile_s=self.compile_s))
 
 
 class WorkloadSkip(Exception):
@@ -199,13 +200,19 @@ def ddp_options(cfg: RunConfig) -> dict:
     return opts
 
 
-def build_workload(cfg: RunConfig):
+def build_workload(cfg: RunConfig, device: torch.device | None = None):
     """The run's WorkloadSpec, its initial weights drawn from the seed (the same in every variant
-    and rank). The default workload's output layer is the run's num_classes wide."""
+    and rank). The default workload's output layer is the run's num_classes wide.
+
+    device: where the factory builds the model. A workload other than the default draws its
+    initial weights there (seconds a billion parameters on the host, none on a GPU); the default
+    keeps drawing them on the CPU, so its curves stay bit-identical to the committed references."""
     name, _, args = registry.resolve(cfg.workload)
     extra = {"num_classes": cfg.num_classes} if name == registry.DEFAULT and "num_classes" not in args else {}
     torch.manual_seed(cfg.seed)
-    return spec_build(cfg.workload, **extra)
+    on_device = device is not None and device.type == "cuda" and name != registry.DEFAULT
+    with torch.device(device) if on_device else nullcontext():
+        return spec_build(cfg.workload, **extra)
 
 
 def unsupported(cfg: RunConfig, spec) -> str | None:
@@ -267,10 +274,11 @@ def _inject_fault(ctx: Context, step: int) -> None:
 
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
     set_numerics(cfg)
-    spec = build_workload(cfg)   # a factory that fails is a failed record naming it (WorkloadError)
+    ctx.waits.at("building the workload (its factory)")
+    spec = build_workload(cfg, ctx.device)   # a factory that fails is a failed record naming it (WorkloadError)
     if reason := unsupported(cfg, spec):
         raise WorkloadSkip(reason)
-    rec.workload_sizes(spec)     # on the CPU, before the model is moved or wrapped
+    rec.workload_sizes(spec)     # before the model is moved or wrapped
     # The default workload trains on its dataset (CIFAR-10, or synthetic CIFAR-shaped images) as
     # before workloads; others on their own synthetic batches.
     dataset = load_dataset(cfg) if spec.dataset == "cifar10" else None
@@ -288,6 +296,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
                                  cfg.fused_sgd)
+    if ctx.device.type == "cuda":   # a model built whole on the device and then sharded leaves
+        torch.cuda.empty_cache()    # its unsharded blocks cached: not the training's reserved memory
     rec.phase_done("model")
     test_feed = None
     if dataset is None:
@@ -317,6 +327,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     # One untimed step after the first (the first where warm-up leaves only one) is profiled.
     untimed = range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps)
     profile_at = untimed[min(1, len(untimed) - 1)] if untimed else None
+    # Up to three later warm-up steps start from an idle device: how long the host takes to issue
+    # a step, against the device's step time, says whether the host or the device sets the pace.
+    host_probes = set([s for s in untimed if s not in (0, profile_at)][-3:]) if ctx.device.type == "cuda" else set()
     fault = _fault_step(ctx)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
@@ -356,6 +369,11 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             losses, row, rec.collectives = components.profiled_step(
                                 variant, opt, x, y, n_global, autocast, ctx.distributed)
                             rec.memory_components = [dict(row, device=ctx.rank)]
+                        elif step in host_probes:
+                            torch.cuda.synchronize(ctx.device)
+                            issued = time.perf_counter()
+                            losses = train_step(variant, opt, x, y, n_global, autocast)
+                            rec.host_ms.append((time.perf_counter() - issued) * 1e3)
                         else:
                             losses = train_step(variant, opt, x, y, n_global, autocast)
                         ep.add(losses, n_global, lr)

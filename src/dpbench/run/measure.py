@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from dpbench.host.nvml import nvml
+from dpbench.results.formats import NO_THROUGHPUT, step_bound
 
 MIB = 1024 * 1024
 
@@ -55,19 +56,22 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def throughput(step_ms: list[float], batch_sizes: list[int], unit: str = "images",
-               units_per_sample: int = 1) -> dict:
+               units_per_sample: int = 1, host_ms: list[float] | None = None) -> dict:
     """Samples/s over the timed steps, in the workload's unit too (images_per_s for image
     workloads, as every record before workloads; tokens_per_s = samples x seq_len for token
-    ones), and the step-time median / p95 / mean."""
+    ones), the step-time median / p95 / mean, and the step's regime: host_step_ms, the host's
+    time to issue a step from an idle device (median of the warm-up probes), and `bound`
+    (results.step_bound: "host" or "device"; None without probes, as on the CPU)."""
+    host = statistics.median(host_ms) if host_ms else None
     if not step_ms:
-        return {"images_per_s": None, "samples_per_s": None, "tokens_per_s": None, "timed_steps": 0,
-                "step_ms_p50": None, "step_ms_p95": None, "step_ms_mean": None}
+        return {**NO_THROUGHPUT, "host_step_ms": host}
     total_s = sum(step_ms) / 1e3
     samples = sum(batch_sizes) / total_s if total_s > 0 else None
     return {"images_per_s": samples if unit == "images" else None, "samples_per_s": samples,
             "tokens_per_s": samples * units_per_sample if unit == "tokens" and samples is not None else None,
             "timed_steps": len(step_ms), "step_ms_p50": percentile(step_ms, 0.5),
-            "step_ms_p95": percentile(step_ms, 0.95), "step_ms_mean": statistics.fmean(step_ms)}
+            "step_ms_p95": percentile(step_ms, 0.95), "step_ms_mean": statistics.fmean(step_ms),
+            "host_step_ms": host, "bound": step_bound(host, percentile(step_ms, 0.5))}
 
 
 # -- memory -----------------------------------------------------------------------------------
