@@ -68,6 +68,47 @@ def test_identical_repeats_give_a_defined_answer():
     df = pd.DataFrame({"cell": "c", "environment": ["base", "base", "cand", "cand"], "order": range(4),
                        "samples_per_s": [100.0, 100.0, 100.0, 100.0]})
     assert (paired_throughput(df, "base", "cand").cells[0].p_holm,
-            paired_throughput(df, "base", "cand").cells[0].verdict) == (1.0, "no change")
+            paired_throughput(df, "base", "cand").cells[0].verdict) == (1.0, "identical")
     df.loc[df.environment == "cand", "samples_per_s"] = 99.0
-    assert paired_throughput(df, "base", "cand").cells[0].verdict == "slower"
+    cell = paired_throughput(df, "base", "cand").cells[0]
+    assert cell.verdict == "slower" and 0 < cell.p < 1e-6   # a resolved 1%, but never p = 0
+
+
+def test_zero_variance_and_a_hairs_difference_is_no_finding():
+    """Identical repeats, the candidate a hair (far under float32's resolution) faster: the old
+    test took sd 0 for certainty and called it "faster" at p = 0."""
+    df = pd.DataFrame({"cell": ["c"] * 6 + ["d"] * 6, "environment": ["base", "cand", "cand", "base", "base", "cand"] * 2,
+                       "order": range(12), "samples_per_s": [100.0] * 12})
+    df.loc[df.environment == "cand", "samples_per_s"] = 100.0 * (1 + 1e-12)
+    v = paired_throughput(df, "base", "cand")
+    assert [c.verdict for c in v.cells] == ["identical", "identical"] and all(c.p == 1.0 for c in v.cells)
+    assert v.launch.verdict == "identical" and v.launch.p > 0.5 and v.launch.se_log > 0
+    assert all(c.sd_log > 0 and c.smallest_detectable > 0 for c in v.cells)
+
+
+def test_the_smallest_detectable_change_has_the_power_it_claims():
+    """At 3 vs 3 (4 df) and Holm's first level, the quoted change is found with 80% power on the
+    noncentral t, where (t + t) * se gave about 76%."""
+    import scipy.stats
+    v = paired_throughput(launch(), "base", "cand")
+    c, m = v.cells[0], len(v.cells) + 1
+    se = c.sd_log * math.sqrt(1 / 3 + 1 / 3)
+    e = math.log1p(c.smallest_detectable) / se
+    crit = scipy.stats.t.ppf(1 - 0.05 / m / 2, c.df)
+    assert scipy.stats.nct.sf(crit, c.df, e) == pytest.approx(0.8, abs=1e-6)
+    old = scipy.stats.t.ppf(1 - 0.05 / m / 2, c.df) + scipy.stats.t.ppf(0.8, c.df)
+    assert e > old and scipy.stats.nct.sf(crit, c.df, old) < 0.78
+
+
+def test_equivalence_by_two_one_sided_tests():
+    """0.1% noise, 3 a side: no change is shown within +-2%; a 5% slowdown is not within it; one
+    within-margin but noisy cell is neither slower nor shown within."""
+    v = paired_throughput(launch(), "base", "cand")
+    assert all(c.within and c.tost_p < 0.05 for c in v.cells) and v.launch.within and v.delta == 0.02
+    slow = paired_throughput(launch({"ddp-g1": -0.05}), "base", "cand")
+    by = {c.cell: c for c in slow.cells}
+    assert by["ddp-g1"].within is False and by["ddp-g1"].tost_p > 0.5
+    noisy = paired_throughput(launch(sd=0.03), "base", "cand")
+    assert all(c.verdict == "no change" and not c.within for c in noisy.cells)
+    wide = paired_throughput(launch(sd=0.03), "base", "cand", delta=0.2)
+    assert all(c.within for c in wide.cells) and "+-20%" in wide.design

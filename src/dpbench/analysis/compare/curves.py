@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.stats
 
-from dpbench.analysis.compare.stats import holm
+from dpbench.analysis.compare.stats import detectable_se, holm
 
 # The first tenth of training is chaotic (large, run-specific swings from the warm-up) and would
 # dominate the summary's variance while saying little about where the run settles.
@@ -82,9 +82,9 @@ def _pooled(groups: list[np.ndarray]) -> tuple[float, int]:
 
 
 def detectable(sd: float, df: int, n_b: int, n_c: int, alpha: float) -> float:
-    """The change a two-sided t-test at level alpha finds with POWER, given the sd of one run."""
-    t = scipy.stats.t
-    return float((t.ppf(1 - alpha / 2, df) + t.ppf(POWER, df)) * sd * math.sqrt(1 / n_b + 1 / n_c))
+    """The change a two-sided t-test at level alpha finds with POWER, given the sd of one run
+    (exact: the noncentral t at df)."""
+    return detectable_se(df, alpha, POWER) * sd * math.sqrt(1 / n_b + 1 / n_c)
 
 
 UNPAIRED, PAIRED, PAIRED_AA = "unpaired", "seed-paired", "seed-paired, noise from A/A launches"
@@ -113,9 +113,8 @@ def aa_difference_variance(launches: list[dict]) -> tuple[float, int]:
 
 
 def paired_detectable(sd: float, df: int, n: int, alpha: float) -> float:
-    """The change a two-sided t-test of a mean of n differences finds with POWER."""
-    t = scipy.stats.t
-    return float((t.ppf(1 - alpha / 2, df) + t.ppf(POWER, df)) * sd / math.sqrt(n))
+    """The change a two-sided t-test of a mean of n differences finds with POWER (noncentral t)."""
+    return detectable_se(df, alpha, POWER) * sd / math.sqrt(n)
 
 
 def _paired(res: CurveTest, b: dict, c: dict, aa_launches: list[dict] | None, alpha: float) -> CurveTest:

@@ -34,6 +34,10 @@ class Thresholds:
     """A throughput change must also exceed this many pooled coefficients of variation."""
     alpha: float = default("alpha")
     """Family-wise error rate per aspect (Holm over the cells)."""
+    # A paired launch resolves ~0.5% a cell on one H200 (docs/compare.md): 2%, the threshold's
+    # default, is a margin it can show a cell within.
+    equivalence: float = default("equivalence")
+    """The paired test's equivalence margin: "within +-equivalence" by two one-sided tests."""
     mem_threshold_mib: float = default("mem_threshold_mib")
     mem_threshold_pct: float = default("mem_threshold_pct")
     loss_tolerance: float = default("loss_tolerance")
