@@ -112,3 +112,15 @@ def test_equivalence_by_two_one_sided_tests():
     assert all(c.verdict == "no change" and not c.within for c in noisy.cells)
     wide = paired_throughput(launch(sd=0.03), "base", "cand", delta=0.2)
     assert all(c.within for c in wide.cells) and "+-20%" in wide.design
+
+
+def test_detectable_change_is_a_range_across_launches():
+    """Three A/A launches of one cell with different noise: the range spans them; pooling gives
+    more df than any one launch, so the pooled value is below the one of the pooled sd at 4 df."""
+    from dpbench.analysis.compare.paired import detectable_spread
+    vs = [paired_throughput(launch(sd=sd, seed=i), "base", "cand") for i, sd in enumerate((0.0005, 0.001, 0.002))]
+    spread = {s.cell: s for s in detectable_spread(vs)}
+    s = spread["ddp-g1"]
+    each = [next(c for c in v.cells if c.cell == "ddp-g1").smallest_detectable for v in vs]
+    assert (s.launches, s.low, s.high, s.pooled_df) == (3, min(each), max(each), 12)
+    assert s.low < s.pooled < s.high

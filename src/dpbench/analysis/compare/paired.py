@@ -195,3 +195,39 @@ def _launch(rows: list[PairedCell]) -> PairedLaunch:
     df = float(v.sum() ** 2 / (v ** 2 / dfs).sum())
     return PairedLaunch(m, math.expm1(d), se, df, float(2 * scipy.stats.t.sf(abs(d) / se, df)),
                         NOISE_UNKNOWN, None)
+
+
+@dataclass
+class DetectableSpread:
+    """One cell's smallest detectable change over several launches: the range of the launches'
+    own values (each from its 4-odd df) and the value at the sd pooled over them."""
+    cell: Hashable
+    launches: int
+    low: float
+    high: float
+    pooled: float
+    pooled_df: int
+
+
+def detectable_spread(verdicts: list[PairedVerdict]) -> list[DetectableSpread]:
+    """Per cell, the spread of the smallest detectable change across launches of it (A/A
+    comparisons of the same cell, say): one launch's value is an estimate from its own few df,
+    not a property of the cell. The pooled value takes the cell's sd pooled over the launches
+    (df-weighted) at their summed df, for the n a side and Holm level of the first launch."""
+    by: dict[Hashable, list[tuple[PairedCell, int]]] = {}
+    for v in verdicts:
+        m = max(1, sum(r.p is not None for r in v.cells) + (v.launch.p is not None))
+        for r in v.cells:
+            if r.smallest_detectable is not None and r.sd_log is not None:
+                by.setdefault(r.cell, []).append((r, m))
+    out = []
+    for cell, rows in by.items():
+        values = [r.smallest_detectable for r, _ in rows]
+        df = sum(r.df for r, _ in rows)
+        sd = math.sqrt(sum(r.df * r.sd_log ** 2 for r, _ in rows) / df)
+        first, m = rows[0]
+        se = sd * math.sqrt(1 / first.n_base + 1 / first.n_cand)
+        alpha = verdicts[0].alpha / m
+        out.append(DetectableSpread(cell, len(rows), min(values), max(values),
+                                    math.expm1(detectable_log(se, df, alpha)), df))
+    return out
