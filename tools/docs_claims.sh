@@ -64,3 +64,6 @@ json.dump(plan_of_file(sys.argv[1], tag=sys.argv[2], gpus_available=int(sys.argv
   } >>"$out"
 done
 echo "wrote $out"
+
+# The pages whose numbers are named queries on the references (docs/templates/*.md.in).
+python -m dpbench.report.docs_render
