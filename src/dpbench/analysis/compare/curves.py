@@ -3,8 +3,8 @@ number, its mean loss after the chaotic first tenth, and the two sides' numbers 
 two-sample t-test with the variance pooled from both sides (and from A/A curves where given).
 
 Why one number per run: the difference between two GPU runs' curves is mostly a level the run
-keeps throughout (64-74% of the deviation in the 2x H200 references; the uncentred correlation of
-a difference at lag 20 is about 0.7), so the steps of one run are not independent draws and a
+keeps throughout (in the 2x H200 references the uncentred correlation of a difference at lag 20
+is about 0.7), so the steps of one run are not independent draws and a
 per-step band built from 2-3 repeats has about 2 degrees of freedom, not one per step. A run is
 the unit of replication; its mean over the curve averages away the per-step noise.
 
