@@ -13,7 +13,7 @@
 set -uo pipefail
 out=${1:?usage: curve_prereg.sh OUT}
 plant=${PLANT:-tools/device/prereg_plant.yaml}
-FROZEN=${FROZEN:-RULE_DIGEST}
+FROZEN=${FROZEN:-6f7cf4c6f4d9606b}   # curves.py + stats.py at 6d36bf5
 py=python3
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src
 digest=$(cat src/dpbench/analysis/compare/curves.py src/dpbench/analysis/compare/stats.py | sha256sum | cut -c1-16)
