@@ -258,6 +258,31 @@ def sharding_own_cost_table(ref: Path) -> str:
     return "\n".join(lines)
 
 
+# -- wall-clock times, from the Snakemake log the set keeps ----------------------------------------
+
+def _pipeline_wall_s(ref: Path, name: str) -> int:
+    """The seconds session.sh logged for the set's Snakemake call ("pipeline wall time: N s")."""
+    import re
+    import tarfile
+    with tarfile.open(ref / name / "logs.tar.gz") as tar:
+        for member in tar.getmembers():
+            if member.name.endswith("snakemake.log"):
+                text = tar.extractfile(member).read().decode(errors="replace")
+                found = re.findall(r"pipeline wall time: (\d+) s", text)
+                if found:
+                    return sum(map(int, found))
+    raise LookupError(f"{name}: no pipeline wall time in logs.tar.gz")
+
+
+RE_HOUSED = "h200-1178c54-torch-2.11.0+cu130"
+
+
+@query("wall_re_housed", RE_HOUSED)
+def wall_re_housed(ref: Path) -> str:
+    s = _pipeline_wall_s(ref, RE_HOUSED)
+    return f"{s // 60} min {s % 60:02d} s"
+
+
 def value(name: str, ref: Path) -> str:
     return QUERIES[name].fn(ref)
 
