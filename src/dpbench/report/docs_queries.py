@@ -73,6 +73,26 @@ def _fast_gaps(ref: Path) -> tuple[pd.Series, int]:
     return pd.concat(parts), int(fast["step"].max())
 
 
+@query("determinism_table", H200)
+def determinism_table(ref: Path) -> str:
+    """Per one-GPU variant: fast and deterministic images/s (median, with the interval medians.csv
+    gives and its confidence) and what determinism costs."""
+    m = pd.read_csv(ref / H200 / "medians.csv")
+    m["options"] = m["options"].astype("string").fillna("")
+    m = m[(m["gpus"] == 1) & (m["quantity"] == "images_per_s")]
+    fast, det = m[m["options"] == ""].set_index("variant"), m[m["options"] == "deterministic=True"].set_index("variant")
+    n_f, n_d = int(fast["n"].iloc[0]), int(det["n"].iloc[0])
+    lv_f, lv_d = fast["ci_level"].iloc[0], det["ci_level"].iloc[0]
+    lines = [f"| variant, 1 GPU | fast images/s, {n_f} seeds (their range: a {lv_f:.0%} CI) | deterministic images/s, "
+             f"{n_d} seeds (range: {lv_d:.0%}) | cost of determinism |", "|---|---|---|---|"]
+    cell = lambda r: f"{r['value']:,.0f} ({r['ci_low']:,.0f}–{r['ci_high']:,.0f})"
+    for v in ("single", "dp", "dp_mean", "dp_sum", "ddp"):
+        f, d = fast.loc[v], det.loc[v]
+        lines.append(f"| {v} | {cell(f)} | {cell(d)} | {100 * (d['value'] / f['value'] - 1):+.1f}% |"
+                     .replace("+-", "−").replace("| -", "| −"))
+    return "\n".join(lines)
+
+
 @query("fast_gap_last", H200)
 def fast_gap_last(ref: Path) -> str:
     gaps, last = _fast_gaps(ref)
