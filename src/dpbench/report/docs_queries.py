@@ -278,6 +278,25 @@ def sharding_own_cost_table(ref: Path) -> str:
     return "\n".join(lines)
 
 
+# -- committed comparisons ------------------------------------------------------------------------
+
+def _change_range(ref: Path, report: str) -> str:
+    d = json.loads((ref / "compare" / f"{report}.json").read_text())
+    ch = [r["change"] for r in d["throughput"]]
+    sign = lambda x: f"{100 * x:+.1f}%".replace("-", "−")
+    return f"{sign(min(ch))} to {sign(max(ch))}"
+
+
+@query("aa_change_range", "compare")
+def aa_change_range(ref: Path) -> str:
+    return _change_range(ref, "h200-torch-2.11.0+cu130_vs_h200-aa2-torch-2.11.0+cu130")
+
+
+@query("re_housed_change_range", "compare")
+def re_housed_change_range(ref: Path) -> str:
+    return _change_range(ref, "h200-92a6737-torch-2.11.0+cu130_vs_h200-1178c54-torch-2.11.0+cu130")
+
+
 # -- wall-clock times, from the Snakemake log the set keeps ----------------------------------------
 
 def _pipeline_wall_s(ref: Path, name: str) -> int:
