@@ -124,3 +124,17 @@ def test_detectable_change_is_a_range_across_launches():
     each = [next(c for c in v.cells if c.cell == "ddp-g1").smallest_detectable for v in vs]
     assert (s.launches, s.low, s.high, s.pooled_df) == (3, min(each), max(each), 12)
     assert s.low < s.pooled < s.high
+
+
+def test_equivalence_on_a_committed_paired_launch():
+    """h200-paired-slow-ddp-d5e46b6: base vs same (A/A) is within +-2% in every cell and the
+    launch; base vs slow finds the ddp cell's planted 1% slower and still within +-2%."""
+    from pathlib import Path
+
+    from dpbench.analysis.compare import one_launch
+    root = Path(__file__).resolve().parents[1] / "results" / "reference"
+    rs = one_launch.load_paired(root, "h200-paired-slow-ddp-d5e46b6")
+    same = paired_throughput(one_launch.samples(rs, "base", "same"), "base", "same")
+    assert all(c.within and c.verdict == "no change" for c in same.cells) and same.launch.within
+    slow = {c.cell[0]: c for c in paired_throughput(one_launch.samples(rs, "base", "slow"), "base", "slow").cells}
+    assert slow["ddp"].verdict == "slower" and slow["ddp"].within and slow["ddp"].tost_p == pytest.approx(0.0011, abs=2e-4)
