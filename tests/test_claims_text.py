@@ -31,3 +31,55 @@ def test_claim_text_matches_its_snapshot(sections, cid):
         path.write_text(text)
     assert path.exists(), f"no snapshot {path}: run with DPBENCH_UPDATE_SNAPSHOTS=1"
     assert text == path.read_text(), f"{cid}'s text changed: rerun with DPBENCH_UPDATE_SNAPSHOTS=1 if meant"
+
+
+# Every committed claims ledger, judged by today's code: each summary cell says what its own
+# verdict data say (the 2x H200 page printed "0 calls misbehave" beside "refuted", "no
+# wrong-device case erred" beside an error, and `None` / `loads` for values it never found).
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"
+LEDGERS = sorted(p.parent.name for p in REFERENCE.glob("*/claims.json") if "claims" in p.parent.name)
+
+
+def _committed_sections(name):
+    from test_archive import planned_gpus
+
+    from dpbench.claims import ledger
+    from dpbench.plan import pipeline
+    plan = pipeline.plan_of_file(ARCHIVE / f"{name}.claims.yaml", tag=name, gpus_available=planned_gpus(name))
+    return ledger.build_sections(ledger.Evidence(REFERENCE, name, plan))
+
+
+def _observations(section):
+    probe = (section.data or {}).get("probe") or {}
+    return list((probe.get("observations") or {}).values())
+
+
+@pytest.mark.parametrize("name", LEDGERS)
+def test_each_committed_summary_cell_agrees_with_its_verdict_data(name):
+    import re
+    checked = 0
+    for s in _committed_sections(name):
+        cell = s.summary
+        assert not re.search(r"\bNone\b|\bloads\b|Nonex", cell), f"{s.id}: {cell}"
+        obs = _observations(s)
+        if not obs or s.not_run:
+            continue
+        errors = [o for o in obs if o.get("error")]
+        if m := re.search(r"(\d+|none) of (\d+) observations erred", cell):
+            assert (m[1], int(m[2])) == (str(len(errors)) if errors else "none", len(obs)), f"{s.id}: {cell}"
+            checked += 1
+        if m := re.search(r"(\d+)(?: of (\d+))? calls on the wrapper misbehave", cell):
+            listed = next((o for o in obs if o.get("what", "").startswith("calls that misbehave")), None)
+            flagged = [o for o in obs if o.get("misbehaves")]
+            assert int(m[1]) == (len(listed["result"]) if listed and "result" in listed and not m[2] else len(flagged))
+            checked += 1
+        if m := re.search(r"(\d+)/(\d+) other (?:loads|round trips)", cell):
+            exact = [o for o in obs if "round_trip_bit_exact" in o]
+            assert (int(m[1]), int(m[2])) == (sum(bool(o["round_trip_bit_exact"]) for o in exact), len(exact))
+            checked += 1
+        if s.id == "C3" and s.verdict == "refuted":   # the advice is refuted by calls that misbehave
+            assert not re.search(r"\b0 (?:of \d+ )?calls", cell), cell
+        if s.id == "C2" and "no wrong-device case erred" in cell:
+            assert not errors, cell
+    assert checked, f"{name}: no summary cell was checked against its data"

@@ -236,7 +236,18 @@ def test_welch_p_is_scipys():
     x, y = np.array([100.0, 103.0, 98.0]), np.array([95.0, 97.0, 99.5, 96.0])
     assert cmp.welch_p(x, y) == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue, rel=1e-12)
     assert cmp.welch_p(x[:1], y) is None
-    assert cmp.welch_p(np.ones(3), np.ones(3)) == 1.0 and cmp.welch_p(np.ones(3), 2 * np.ones(3)) == 0.0
+    assert cmp.welch_p(np.ones(3), np.ones(3)) == 1.0
+
+
+def test_welch_p_at_zero_variance_has_a_resolution_floor():
+    """Identical repeats: a hair's difference (under float32's resolution) is no difference, and a
+    resolved one is small p, never p = 0 (the old test returned 0.0 for both)."""
+    hair = np.ones(3) * (1 + 1e-12)
+    assert cmp.welch_p(np.ones(3), hair) == 1.0
+    assert 0 < cmp.welch_p(np.ones(3), 2 * np.ones(3)) < 1e-6
+    assert cmp.welch_p(np.ones(3), np.ones(3) * (1 + 1e-7)) > 0.05   # one ulp of float32: unresolved
+    # one side spread, the other identical: the identical side's sd is the floor, not 0
+    assert 0 < cmp.welch_p(np.array([1.0, 1.1, 0.9]), np.ones(3)) <= 1
 
 
 # -- the noise between launches, learned from A/A launches -------------------------------

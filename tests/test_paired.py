@@ -68,6 +68,73 @@ def test_identical_repeats_give_a_defined_answer():
     df = pd.DataFrame({"cell": "c", "environment": ["base", "base", "cand", "cand"], "order": range(4),
                        "samples_per_s": [100.0, 100.0, 100.0, 100.0]})
     assert (paired_throughput(df, "base", "cand").cells[0].p_holm,
-            paired_throughput(df, "base", "cand").cells[0].verdict) == (1.0, "no change")
+            paired_throughput(df, "base", "cand").cells[0].verdict) == (1.0, "identical")
     df.loc[df.environment == "cand", "samples_per_s"] = 99.0
-    assert paired_throughput(df, "base", "cand").cells[0].verdict == "slower"
+    cell = paired_throughput(df, "base", "cand").cells[0]
+    assert cell.verdict == "slower" and 0 < cell.p < 1e-6   # a resolved 1%, but never p = 0
+
+
+def test_zero_variance_and_a_hairs_difference_is_no_finding():
+    """Identical repeats, the candidate a hair (far under float32's resolution) faster: the old
+    test took sd 0 for certainty and called it "faster" at p = 0."""
+    df = pd.DataFrame({"cell": ["c"] * 6 + ["d"] * 6, "environment": ["base", "cand", "cand", "base", "base", "cand"] * 2,
+                       "order": range(12), "samples_per_s": [100.0] * 12})
+    df.loc[df.environment == "cand", "samples_per_s"] = 100.0 * (1 + 1e-12)
+    v = paired_throughput(df, "base", "cand")
+    assert [c.verdict for c in v.cells] == ["identical", "identical"] and all(c.p == 1.0 for c in v.cells)
+    assert v.launch.verdict == "identical" and v.launch.p > 0.5 and v.launch.se_log > 0
+    assert all(c.sd_log > 0 and c.smallest_detectable > 0 for c in v.cells)
+
+
+def test_the_smallest_detectable_change_has_the_power_it_claims():
+    """At 3 vs 3 (4 df) and Holm's first level, the quoted change is found with 80% power on the
+    noncentral t, where (t + t) * se gave about 76%."""
+    import scipy.stats
+    v = paired_throughput(launch(), "base", "cand")
+    c, m = v.cells[0], len(v.cells) + 1
+    se = c.sd_log * math.sqrt(1 / 3 + 1 / 3)
+    e = math.log1p(c.smallest_detectable) / se
+    crit = scipy.stats.t.ppf(1 - 0.05 / m / 2, c.df)
+    assert scipy.stats.nct.sf(crit, c.df, e) == pytest.approx(0.8, abs=1e-6)
+    old = scipy.stats.t.ppf(1 - 0.05 / m / 2, c.df) + scipy.stats.t.ppf(0.8, c.df)
+    assert e > old and scipy.stats.nct.sf(crit, c.df, old) < 0.78
+
+
+def test_equivalence_by_two_one_sided_tests():
+    """0.1% noise, 3 a side: no change is shown within +-2%; a 5% slowdown is not within it; one
+    within-margin but noisy cell is neither slower nor shown within."""
+    v = paired_throughput(launch(), "base", "cand")
+    assert all(c.within and c.tost_p < 0.05 for c in v.cells) and v.launch.within and v.delta == 0.02
+    slow = paired_throughput(launch({"ddp-g1": -0.05}), "base", "cand")
+    by = {c.cell: c for c in slow.cells}
+    assert by["ddp-g1"].within is False and by["ddp-g1"].tost_p > 0.5
+    noisy = paired_throughput(launch(sd=0.03), "base", "cand")
+    assert all(c.verdict == "no change" and not c.within for c in noisy.cells)
+    wide = paired_throughput(launch(sd=0.03), "base", "cand", delta=0.2)
+    assert all(c.within for c in wide.cells) and "+-20%" in wide.design
+
+
+def test_detectable_change_is_a_range_across_launches():
+    """Three A/A launches of one cell with different noise: the range spans them; pooling gives
+    more df than any one launch, so the pooled value is below the one of the pooled sd at 4 df."""
+    from dpbench.analysis.compare.paired import detectable_spread
+    vs = [paired_throughput(launch(sd=sd, seed=i), "base", "cand") for i, sd in enumerate((0.0005, 0.001, 0.002))]
+    spread = {s.cell: s for s in detectable_spread(vs)}
+    s = spread["ddp-g1"]
+    each = [next(c for c in v.cells if c.cell == "ddp-g1").smallest_detectable for v in vs]
+    assert (s.launches, s.low, s.high, s.pooled_df) == (3, min(each), max(each), 12)
+    assert s.low < s.pooled < s.high
+
+
+def test_equivalence_on_a_committed_paired_launch():
+    """h200-paired-slow-ddp-d5e46b6: base vs same (A/A) is within +-2% in every cell and the
+    launch; base vs slow finds the ddp cell's planted 1% slower and still within +-2%."""
+    from pathlib import Path
+
+    from dpbench.analysis.compare import one_launch
+    root = Path(__file__).resolve().parents[1] / "results" / "reference"
+    rs = one_launch.load_paired(root, "h200-paired-slow-ddp-d5e46b6")
+    same = paired_throughput(one_launch.samples(rs, "base", "same"), "base", "same")
+    assert all(c.within and c.verdict == "no change" for c in same.cells) and same.launch.within
+    slow = {c.cell[0]: c for c in paired_throughput(one_launch.samples(rs, "base", "slow"), "base", "slow").cells}
+    assert slow["ddp"].verdict == "slower" and slow["ddp"].within and slow["ddp"].tost_p == pytest.approx(0.0011, abs=2e-4)

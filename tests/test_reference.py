@@ -104,3 +104,40 @@ def test_a_run_labelled_with_a_commit_whose_sources_it_did_not_run_is_refused(ch
     results.write_json(src / "runs" / "single-g1-r0" / results.METRICS, rec)
     assert reference.main([str(src), str(tmp_path / "ref2")]) == 2
     assert "single-g1-r0" in capsys.readouterr().err
+
+
+# Every committed reference folder says how it was made: what, the command, the commit, the
+# machine and the date. READMEs written after the fact (tools/reference_readmes.py) carry the five
+# as fields; older ones say them in prose, and where an older one gives no date, the commit that
+# added the folder does (git log), which a shallow clone may lack.
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+FOLDERS = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
+FIELDS = ("**What.**", "**Command.**", "**Commit.**", "**Machine.**", "**Date.**")
+
+
+def _added_on(name: str) -> str | None:
+    out = subprocess.run(["git", "log", "--format=%ad", "--date=short", "--", f"results/reference/{name}"],
+                         cwd=REFERENCE.parents[1], capture_output=True, text=True)
+    dates = out.stdout.split()
+    return dates[-1] if out.returncode == 0 and dates else None
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_every_reference_folder_has_a_readme_saying_how_it_was_made(name):
+    path = REFERENCE / name / "README.md"
+    assert path.is_file(), f"results/reference/{name} has no README.md (python tools/reference_readmes.py)"
+    text = path.read_text()
+    if "tools/reference_readmes.py" in text:
+        assert all(f in text for f in FIELDS), f"{name}: fields missing"
+        assert re.search(r"\*\*Date\.\*\* committed \d{4}-\d{2}-\d{2}", text)
+    what = text.lstrip().startswith("# ")
+    command = re.search(r"^    \S|^```|`(?:snakemake|dpbench|python3?|bash|tools/|LIMIT=|GPUS=|DPBENCH_GIT_SHA=)[^`]*`", text, re.M)
+    commit = re.search(r"\b[0-9a-f]{7,40}\b|not recorded", text)
+    machine = re.search(r"H200|CPU", text)
+    date = re.search(r"\d{4}-\d{2}-\d{2}|\b(?:Nov|Dec)[a-z]* \d", text) or _added_on(name)
+    missing = [k for k, v in (("what", what), ("command", command), ("commit", commit), ("machine", machine),
+                              ("date", date)) if not v]
+    assert not missing, f"results/reference/{name}/README.md lacks: {missing}"

@@ -296,5 +296,6 @@ def test_the_one_gpu_sharding_bench_runs_its_tiny_cells_on_the_cpu(tmp_path):
     assert [(r["variant"], r["status"]) for r in rows] == [("single", "ok"), ("fsdp", "ok"), ("fsdp-bf16", "ok")]
     single, fsdp = rows[0], rows[1]
     assert fsdp["ratio_to_single"] > 0 and fsdp["largest_unit_mib"] > 0
+    assert rows[2]["ratio_to_single"] is None   # bf16 against fp32 single would be a precision change
     assert fsdp["parameters_mib"] == single["parameters_mib"] > 0   # one rank holds every shard
     assert (tmp_path / "out" / "runs.tar.gz").is_file()

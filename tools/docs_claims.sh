@@ -54,13 +54,16 @@ json.dump(plan_of_file(sys.argv[1], tag=sys.argv[2], gpus_available=int(sys.argv
     echo "experiment file: [\`tests/fixtures/archive/$set.claims.yaml\`](../tests/fixtures/archive/$set.claims.yaml)."
     if [ "$set" = h200x2-claims-torch-2.11.0+cu130 ]; then
       echo
-      echo "Its probe records (\`claims/C2-C7.json\`) predate the observation ids today's ledger"
-      echo "looks values up by, so the probe parts of the summary table come out wrong (\`None\`,"
-      echo "\`0 calls\`, \`loads\`). The verdicts are the probe records' own, and each section's"
-      echo "evidence lists every observation as recorded."
+      echo "Its probe records (\`claims/C2-C7.json\`) predate observation ids, so no summary can look a"
+      echo "value up by id: their summary cells are counted from the recorded values themselves"
+      echo "(errors, misbehaving calls, bit-exact round trips). The verdicts are the probe records' own,"
+      echo "and each section's evidence lists every observation as recorded."
     fi
     # Drop the ledger's title (the heading above replaces it); nest its headings under ours.
     sed '1d; s/^## /### /; s#](figures/#](claims/'"$set"'/#g' "$md"
   } >>"$out"
 done
 echo "wrote $out"
+
+# The pages whose numbers are named queries on the references (docs/templates/*.md.in).
+python -m dpbench.report.docs_render

@@ -137,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             cfg["collective_timeout_s"] = 40   # the stall guard: 80 s
         t0 = time.perf_counter()
         rec = launch_record(cfg, runs / name, BF16_PROBE_TIMEOUT_S if bf16 else RUN_TIMEOUT_S)
-        single = next((r.get("record") for r in rows if r["cell"] == cell and r["variant"] == "single"), None)
+        # like with like: single of the same cell and precision (no bf16 single here: no ratio)
+        single = next((r.get("record") for r in rows if r["cell"] == cell and r["variant"] == "single"
+                       and ((r.get("record") or {}).get("config") or {}).get("precision", "fp32") == precision), None)
         rows.append({**row_of(cell, name.removeprefix(f"{cell}-"), rec, single), "record": rec,
                      "wall_s": time.perf_counter() - t0})
         print(f"{name}: {rec['status']} in {rows[-1]['wall_s']:.0f} s {rec.get('reason', '')[:200]}", flush=True)

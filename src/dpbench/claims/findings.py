@@ -35,6 +35,42 @@ def observation_line(o: Observation) -> str:
     return f"{o.what}: " + "; ".join(extras)
 
 
+def without_ids(p: ProbeRecord) -> bool:
+    """A record written before observations had ids: no summary can look a value up in it."""
+    return bool(p.observations) and all(o.id.startswith("unnamed.") for o in p.observations)
+
+
+def recorded_summary(p: ProbeRecord) -> str:
+    """The summary of a record without observation ids, from its recorded values alone (never a
+    lookup that would find nothing and print None): which observations erred, how many calls
+    misbehaved, how many round trips were bit-exact."""
+    parts = []
+    erred = [o for o in p.observations if o.get("error")]
+    if erred:
+        first = erred[0]
+        parts.append(f"{len(erred)} of {len(p.observations)} observations erred (first: {first.what}: "
+                     f"`{first.get('error')}`" + (f" at {first.get('stage')}" if first.get("stage") else "") + ")")
+    else:
+        parts.append(f"none of {len(p.observations)} observations erred")
+    judged = [o for o in p.observations if "misbehaves" in o.values]
+    if judged:
+        parts.append(f"{sum(bool(o.get('misbehaves')) for o in judged)} of {len(judged)} calls on the wrapper misbehave")
+    exact = [o for o in p.observations if "round_trip_bit_exact" in o.values]
+    if exact:
+        parts.append(f"{sum(bool(o.get('round_trip_bit_exact')) for o in exact)}/{len(exact)} other round trips "
+                     "bit for bit")
+    texts = [o for o in p.observations if "exact_article_text" in o.values]
+    if texts:
+        parts.append(f"the article's exact text in {sum(bool(o.get('exact_article_text')) for o in texts)} of "
+                     f"{len(texts)} cases")
+    parts += [f"{o.what}: shown {o.get('shown')}x over {o.get('steps')} steps"
+              for o in p.observations if "shown" in o.values and "steps" in o.values]
+    parts += [f"{o.what}: {o.get('benchmark_on')}x with cudnn.benchmark on, {o.get('benchmark_off')}x off"
+              for o in p.observations if "benchmark_on" in o.values and "benchmark_off" in o.values]
+    return ("recorded before observation ids, summarised from the values: " + "; ".join(parts)
+            + "; each observation in the evidence")
+
+
 def probe_finding(ev, cid: str, summarise: Callable[[ProbeRecord], str]) -> Finding:
     probe: ProbeRecord | None = ev.probes.get(cid)
     if probe is None:
@@ -43,7 +79,8 @@ def probe_finding(ev, cid: str, summarise: Callable[[ProbeRecord], str]) -> Find
     lines = [observation_line(o) for o in probe.observations]
     lines += [f"{NOT_RUN}: {part}" for part in probe.parts_not_run]
     not_run = f"{NOT_RUN}: {probe.not_run}" if probe.not_run else None
-    return Finding(verdict=probe.verdict, summary=not_run or summarise(probe), evidence=lines,
+    summary = not_run or (recorded_summary(probe) if without_ids(probe) else summarise(probe))
+    return Finding(verdict=probe.verdict, summary=summary, evidence=lines,
                    data={"probe": probe.to_json()}, measured_on=[ev.measured_on_probe(cid)], not_run=not_run)
 
 

@@ -157,11 +157,15 @@ def render_markdown(report: dict) -> str:
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
         ("Throughput within the launch (images/s, median over repeats)",
-         "`smallest`: the change this cell's test finds at 80% power; `p (Holm)`: adjusted over the cells.",
-         ["run group", "runs", "baseline", "candidate", "change", "smallest", "p (Holm)", "verdict"],
-         range(1, 7),
+         "`smallest`: the change this cell's test finds at 80% power (noncentral t); `p (Holm)`: adjusted "
+         "over the cells; `equivalence`: two one-sided tests of the change against the margin (`within` "
+         "when both reject at alpha: a change that large is ruled out), with their p.",
+         ["run group", "runs", "baseline", "candidate", "change", "smallest", "p (Holm)", "verdict", "equivalence",
+          "TOST p"],
+         [1, 2, 3, 4, 5, 6, 9],
          [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"], r["median_candidate"],
-           _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"])]
+           _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"]),
+           _within(r), r.get("tost_p")]
           for r in report["throughput"]]) if paired else
         (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
          ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
@@ -208,6 +212,14 @@ def render_markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _within(r: dict) -> str:
+    """A TOST cell: "within +-2%" when shown, "not shown within +-2%" when not, "–" untested."""
+    if r.get("within") is None:
+        return "–"
+    margin = f"±{100 * r['equivalence']:g}%"
+    return f"within {margin}" if r["within"] else f"not shown within {margin}"
+
+
 def _paired_rule(paired: dict) -> str:
     launch = paired["launch"]
     return (f"Both environments ran in this one launch, their runs interleaved {paired['order']} per cell "
@@ -215,7 +227,10 @@ def _paired_rule(paired: dict) -> str:
             f"enters ({paired['design']}). The smallest change it could have seen (80% power): "
             f"{_pct(launch['smallest_detectable'])} common to every cell, per cell in the table below. "
             f"The whole launch: {_signed(launch['change'], '%', 100)}"
-            + ("" if launch["p"] is None else f" (p = {launch['p']:.3g})") + f", **{launch['verdict']}**."
+            + ("" if launch["p"] is None else f" (p = {launch['p']:.3g})") + f", **{launch['verdict']}**"
+            + ("" if launch.get("within") is None else
+               f"; {_within({**launch, 'equivalence': paired['equivalence']})} (TOST p = {launch['tost_p']:.3g})")
+            + "."
             + "".join(f" {note}" for note in paired.get("notes") or []))
 
 

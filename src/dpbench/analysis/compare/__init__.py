@@ -70,9 +70,11 @@ from dpbench.analysis.compare.verdict import exit_code, failing, verdict_of
 # The rules a report was made by. 1 (reports without `format`): throughput change a ratio of
 # medians, Welch on raw images/s. 2: the ratio of geometric means, Welch on log images/s; loss
 # curves by the curve test. 3: the curve test seed-paired where both sides' runs carry seeds and
-# two or more match (noise from the A/A launches' seed-matched differences where given). A
-# committed report is remade by its own format's rules.
-REPORT_FORMAT = 3
+# two or more match (noise from the A/A launches' seed-matched differences where given). 4: the
+# seed-paired test's standard error keeps a launch offset as one unit (A/A summaries split into
+# launch offset and residual), not the seed-matched sd over sqrt(n). A committed report is
+# remade by its own format's rules.
+REPORT_FORMAT = 4
 
 
 def compare(results_dir: Path | str, baseline: str, candidate: str,
@@ -121,7 +123,8 @@ def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Threshol
         "throughput": throughput,
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
-        "loss": compare_loss(base, cand, th, prov, aa_curves, aa_sides, seed_paired=report_format >= 3),
+        "loss": compare_loss(base, cand, th, prov, aa_curves, aa_sides, seed_paired=report_format >= 3,
+                             offset_once=report_format >= 4),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
     }
     report["verdict"] = asdict(verdict_of(report))

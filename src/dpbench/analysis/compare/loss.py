@@ -81,7 +81,7 @@ def curve_matrix(curves: dict, steps) -> np.ndarray:
 
 def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
                 aa: dict | None = None, seeds: tuple | None = None,
-                aa_seeded: list | None = None) -> dict[tuple, CurveTest]:
+                aa_seeded: list | None = None, offset_once: bool = True) -> dict[tuple, CurveTest]:
     """The curve test of every cell both sides ran (Holm over them); aa: cell -> [per A/A launch
     repeat -> curve Series], whose spread joins the pool. seeds: (seeds_of the baseline, of the
     candidate), which make a cell's test seed-paired where they match (None: unpaired);
@@ -102,7 +102,8 @@ def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
             seed_cells[k] = tuple([side.get((*k, r)) for r in sorted(cur[k])]
                                   for side, cur in zip(seeds, (curves_a, curves_b)))
             aa_seed_cells[k] = [(curve_matrix(c, steps), [sd.get((*k, r)) for r in sorted(c)]) for c, sd in paired]
-    return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells, seed_cells, aa_seed_cells)
+    return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells, seed_cells, aa_seed_cells,
+                               offset_once)
 
 
 def _curve_fields(t: CurveTest | None) -> dict[str, Any]:
@@ -114,7 +115,8 @@ def _curve_fields(t: CurveTest | None) -> dict[str, Any]:
 
 
 def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | None = None,
-                 aa_sides: list[dict] | None = None, seed_paired: bool = True) -> list[dict]:
+                 aa_sides: list[dict] | None = None, seed_paired: bool = True,
+                 offset_once: bool = True) -> list[dict]:
     """aa: cell -> the A/A launches' curves (the compared sets left out) for the unpaired pool;
     aa_sides: the loaded A/A launches for the seed-paired test's noise (the candidate left out,
     the baseline in when named); seed_paired False: every cell unpaired (report formats 1-2)."""
@@ -137,7 +139,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
     judged = [k for k in keys if (software or not modes[k][0]) and not _same_bits_all(curves_a[k], curves_b[k])]
     seeds = (seeds_of(base), seeds_of(cand)) if seed_paired else None
     aa_seeded = [(curves_of(s["tables"]["steps"]), seeds_of(s)) for s in aa_sides or []]
-    tests = curve_tests(curves_a, curves_b, judged, th, aa, seeds, aa_seeded)
+    tests = curve_tests(curves_a, curves_b, judged, th, aa, seeds, aa_seeded, offset_once)
     rows = []
     for key, p, q in zip(keys, raw, adjusted):
         ca, cb = curves_a[key], curves_b[key]

@@ -86,10 +86,10 @@ def samples(rs: dict, base: str, cand: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cell", "environment", "order", "samples_per_s"])
 
 
-def throughput_test(frame: pd.DataFrame, base: str, cand: str, alpha: float) -> Any:
+def throughput_test(frame: pd.DataFrame, base: str, cand: str, alpha: float, delta: float | None = None) -> Any:
     """The one call of the within-launch throughput test (analysis.compare.paired)."""
-    from dpbench.analysis.compare.paired import paired_throughput
-    return paired_throughput(frame, base, cand, alpha=alpha)
+    from dpbench.analysis.compare.paired import EQUIVALENCE, paired_throughput
+    return paired_throughput(frame, base, cand, alpha=alpha, delta=EQUIVALENCE if delta is None else delta)
 
 
 def planned_order(rs: dict, base: str, cand: str) -> str:
@@ -104,7 +104,7 @@ def planned_order(rs: dict, base: str, cand: str) -> str:
 def paired_throughput_rows(frame: pd.DataFrame, base: str, cand: str, th: Thresholds) -> tuple[list[dict], dict]:
     """The throughput rows of the report (one per cell, with its medians beside the test's
     change and verdict) and the whole launch's row with the test's design."""
-    verdict = throughput_test(frame, base, cand, th.alpha)
+    verdict = throughput_test(frame, base, cand, th.alpha, th.equivalence)
     rows = []
     for r in verdict.cells:
         mine = frame[frame["cell"] == r.cell]
@@ -113,10 +113,12 @@ def paired_throughput_rows(frame: pd.DataFrame, base: str, cand: str, th: Thresh
                      "median_baseline": float(med.get(base, float("nan"))),
                      "median_candidate": float(med.get(cand, float("nan"))),
                      "change": r.change, "smallest_detectable": r.smallest_detectable,
-                     "p_holm": r.p_holm, "verdict": r.verdict, "severity": SEVERITY.get(r.verdict, "info")})
+                     "p_holm": r.p_holm, "verdict": r.verdict, "severity": SEVERITY.get(r.verdict, "info"),
+                     "tost_p": r.tost_p, "within": r.within, "equivalence": verdict.delta})
     launch = dataclasses.asdict(verdict.launch)
     launch["severity"] = SEVERITY.get(launch["verdict"], "info")   # every cell slower together
-    return rows, {"design": verdict.design, "notes": list(verdict.notes), "launch": launch}
+    return rows, {"design": verdict.design, "notes": list(verdict.notes), "launch": launch,
+                  "equivalence": verdict.delta}
 
 
 def load_paired(results_dir: Path | str, tag: str) -> dict:

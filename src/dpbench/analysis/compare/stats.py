@@ -20,16 +20,87 @@ from dpbench.analysis.compare.thresholds import Thresholds
 ENVELOPE_WINDOW = (9, 0.1)
 
 
-def welch_p(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Two-sided p of Welch's t-test on the means (None with fewer than 2 values a side)."""
+# Every value compare tests is measured to a finite precision: step times are recorded as
+# float32 milliseconds (steps.csv, metrics.json), and so is every quantity made from them, so a
+# value is known to no better than one float32 ulp of itself, 2**-23 relative. A spread below
+# that is no measurement: the sd of one value is never taken below a rounding error's,
+# resolution / sqrt(12). Without this floor identical repeats (sd 0) turn a difference of a
+# hair into p = 0.
+FLOAT32_RESOLUTION = 2.0 ** -23
+IDENTICAL = "identical"
+
+
+def resolution(values: np.ndarray, relative: float = FLOAT32_RESOLUTION) -> float:
+    """The granularity of values recorded to `relative` precision: that share of the largest."""
+    v = np.abs(np.asarray(values, float))
+    v = v[np.isfinite(v)]
+    return relative * float(v.max()) if len(v) else 0.0
+
+
+def sd_floor(res: float) -> float:
+    """The smallest sd a value rounded to `res` can be said to have (uniform rounding error)."""
+    return res / math.sqrt(12.0)
+
+
+def identical(x: np.ndarray, y: np.ndarray, res: float) -> bool:
+    """Both sides' values all agree within the resolution: nothing here can be tested."""
+    v = np.concatenate([np.asarray(x, float), np.asarray(y, float)])
+    return bool(len(v)) and float(v.max() - v.min()) <= res
+
+
+def welch_p(x: np.ndarray, y: np.ndarray, res: float | None = None) -> float | None:
+    """Two-sided p of Welch's t-test on the means (None with fewer than 2 values a side).
+
+    res: the values' resolution (default: float32 precision of the largest, `resolution`); each
+    side's sd is floored at sd_floor(res), so identical repeats never give p = 0, and two sides
+    whose every value agrees within res give p = 1 (`identical`)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if min(len(x), len(y)) < 2:
         return None
-    if x.var(ddof=1) == 0.0 and y.var(ddof=1) == 0.0:  # identical repeats resolve any difference
-        return 0.0 if x.mean() != y.mean() else 1.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # near-identical samples: precision note
-        return float(scipy.stats.ttest_ind(x, y, equal_var=False).pvalue)
+    res = resolution(np.concatenate([x, y])) if res is None else res
+    if identical(x, y, res):
+        return 1.0
+    floor = sd_floor(res) ** 2
+    vx, vy = x.var(ddof=1), y.var(ddof=1)
+    if vx >= floor and vy >= floor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # near-identical samples: precision note
+            return float(scipy.stats.ttest_ind(x, y, equal_var=False).pvalue)
+    ax, ay = max(vx, floor) / len(x), max(vy, floor) / len(y)
+    se = math.sqrt(ax + ay)
+    df = (ax + ay) ** 2 / (ax ** 2 / (len(x) - 1) + ay ** 2 / (len(y) - 1))
+    return float(2 * scipy.stats.t.sf(abs(y.mean() - x.mean()) / se, df))
+
+
+def power(effect_se: float, df: float, alpha: float) -> float:
+    """The power of a two-sided t-test at level alpha for a true change of effect_se standard
+    errors (the noncentral t: the exact power at df, not the normal approximation)."""
+    crit = scipy.stats.t.ppf(1 - alpha / 2, df)
+    nct = scipy.stats.nct
+    effect_se = abs(effect_se)
+    far = nct.cdf(-crit, df, effect_se)   # the wrong tail; scipy's nct can return nan far out there
+    return float(nct.sf(crit, df, effect_se) + (far if math.isfinite(far) else 0.0))
+
+
+def detectable_se(df: float, alpha: float, target: float = 0.8) -> float:
+    """The true change, in standard errors, that a two-sided t-test at level alpha on df degrees
+    of freedom finds with power `target` (solved on the noncentral t). The textbook
+    (t_{1-alpha/2} + t_{power}) * se under-states it at few df: at 4 df it has 68-79% power."""
+    import scipy.optimize
+    hi = 2 * (scipy.stats.t.ppf(1 - alpha / 2, df) + scipy.stats.t.ppf(target, df)) + 10
+    while power(hi, df, alpha) < target:
+        hi *= 2
+    return float(scipy.optimize.brentq(lambda e: power(e, df, alpha) - target, 0.0, hi, xtol=1e-10))
+
+
+def tost_p(change: float, se: float, df: float, low: float, high: float) -> float:
+    """p of two one-sided t-tests that the true change lies inside (low, high): the larger of the
+    two one-sided p's (equivalence at level alpha when below alpha)."""
+    if se <= 0 or not math.isfinite(se):
+        return 0.0 if low < change < high else 1.0
+    p_low = scipy.stats.t.sf((change - low) / se, df)
+    p_high = scipy.stats.t.cdf((change - high) / se, df)
+    return float(max(p_low, p_high))
 
 
 def holm(pvalues: list[float | None]) -> list[float | None]:

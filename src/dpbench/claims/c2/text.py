@@ -10,12 +10,18 @@ def _c2(p: ProbeRecord) -> str:
     wrong = p.find("c2.wrap.model_not_on_first_id")
     late = p.values("c2.cvd.set_after_cuda_init")
     plain = p.values("c2.plain_fix")
-    errored = wrong is not None and wrong.get("error")
-    head = (f"{wrong.what}: `{wrong.get('error')}` at {wrong.get('stage')}" if errored
-            else "no wrong-device case erred")
-    return (f"{head}; CUDA_VISIBLE_DEVICES set after CUDA init leaves device_count "
-            f"{late.get('before')} -> {late.get('after')}; model.to(device_ids[0]) "
-            f"{'works' if plain.get('stage', 'x') is None else 'fails'}")
+    if wrong is None:
+        parts = ["the wrong-device case: not recorded"]
+    elif wrong.get("error"):
+        parts = [f"{wrong.what}: `{wrong.get('error')}` at {wrong.get('stage')}"]
+    else:
+        parts = [f"{wrong.what}: no error"]
+    if late:
+        parts.append(f"CUDA_VISIBLE_DEVICES set after CUDA init leaves device_count "
+                     f"{late.get('before')} -> {late.get('after')}")
+    if plain:
+        parts.append(f"model.to(device_ids[0]) {'works' if plain.get('stage', 'x') is None else 'fails'}")
+    return "; ".join(parts)
 
 
 def finding(ev) -> Finding:

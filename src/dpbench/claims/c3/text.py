@@ -7,7 +7,9 @@ from dpbench.claims.records import Finding, ProbeRecord
 
 
 def _c3(p: ProbeRecord) -> str:
-    bad = p.values("c3.misbehaving_calls").get("result", [])
+    listed = p.find("c3.misbehaving_calls")
+    bad = (listed.get("result", []) if listed is not None else
+           [o.what for o in p.observations if o.get("misbehaves")])   # each call's own flag
     zero = (p.values("c3.cuda_all_ids.zero_grad") or p.values("c3.cpu.zero_grad")).get("result", "")
     one_id = p.values("c3.cuda_one_id.construction").get("error")
     return (f"{len(bad)} calls on the wrapper misbehave (CPU and CUDA paths together)"

@@ -10,8 +10,13 @@ def _c4(p: ProbeRecord) -> str:
     article = p.values("c4.article_load")
     exact = [o for o in p.observations if "round_trip_bit_exact" in o.values]
     ok = sum(bool(o.get("round_trip_bit_exact")) for o in exact)
-    return (f"article's load: `{article.get('error', 'loads')}` {article.get('second_line', '')[:60]}...; "
-            f"{ok}/{len(exact)} other loads round-trip bit for bit")
+    if not article:
+        head = "article's load: not recorded"
+    elif article.get("error"):
+        head = f"article's load: `{article['error']}` {article.get('second_line', '')[:60]}..."
+    else:
+        head = "article's load: works"
+    return f"{head}; {ok}/{len(exact)} other round trips bit for bit"
 
 
 def finding(ev) -> Finding:

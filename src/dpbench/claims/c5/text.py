@@ -12,10 +12,14 @@ def _c5(p: ProbeRecord) -> str:
     one = p.values("c5.one_gpu")
     default = p.values("c5.shown.default_filters")
     always = p.values("c5.shown.always")
-    return (f"exact article text: {many.get('exact_article_text')}; shape {many.get('shape')} on "
-            f"{len(many.get('device_ids', []))} GPUs, {one.get('shape')} on one; shown "
-            f"{default.get('shown')}x over {default.get('steps')} steps with default filters, "
-            f"{always.get('shown')}x with 'always'")
+    parts = []
+    if many:
+        parts.append(f"exact article text: {many.get('exact_article_text')}; shape {many.get('shape')} on "
+                     f"{len(many.get('device_ids', []))} GPUs" + (f", {one.get('shape')} on one" if one else ""))
+    if default and always:
+        parts.append(f"shown {default.get('shown')}x over {default.get('steps')} steps with default filters, "
+                     f"{always.get('shown')}x with 'always'")
+    return "; ".join(parts) or "no observation of the gather recorded under today's ids"
 
 
 def _gather_warnings_in_runs(ev) -> list[str]:

@@ -44,7 +44,8 @@ def _c6_summary(p: ProbeRecord) -> str:
     emu = p.values("c6.cpu.bn_eval.batch128_split3")
     text = (f"[0.3, 0.2, 0.8]: {arith.get('one device mean', {}).get('value')} on one device, "
             f"{arith.get('mean of per-device means', {}).get('value')} as mean of means, "
-            f"{arith.get('sum / N', {}).get('value')} as sum/N")
+            f"{arith.get('sum / N', {}).get('value')} as sum/N" if arith else
+            "[0.3, 0.2, 0.8]: not recorded")
     if emu:
         text += (f"; 128 on 3 (43/43/42) gradient off by {emu['grad_rel_diff_mean_of_means']:.2g} (mean of means) vs "
                  f"{emu['grad_rel_diff_sum_over_n']:.2g} (sum/N), CPU emulation")

@@ -72,6 +72,8 @@ def _c7_summary(p: ProbeRecord) -> str:
         lo, hi = r.get(f"benchmark_{side}_low"), r.get(f"benchmark_{side}_high")
         return f"{r.get(f'benchmark_{side}')}x" + (f" ({lo}-{hi}x)" if lo is not None and hi is not None else "")
 
+    if r.get("benchmark_on") is None or r.get("benchmark_off") is None:
+        return "3x3 conv in a new thread per step vs the same thread: not recorded"
     level = f", intervals at >= {100 * r['level']:.0f}% confidence" if r.get("level") else ""
     return (f"3x3 conv in a new thread per step vs the same thread: {ratio('on')} slower with "
             f"benchmark on, {ratio('off')} off{level}")
