@@ -500,3 +500,12 @@ def test_a_cpu_plan_run_hides_the_machines_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert launch.main(["--config", '{"variant": "single"}', "--out", str(tmp_path), "--planned-gpus", "0"]) == 0
     assert seen == {"visible": "", "planned": 0}
+
+
+def test_fsdp_with_channels_last_is_refused_before_fully_shard_fails():
+    from dpbench.plan.config import RunConfig
+    from dpbench.run import engine
+    for variant in ("fsdp", "hsdp"):
+        assert "channels_last" in engine.refused(RunConfig(variant=variant, channels_last=True))
+        assert engine.refused(RunConfig(variant=variant)) is None
+    assert engine.refused(RunConfig(variant="ddp", channels_last=True)) is None

@@ -89,7 +89,9 @@ def pair(cell_name: str, cell: tuple, variants: list[str], repeats: int, steps: 
                     inits += 1
                     os.environ.update(MASTER_PORT=str(base_port + inits), TORCHELASTIC_USE_AGENT_STORE="False")
                 try:
-                    if kind == "bare":
+                    if reason := engine.refused(cfg):   # both loops would fail the same way
+                        row.update(status="skipped", reason=reason)
+                    elif kind == "bare":
                         res = bare.run(cfg)
                         timed = res.step_ms[warmup - 1:] if warmup else res.step_ms
                         row.update(status="ok", step_ms=median(timed), host_ms=res.host_ms, losses=res.losses)

@@ -215,8 +215,19 @@ def build_workload(cfg: RunConfig, device: torch.device | None = None):
         return spec_build(cfg.workload, **extra)
 
 
+def refused(cfg: RunConfig) -> str | None:
+    """Why this variant cannot run with these options, whatever the workload (None when it can)."""
+    if cfg.variant in FSDP_VARIANTS and cfg.channels_last:
+        # seen on an H200 (torch 2.11): fully_shard raises NotImplementedError on a conv weight
+        return (f"{cfg.variant} with channels_last: FSDP2 shards only contiguous parameters, and channels_last "
+                "makes conv weights non-contiguous; run it without channels_last")
+    return None
+
+
 def unsupported(cfg: RunConfig, spec) -> str | None:
     """Why the workload cannot run this variant (None when it can)."""
+    if reason := refused(cfg):
+        return reason
     if cfg.variant in DP_VARIANTS and not spec.batch_first:
         return (f"nn.DataParallel gathers outputs on dim 0, and workload {registry.resolve(cfg.workload)[0]!r} "
                 "says its outputs are not batch-first (batch_first=False); use single or ddp")
