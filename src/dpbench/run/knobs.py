@@ -15,7 +15,6 @@ import os
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Iterator
 
-import torch
 import torch.nn as nn
 
 PLANT_ENV = "DPBENCH_PLANT"
