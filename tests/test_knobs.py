@@ -215,3 +215,49 @@ def test_compare_calls_a_check_that_stopped_holding_a_regression():
               "warnings": {"new": [], "vanished": [], "changed": []}, "loss": [], "accuracy": [],
               "mechanisms": [{"severity": row.severity}]}
     assert failing(report)["regressions"] == 1
+
+
+def test_a_planted_noop_in_the_candidate_set_fails_compare_and_shows_in_both_reports(tmp_path):
+    """Two result sets, identical but for one run's sync check: compare's verdict counts one
+    regression, its report and the candidate's summary.md show the mechanism table."""
+    from test_compare import make_runs, write_set
+
+    from dpbench.analysis import compare as cmp
+    from dpbench.report.compare_report import render_markdown
+    from dpbench.report.summarize import mechanisms_section
+
+    def with_check(held: bool) -> list[dict]:
+        runs = make_runs()
+        for run in runs:
+            if run["variant"] == "ddp":
+                run["record"] = {"mechanisms": [{"knob": "accumulate", "check": "sync", "expected": 1,
+                                                 "counted": 1 if held else 4, "held": held,
+                                                 "text": "deferred sync: ..." if held else "expected 1, counted 4"}]}
+        return runs
+    write_set(tmp_path, "A", with_check(True))
+    write_set(tmp_path, "B", with_check(False))
+    report = cmp.compare(tmp_path, "A", "B")
+    regressed = [m for m in report["mechanisms"] if m["severity"] == "regression"]
+    assert regressed and {m["variant"] for m in regressed} == {"ddp"}
+    assert report["verdict"]["counts"]["regressions"] == len(regressed)
+    assert "## Mechanisms" in render_markdown(report)
+    assert cmp.compare(tmp_path, "A", "A")["verdict"]["counts"]["regressions"] == 0
+    section = mechanisms_section(results.ResultSet(tmp_path, "B"))
+    assert "## Mechanisms" in section and "expected 1, counted 4" in section
+
+
+@pytest.mark.slow
+def test_the_one_gpu_knobs_bench_runs_a_tiny_cell_on_the_cpu(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).parents[1] / "tools" / "device" / "knobs_bench.py"
+    done = subprocess.run([sys.executable, str(bench), "--tiny", "--only", "lm-124m", "--budget-s", "1",
+                           "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads((tmp_path / "out" / "knobs_bench.json").read_text())
+    assert [(r["cell"], r["variant"], r["knob"], r["status"]) for r in out["rows"]] == [
+        ("lm-124m", "fsdp", "base", "ok")]
+    assert "lm-124m-fsdp-accumulate" in out["not_run"]
+    assert (tmp_path / "out" / "runs.tar.gz").is_file() and "| cell |" in done.stdout
