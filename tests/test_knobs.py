@@ -261,3 +261,15 @@ def test_the_one_gpu_knobs_bench_runs_a_tiny_cell_on_the_cpu(tmp_path):
         ("lm-124m", "fsdp", "base", "ok")]
     assert "lm-124m-fsdp-accumulate" in out["not_run"]
     assert (tmp_path / "out" / "runs.tar.gz").is_file() and "| cell |" in done.stdout
+
+
+def test_the_traffic_model_plans_an_accumulated_step():
+    from dpbench.analysis.traffic_model import predicted_traffic
+
+    def payload(variant, k, **kw):
+        return {c: v["payload"] for c, v in predicted_traffic(variant, 100, 4, accumulate=k, **kw).items()}
+    assert payload("ddp", 4) == payload("ddp", 1) == {"all_reduce": 400}
+    fsdp = payload("fsdp", 4)   # gathered in every micro-batch, reduce-scattered once
+    assert fsdp == {"all_gather": 4 * 800, "reduce_scatter": 400}
+    hsdp = payload("hsdp", 4, shard_size=2)   # 2x2: reduce-scatter per micro-batch, all-reduce once
+    assert hsdp == {"all_gather": 4 * 800, "reduce_scatter": 4 * 400, "all_reduce": 200}
