@@ -42,6 +42,7 @@ class Case:
     workload: object = field(default_factory=lambda: TINY_LM)
     options: dict = field(default_factory=dict)
     plant_scale: bool = False   # gradients world-size times too large (torch 2.7.1/2.8.0's FSDP2 on gloo)
+    plant: str = ""             # run.knobs.PLANT_ENV while the case trains (a knob that does nothing)
 
 
 @dataclass
@@ -54,6 +55,8 @@ class Trained:
     parameter_count: int = 0
     units: int = 0
     buckets: dict | None = None                 # DDP's all-reduce as its buckets tell it
+    mechanisms: list[dict] = field(default_factory=list)   # the knobs' verdicts (run.mechanisms)
+    micro: list[dict] = field(default_factory=list)        # the profiled step's micro-batches (StepProbe)
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
@@ -63,7 +66,9 @@ def whole(t: torch.Tensor) -> torch.Tensor:
 
 def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int) -> Trained | None:
     from dpbench.plan.config import RunConfig
-    from dpbench.run import components, engine, sharded
+    from dpbench.run import components, engine, mechanisms, sharded
+    from dpbench.run.knobs import PLANT_ENV
+    os.environ[PLANT_ENV] = case.plant
     from dpbench.run.data import WorkloadFeed
     from dpbench.run.step import train_step
     from dpbench.run.variants import Variant
@@ -74,7 +79,8 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
     spec = engine.build_workload(cfg)
     model = engine.build_model(cfg, SimpleNamespace(device=cpu), spec)
     variant = Variant(cfg.variant, model, [cpu], world, engine.ddp_options(cfg), loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size,
+                                                 checkpoint=cfg.checkpoint == "units", offload=cfg.offload))
     if case.plant_scale:
         losses_of = variant.losses
 
@@ -88,12 +94,16 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
     out = Trained([], {}, {}, [], [], sum(p.numel() for p in model.parameters()), len(variant.units))
     for step, (x, y, n) in enumerate(feed.epoch(0)):
         if step == 1:
-            losses, row, out.collectives = components.profiled_step(variant, opt, x, y, n, nullctx, True)
+            probe = components.StepProbe()
+            losses, row, out.collectives = components.profiled_step(variant, opt, x, y, n, nullctx, True,
+                                                                    cfg.accumulate, probe)
+            out.mechanisms = mechanisms.check(cfg, variant, opt, probe, row, cpu)
+            out.micro = probe.micro
             rows = [None] * world
             dist.all_gather_object(rows, dict(row, device=rank))
             out.memory = rows
         else:
-            losses = train_step(variant, opt, x, y, n)
+            losses = train_step(variant, opt, x, y, n, accumulate=cfg.accumulate)
         total = losses.global_sum.detach().double().clone()
         dist.all_reduce(total)
         out.losses.append(total.item() / n)
@@ -101,6 +111,7 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
             out.grads[step] = {k: whole(p.grad) for k, p in model.named_parameters()}
     out.params = {k: whole(p) for k, p in model.named_parameters()}
     out.buckets = components.ddp_buckets(variant)
+    os.environ[PLANT_ENV] = ""
     return out if rank == 0 else None
 
 

@@ -16,7 +16,10 @@ and c per parameter as gathered (2 under bf16 fsdp/hsdp, else b):
                         N/S replicas
 
 FSDP2 does not reshard the root unit after its forward, so the measured backward all-gather lacks
-the root's parameters (docs/sharding.md). Numbers only (torch-free).
+the root's parameters (docs/sharding.md). With gradient accumulation over k micro-batches (one
+optimizer step, the sync deferred to the last: run.knobs) fsdp/hsdp gather k times, hsdp over
+several replicas also reduce-scatters k times (its all-reduce across replicas is what waits),
+and every other reduction happens once. Numbers only (torch-free).
 """
 from __future__ import annotations
 
@@ -34,9 +37,9 @@ def _ring(collective: str, payload: float, ranks: int) -> float:
 
 def predicted_traffic(variant: str, parameters: int, ranks: int, reduce_bytes: float = 4.0,
                       gather_bytes: float | None = None, reshard_after_forward: bool = True,
-                      shard_size: int | None = None) -> dict[str, dict[str, float]]:
-    """Per step and rank: collective -> {"payload": bytes, "wire": bytes a ring sends}. Empty
-    for a variant that does not communicate (single, dp*)."""
+                      shard_size: int | None = None, accumulate: int = 1) -> dict[str, dict[str, float]]:
+    """Per optimizer step and rank: collective -> {"payload": bytes, "wire": bytes a ring sends}.
+    Empty for a variant that does not communicate (single, dp*)."""
     gather = reduce_bytes if gather_bytes is None else gather_bytes
     P, out = parameters, {}
 
@@ -51,9 +54,10 @@ def predicted_traffic(variant: str, parameters: int, ranks: int, reduce_bytes: f
         add("broadcast", P * reduce_bytes, ranks)
     if variant in ("fsdp", "hsdp"):
         group = (shard_size or ranks) if variant == "hsdp" else ranks
+        replicas = ranks // group if variant == "hsdp" else 1
         if group > 1:   # a one-rank shard group holds whole tensors: FSDP2 sends nothing within it
-            add("all_gather", P * gather * (2 if reshard_after_forward else 1), group)
-            add("reduce_scatter", P * reduce_bytes, group)
+            add("all_gather", accumulate * P * gather * (2 if reshard_after_forward else 1), group)
+            add("reduce_scatter", (accumulate if replicas > 1 else 1) * P * reduce_bytes, group)
         if variant == "hsdp" and ranks // group > 1:
             add("all_reduce", P * reduce_bytes / group, ranks // group)
     return out
@@ -68,7 +72,8 @@ def predicted_for(record: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     gather = BF16_BYTES if s.compute_bytes == BF16_BYTES else s.param_bytes
     return predicted_traffic(s.variant, s.parameters, s.ranks, reduce_bytes=s.param_bytes,
                              gather_bytes=gather, reshard_after_forward=s.reshard_after_forward,
-                             shard_size=s.shard_size if s.variant == "hsdp" else None)
+                             shard_size=s.shard_size if s.variant == "hsdp" else None,
+                             accumulate=int((record.get("config") or {}).get("accumulate") or 1))
 
 
 def collective_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:

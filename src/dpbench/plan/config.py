@@ -73,7 +73,7 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 # Options added after records existed: absent from a run's config while at their defaults.
 QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s",
-                    "memory_cap_gib", "environment")
+                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload")
 
 
 @dataclass
@@ -111,6 +111,10 @@ class RunConfig:
     memory_cap_gib: float | None = _option("memory_cap_gib")  # per-device allocation cap (largest-batch searches)
     deterministic: bool = _option("deterministic")      # bit-exact reruns: deterministic kernels, fixed cuBLAS workspace
     compile: str = _option("compile")                   # a torch.compile mode (train.COMPILE_STEPS), or none
+    # the knobs whose mechanism every run checks (run.mechanisms)
+    accumulate: int = _option("accumulate")             # micro-batches per optimizer step, sync on the last
+    checkpoint: str = _option("checkpoint")             # none | units (activation checkpointing per shard unit)
+    offload: bool = _option("offload")                  # fsdp/hsdp: CPUOffloadPolicy
     # DistributedDataParallel's knobs (ddp only; None = PyTorch's default)
     bucket_cap_mb: float | None = _option("bucket_cap_mb")
     gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")

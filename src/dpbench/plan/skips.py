@@ -33,14 +33,25 @@ def sharded_reason(cfg: RunConfig, cuda: bool) -> str | None:
     if cfg.channels_last:
         return ("FSDP2 refuses non-contiguous parameters (NotImplementedError for channels_last "
                 "weights); run fsdp/hsdp with channels_last: false")
-    if cfg.compile != "none":
-        return ("torch.compile of fully_shard models is not wired in dpbench (it needs compiling each "
-                "unit before fully_shard); run fsdp/hsdp with compile: none")
+    return None
+
+
+def knob_reason(cfg: RunConfig) -> str | None:
+    """Why the run's knobs (accumulate, offload) cannot run as asked (None when they can)."""
+    if cfg.offload and cfg.variant not in FSDP_VARIANTS:
+        return (f"offload is FSDP2's CPUOffloadPolicy (fsdp, hsdp); {cfg.variant} keeps its parameters and "
+                "optimizer state on the device: run it with offload: false")
+    if cfg.accumulate > 1 and cfg.global_batch % (cfg.gpus * cfg.accumulate):
+        return (f"accumulate={cfg.accumulate} does not divide the per-rank batch (global_batch="
+                f"{cfg.global_batch} over {cfg.gpus} rank(s)): every rank's micro-batches must be equal for "
+                "the global batch and its gradient to stay those of one step")
     return None
 
 
 def skip_reason(cfg: RunConfig, visible: int) -> str | None:
     """Why this run cannot run with `visible` CUDA devices (None when it can)."""
+    if reason := knob_reason(cfg):
+        return reason
     if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
         return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
                 "step, outside the compiled graph); use compile with single or ddp")

@@ -204,6 +204,13 @@ def render_markdown(report: dict) -> str:
          [[_run_group(r), r["acc_baseline"], r["acc_candidate"], _signed(r["change_pp"]), r["p_holm"],
            _mark(r, r["verdict"])] for r in report["accuracy"]]),
     ]
+    if report.get("mechanisms"):   # only where a side turned a knob (reports before them have none)
+        sections.append(("Mechanisms (each knob's check, run by run)",
+                         "A check that held in the baseline and fails in the candidate is a regression: "
+                         "a count of collectives or bytes, with no noise to weigh.",
+                         ["run", "knob", "check", "baseline", "candidate", "change", "candidate says"], [],
+                         [[r["run_id"], r["knob"], r["check"], r["baseline"], r["candidate"],
+                           _mark(r, r["change"]), r["text"]] for r in report["mechanisms"]]))
     # Numbers align right, text left (md_table's rule, as in the other reports).
     for title, note, headers, right, rows in sections:
         if title.startswith("Throughput") and launch:

@@ -349,6 +349,29 @@ def warnings_section(warnings: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def mechanisms_section(rs: results.ResultSet) -> str:
+    """The knobs' mechanism checks of the ok runs (run.mechanisms): expected against counted;
+    absent where no run turned a knob."""
+    from dpbench.analysis.mechanisms import rows
+    records = []
+    for data, _ in results.iter_runs(rs.runs_dir, damaged=True):
+        try:   # a damaged record is a failed row of the tables already
+            records.append(results.RunRecord.from_json(data))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    found = rows(records)
+    if not found:
+        return ""
+    failed = sum(r["state"] == "failed" for r in found)
+    text = (f"Each knob a run turned, checked by its mechanism on the profiled step: {len(found)} check(s), "
+            f"{failed} failed.")
+    table = [[r["run_id"], r["knob"], r["check"], fmt(r["expected"]), fmt(r["counted"]), r["state"], r["text"]]
+             for r in found]
+    return "\n".join(["## Mechanisms", "", text, "",
+                      md_table(["run", "knob", "check", "expected", "counted", "verdict", "what it says"],
+                               table, right=[3, 4]), ""])
+
+
 def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | None = None) -> str:
     """summary.md's text; noise_from: A/A launches (tags) whose launch noise widens the headline
     images/s intervals."""
@@ -369,6 +392,7 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
                 provenance_section(results.ResultSet(results_dir, tag)),
                 headline_section(med, launch), scaling_section(med, summary), medians_section(med),
                 startup_section(results.ResultSet(results_dir, tag)),
+                mechanisms_section(results.ResultSet(results_dir, tag)),
                 not_ok_section(summary), warnings_section(warnings)]
     return "\n".join(s for s in sections if s).rstrip() + "\n"
 

@@ -125,6 +125,8 @@ def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:
     # Records from before the sharded variants measured nothing by component or collective.
     rec.setdefault("memory_components", [])
     rec.setdefault("collectives", [])
+    # Records from before the knobs' mechanism checks judged none.
+    rec.setdefault("mechanisms", [])
     return rec
 
 

@@ -27,12 +27,14 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
                   steps: int = 0, wall_s: float = 0.0, start_s: float | None = None,
                   startup: dict[str, float] | None = None, workload: dict[str, Any] | None = None,
                   sizes: dict[str, Any] | None = None, memory_components: list[dict[str, Any]] | None = None,
-                  collectives: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  collectives: list[dict[str, Any]] | None = None,
+                  mechanisms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
     the launcher's skipped ones (none). workload: registry.describe() of the run's workload
     (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one.
     memory_components (a row per rank) and collectives (rank 0's, one profiled step): empty
-    where the run measured none (docs/records.md); upgrade() gives older records empty ones."""
+    where the run measured none (docs/records.md); upgrade() gives older records empty ones.
+    mechanisms: rank 0's verdict on each knob the run turned (run.mechanisms), [] where none."""
     return {
         "format": FORMAT,
         "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
@@ -48,6 +50,7 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
         "workload": workload or plain_workload(cfg.workload),
         **{key: (sizes or {}).get(key) for key in WORKLOAD_SIZES},
         "memory_components": memory_components or [], "collectives": collectives or [],
+        "mechanisms": mechanisms or [],
     }
 
 
@@ -78,6 +81,7 @@ class Record:
         self.sizes: dict[str, Any] = {}              # WORKLOAD_SIZES, once the workload is built
         self.memory_components: list[dict[str, Any]] | None = None   # a row per rank, from the profiled step
         self.collectives: list[dict[str, Any]] | None = None         # rank 0's, in the profiled step
+        self.mechanisms: list[dict[str, Any]] | None = None          # rank 0's knob verdicts, from it
 
     def write(self, status: str, reason: str = "", *, launch: dict[str, Any], provenance: dict[str, Any],
               throughput: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -90,6 +94,6 @@ class Record:
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
             wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,
             workload=self.workload, sizes=self.sizes, memory_components=self.memory_components,
-            collectives=self.collectives)
+            collectives=self.collectives, mechanisms=self.mechanisms)
         write_record(self.out, rec, self.steps)
         return rec

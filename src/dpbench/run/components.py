@@ -119,10 +119,13 @@ class PhasePeaks:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def mark(self, phase: str) -> None:
+        """The peak since the last mark; a phase marked again (each micro-batch's forward and
+        backward) keeps its largest."""
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self.peaks[phase] = torch.cuda.max_memory_allocated(self.device)
-            self.peaks[f"{phase}_reserved"] = torch.cuda.max_memory_reserved(self.device)
+            for key, value in ((phase, torch.cuda.max_memory_allocated(self.device)),
+                               (f"{phase}_reserved", torch.cuda.max_memory_reserved(self.device))):
+                self.peaks[key] = max(self.peaks.get(key, 0), value)
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def row(self) -> dict[str, float | None]:
@@ -164,19 +167,152 @@ def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhaseP
             **(peaks or PhasePeaks(torch.device("cpu"))).row()}
 
 
+def held_gradient_bytes(variant: Variant) -> int:
+    """The gradient bytes this rank holds now, wherever the variant keeps them: the parameters'
+    .grad (a DTensor's local shard) and, inside FSDP2, the unsharded gradients it accumulates
+    while its reduce-scatter is deferred and HSDP's reduced shards awaiting their deferred
+    all-reduce (private attributes, read where they exist)."""
+    total = sum(local_bytes(p.grad) for p in variant.bare.parameters())
+    for m in variant.bare.modules():
+        state = m._get_fsdp_state() if hasattr(m, "_get_fsdp_state") else None
+        group = getattr(state, "_fsdp_param_group", None)
+        if group is None:
+            continue
+        total += local_bytes(getattr(group, "_partial_reduce_output", None))
+        for fp in group.fsdp_params:
+            unsharded = getattr(fp, "_unsharded_param", None)
+            total += local_bytes(getattr(fp, "unsharded_accumulated_grad", None))
+            total += local_bytes(unsharded.grad if unsharded is not None else None)
+    return total
+
+
+def group_ops() -> int | None:
+    """The collectives issued on the default process group so far (its sequence number, which
+    counts whatever thread issued them: DDP's reducer on CUDA too); None where unknown."""
+    import torch.distributed as dist
+    try:
+        return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
+    except Exception:   # no process group, or a backend without the count
+        return None
+
+
+class SavedActivations:
+    """Bytes the forward saves for the backward (saved_tensors_hooks), and how many of them were
+    saved inside a checkpointed unit's call: where checkpointing works, only the unit's inputs
+    (torch.utils.checkpoint keeps them to recompute from; its own hooks take over inside and
+    keep nothing), counted as `inputs`."""
+
+    def __init__(self, units: list[nn.Module]):
+        self.units, self.depth, self.total, self.inside, self.inputs = units, 0, 0, 0, 0
+        self.handles: list[Any] = []
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        n = local_bytes(t)
+        self.total += n
+        self.inside += n if self.depth else 0
+        return t
+
+    def _enter(self, module, args) -> None:
+        self.depth += 1
+        self.inputs += _payload(list(args))
+
+    def _leave(self, *args) -> None:
+        self.depth -= 1
+
+    def __enter__(self) -> "SavedActivations":
+        for unit in self.units:
+            # innermost: after the unit's other pre-hooks (FSDP2's gathering), before its other hooks
+            self.handles += [unit.register_forward_pre_hook(self._enter),
+                             unit.register_forward_hook(self._leave, prepend=True)]
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hooks.__exit__(*exc)
+        for h in self.handles:
+            h.remove()
+
+
+class StepProbe:
+    """What the mechanism checks (run.mechanisms) read of the profiled step, micro-batch by
+    micro-batch: the collectives counted in each (forward and backward), the default group's
+    collectives in each backward (DDP's gradient all-reduces), the gradient bytes held after
+    each backward; the optimizer step's collectives; each phase's host time (synchronised on
+    CUDA); the activations saved for the backward."""
+
+    def __init__(self):
+        self.micro: list[dict[str, Any]] = []
+        self.step: dict[str, int] = {}
+        self.phase_ms: dict[str, float] = defaultdict(float)
+        self.saved: SavedActivations | None = None
+        self.counted = False   # whether the dispatch counter ran
+        self._counts: dict[str, int] = {}
+        self._forward_ops: int | None = None
+
+    def start(self, counter: CollectiveCounter | None) -> None:
+        self.counter, self.counted = counter, counter is not None
+        self._counts, self._clock = {}, _now()
+
+    def _since(self) -> dict[str, int]:
+        now = dict(self.counter.counts) if self.counter is not None else {}
+        diff = {k: v - self._counts.get(k, 0) for k, v in now.items() if v - self._counts.get(k, 0)}
+        self._counts = now
+        return diff
+
+    def mark(self, phase: str, variant: Variant, device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        clock = _now()
+        self.phase_ms[phase] += (clock - self._clock) * 1e3
+        self._clock = clock
+        if phase == "forward":
+            self._forward_ops = group_ops()
+        elif phase == "backward":
+            ops = group_ops()
+            self.micro.append({"collectives": self._since(), "gradient_bytes": held_gradient_bytes(variant),
+                               "backward_group_ops": None if ops is None or self._forward_ops is None
+                               else ops - self._forward_ops})
+        elif phase == "step":
+            self.step = self._since()
+
+
+def _now() -> float:
+    import time
+    return time.perf_counter()
+
+
 def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                  n_global: int, autocast, distributed: bool) -> tuple[StepLosses, dict[str, Any], list[dict]]:
-    """One training step (the engine's train_step) with its memory by phase and, in a
-    distributed run, its collectives: (losses, this rank's memory row, collective rows).
-    A compiled module runs without the counter (a dispatch mode around a compiled graph would
-    change what runs): its collectives are DDP's buckets alone."""
+                  n_global: int, autocast, distributed: bool, accumulate: int = 1,
+                  probe: StepProbe | None = None) -> tuple[StepLosses, dict[str, Any], list[dict]]:
+    """One training step (the engine's train_step, with its micro-batches) with its memory by
+    phase and, in a distributed run, its collectives: (losses, this rank's memory row,
+    collective rows); `probe`, where given, gets what the mechanism checks read. A compiled
+    module (or compiled units) runs without the counter and the saved-activation hooks (a
+    dispatch mode around a compiled graph would change what runs): its collectives are DDP's
+    buckets alone."""
     peaks = PhasePeaks(x.device)
-    compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule)
+    compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule) or variant.compiled_units
     counter = CollectiveCounter() if distributed and not compiled else None
+    probe = probe or StepProbe()
+    saved = SavedActivations(variant.checkpointed) if variant.checkpointed and not compiled else None
+    probe.saved = saved
+
+    def mark(phase: str) -> None:
+        peaks.mark(phase)
+        probe.mark(phase, variant, x.device)
+
     peaks.begin()
-    with counter if counter is not None else nullcontext():
-        losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=peaks.mark)
+    probe.start(counter)
+    with counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext():
+        losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
     rows = counter.rows() if counter is not None else []
     if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):
+        # as many bucket passes as backwards that issued their all-reduces (one where the
+        # deferred sync held), where the group counts them
+        ops = [m["backward_group_ops"] for m in probe.micro]
+        if ops and None not in ops and len(ops) > 1:
+            passes = sum(1 for n in ops if n)
+            bucketed = dict(bucketed, count=sum(ops), bytes=bucketed["bytes"] * passes)
         rows = sorted([*rows, bucketed], key=lambda r: r["collective"])
     return losses, memory_row(variant, optimizer, peaks), rows

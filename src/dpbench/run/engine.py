@@ -25,7 +25,7 @@ from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
-from dpbench.run import components, device_facts, measure, provenance, sharded
+from dpbench.run import components, device_facts, measure, mechanisms, provenance, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
 from dpbench.run.step import train_step
@@ -231,6 +231,9 @@ def unsupported(cfg: RunConfig, spec) -> str | None:
     if cfg.variant in DP_VARIANTS and not spec.batch_first:
         return (f"nn.DataParallel gathers outputs on dim 0, and workload {registry.resolve(cfg.workload)[0]!r} "
                 "says its outputs are not batch-first (batch_first=False); use single or ddp")
+    if cfg.checkpoint == "units" and not spec.shard_modules:
+        return (f"checkpoint: units recomputes each of the workload's shard_modules, and workload "
+                f"{registry.resolve(cfg.workload)[0]!r} names none; run it with checkpoint: none")
     return None
 
 
@@ -303,7 +306,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     ctx.waits.at(f"wrapping the model for {cfg.variant}")
     variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
                       autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size,
+                                                 checkpoint=cfg.checkpoint == "units", compile=cfg.compile,
+                                                 offload=cfg.offload))
     # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
                                  cfg.fused_sgd)
@@ -377,16 +382,18 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
                             ctx.waits.arm(2 * cfg.collective_timeout_s)
                         if step == profile_at:
+                            probe = components.StepProbe()
                             losses, row, rec.collectives = components.profiled_step(
-                                variant, opt, x, y, n_global, autocast, ctx.distributed)
+                                variant, opt, x, y, n_global, autocast, ctx.distributed, cfg.accumulate, probe)
                             rec.memory_components = [dict(row, device=ctx.rank)]
+                            rec.mechanisms = mechanisms.check(cfg, variant, opt, probe, row, ctx.device)
                         elif step in host_probes:
                             torch.cuda.synchronize(ctx.device)
                             issued = time.perf_counter()
-                            losses = train_step(variant, opt, x, y, n_global, autocast)
+                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
                             rec.host_ms.append((time.perf_counter() - issued) * 1e3)
                         else:
-                            losses = train_step(variant, opt, x, y, n_global, autocast)
+                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
                         ep.add(losses, n_global, lr)
                         step += 1
                         ctx.waits.beat()

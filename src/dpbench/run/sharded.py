@@ -24,11 +24,16 @@ class ShardOptions:
     """How fsdp/hsdp wrap a model. units: the submodule types fully_shard wraps one by one
     (spec.shard_modules), before the root; shard_size: hsdp's ranks per shard group (None: the
     ranks of one node); param_dtype: bf16 under MixedPrecisionPolicy (reductions stay fp32),
-    None for fp32."""
+    None for fp32. The knobs (run.knobs): checkpoint each unit's activations (every variant,
+    before any wrapping); compile: a torch.compile mode for each unit before fully_shard
+    ("none": eager); offload: FSDP2's CPUOffloadPolicy."""
     units: tuple[type[nn.Module], ...] = ()
     reshard_after_forward: bool = True
     shard_size: int | None = None
     param_dtype: torch.dtype | None = None
+    checkpoint: bool = False
+    compile: str = "none"
+    offload: bool = False
 
 
 def mesh_shape(variant: str, world: int, shard_size: int | None) -> tuple[int, ...]:
@@ -44,14 +49,21 @@ def mesh_shape(variant: str, world: int, shard_size: int | None) -> tuple[int, .
 
 def shard_model(variant: str, model: nn.Module, device: torch.device, world: int,
                 options: ShardOptions) -> list[nn.Module]:
-    """fully_shard each unit, then the root, in place; returns the units (the root last)."""
+    """fully_shard each unit, then the root, in place; returns the units (the root last). Each
+    unit is compiled first where options.compile asks (torchtitan's order: activation
+    checkpointing, compile, fully_shard; the Variant checkpointed them already)."""
     from torch.distributed.device_mesh import init_device_mesh
+
+    from dpbench.run.knobs import compile_units
     shape = mesh_shape(variant, world, options.shard_size)
     names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
     mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
               if options.param_dtype is not None else MixedPrecisionPolicy())
     kwargs = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward, "mp_policy": policy}
+    if options.offload:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     norms = []
     if options.param_dtype is not None:
         # BatchNorm's running statistics stay fp32, and PyTorch's batch norm refuses bf16 weights
@@ -63,6 +75,8 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
         for norm in norms:
             fully_shard(norm, **{**kwargs, "mp_policy": fp32_norm})
     units = [m for m in model.modules() if options.units and isinstance(m, options.units) and m is not model]
+    if options.compile != "none":
+        compile_units(model, options.units, options.compile)
     for unit in units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)

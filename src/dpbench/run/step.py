@@ -1,6 +1,8 @@
 """One training step: the variant's losses (under autocast), then zero_grad, backward and the
-optimizer's step. The engine trains with it and tools/device/step_profile.py and the step
-benchmarks time it, so that a timing is of the step a run takes."""
+optimizer's step; with gradient accumulation, k micro-batches' forward and backward before the
+one optimizer step, the gradient synchronisation deferred to the last (run.knobs). The engine
+trains with it and tools/device/step_profile.py and the step benchmarks time it, so that a
+timing is of the step a run takes."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
@@ -8,24 +10,51 @@ from typing import Callable
 
 import torch
 
+from dpbench.run.knobs import deferred_sync
 from dpbench.run.variants import StepLosses, Variant
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's batch in k micro-batches, in order (sizes differing by at most one)."""
+    if k == 1:
+        return [(x, y)]
+    if len(x) < k:
+        raise ValueError(f"accumulate={k} micro-batches from a batch of {len(x)} on this rank: "
+                         "each micro-batch needs a sample")
+    return list(zip(x.tensor_split(k), y.tensor_split(k)))
 
 
 def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                n_global: int, autocast: Callable[[], AbstractContextManager] = nullcontext,
-               zero_grad: bool = True, mark: Callable[[str], None] | None = None) -> StepLosses:
-    """One step on the batch (x, y) of n_global images in all. zero_grad=False leaves the
-    gradients to the backward (a CUDA graph's capture writes them anew into its pool). mark:
-    called with "forward", "backward" and "step" as each phase ends (the profiled step's
-    memory by phase, run.components)."""
+               zero_grad: bool = True, mark: Callable[[str], None] | None = None,
+               accumulate: int = 1) -> StepLosses:
+    """One optimizer step on the batch (x, y) of n_global samples in all. zero_grad=False
+    leaves the gradients to the backward (a CUDA graph's capture writes them anew into its
+    pool). mark: called with "forward" and "backward" as each micro-batch's phases end and
+    "step" after the optimizer's (the profiled step's memory and collectives by phase,
+    run.components). accumulate: micro-batches per optimizer step. Every micro-batch's loss is
+    scaled by the whole step's n_global (the variant's scaling), so their gradients add up to
+    the gradient of the global mean exactly; dp_mean's mean of means takes 1/k more."""
     mark = mark or (lambda phase: None)
-    with autocast():
-        losses = variant.losses(x, y, n_global)
-    mark("forward")
-    if zero_grad:
-        optimizer.zero_grad(set_to_none=True)
-    losses.optimised.backward()
-    mark("backward")
+    chunks = micro_batches(x, y, accumulate)
+    step: StepLosses | None = None
+    for i, (xm, ym) in enumerate(chunks):
+        # DDP decides in its forward whether the backward synchronises: the whole micro-batch
+        # runs in the deferral's scope.
+        with deferred_sync(variant, last=i == len(chunks) - 1):
+            with autocast():
+                losses = variant.losses(xm, ym, n_global)
+            if len(chunks) > 1 and variant.name == "dp_mean":
+                losses = StepLosses(losses.optimised / len(chunks), losses.reported / len(chunks),
+                                    losses.global_sum)
+            mark("forward")
+            if i == 0 and zero_grad:
+                optimizer.zero_grad(set_to_none=True)
+            losses.optimised.backward()
+            mark("backward")
+        step = losses if step is None else StepLosses(
+            losses.optimised, step.reported + losses.reported, step.global_sum + losses.global_sum)
     optimizer.step()
     mark("step")
-    return losses
+    assert step is not None
+    return step

@@ -105,6 +105,11 @@ class Variant:
         self.name, self.bare, self.devices, self.world = name, model, devices, world
         self.loss = loss or per_sample_cross_entropy
         self.units: list[nn.Module] = []   # fsdp/hsdp: the fully_shard units, the root last
+        self.checkpointed: list[nn.Module] = []   # the units whose activations are recomputed
+        self.compiled_units = bool(shard and shard.compile != "none" and name in FSDP_VARIANTS)
+        if shard is not None and shard.checkpoint:   # before any wrapping (torchtitan's order)
+            from dpbench.run.knobs import checkpoint_units
+            self.checkpointed = checkpoint_units(model, shard.units)
         ids = [d.index for d in devices]
         replica = Autocast(model, autocast_dtype) if autocast_dtype is not None else model
         if name == "dp":
@@ -131,8 +136,11 @@ class Variant:
         dynamic=False: an epoch's short last batch compiles a graph of its own instead of
         turning the full batch's graph into a shape-generic one, so every timed (full) step
         runs the graph specialised for its shape."""
+        if self.compiled_units:   # fsdp/hsdp: each unit, before fully_shard (sharded.shard_model)
+            return
         if self.name not in ("single", "ddp", "zero1"):
-            raise ValueError(f"torch.compile is supported for single, ddp and zero1, not {self.name}")
+            raise ValueError(f"torch.compile is supported for single, ddp and zero1 (fsdp and hsdp compile "
+                             f"each unit through ShardOptions.compile), not {self.name}")
         self.module = torch.compile(self.module, dynamic=False,
                                     **({} if mode == "default" else {"mode": mode}))
 

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from dpbench.analysis.cells import cell_fields
+from dpbench.analysis.compare.mechanisms import compare_mechanisms
 from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
 from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
 from dpbench.analysis.compare.loss import compare_loss, curves_of
@@ -126,6 +127,7 @@ def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Threshol
         "loss": compare_loss(base, cand, th, prov, aa_curves, aa_sides, seed_paired=report_format >= 3,
                              offset_once=report_format >= 4),
         "accuracy": [asdict(r) for r in compare_accuracy(base, cand, th)],
+        "mechanisms": [asdict(r) for r in compare_mechanisms(base, cand)],
     }
     report["verdict"] = asdict(verdict_of(report))
     return _finite(report)

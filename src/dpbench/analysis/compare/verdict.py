@@ -19,7 +19,8 @@ def failing(report: dict) -> dict[str, int]:
     """How many findings of each --fail-on kind the report holds."""
     launch = [report["paired"]["launch"]] if report.get("paired") else []   # a paired launch's whole-launch test
     rows = [report["provenance"], *report["status"], *report["throughput"], *launch, *report["memory"],
-            *[r for rs in report["warnings"].values() for r in rs], *report["loss"], *report["accuracy"]]
+            *[r for rs in report["warnings"].values() for r in rs], *report["loss"], *report["accuracy"],
+            *report.get("mechanisms", [])]   # absent from reports written before the knobs' checks
     return {"regressions": sum(r["severity"] == "regression" for r in rows),
             "new-warnings": len(report["warnings"]["new"]),
             # Changed bits are a divergence only where nothing explains them (severity regression).
