@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from dpbench.results.formats import HOST_BOUND_SHARE, step_bound
+
 LM = {"heads": 12, "seq_len": 1024, "vocab": 32000}
 # name -> (workload, global batch, precision, channels_last)
 CELLS = {
@@ -46,7 +48,6 @@ TINY = {
 LOCAL = ("single", "dp")
 DISTRIBUTED = ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp")
 VARIANTS = LOCAL + DISTRIBUTED
-HOST_BOUND = 0.9   # host time to issue a step >= 0.9 x the device's step time: the host sets the pace
 RUN_TIMEOUT_S = 600
 
 
@@ -196,7 +197,7 @@ def table(rows: list[dict]) -> list[dict]:
         out.append({"cell": cell, "variant": variant, "bare_ms": b, "dpbench_ms": d,
                     "ratio": b / d if b and d else None, "ratio_low": min(pairs) if pairs else None,
                     "ratio_high": max(pairs) if pairs else None, "pairs": len(pairs), "host_ms": host,
-                    "bound": None if host is None or d is None else ("host" if host >= HOST_BOUND * d else "device"),
+                    "bound": step_bound(host, d),
                     "failed": "; ".join(f"{r['kind']}: {r.get('reason', '')}" for r in failed)})
     return out
 
@@ -207,7 +208,7 @@ def markdown(summary: list[dict], meta: dict) -> str:
              f"{meta['warmup']} warm-up + {meta['steps'] - meta['warmup']} timed steps a run, {meta['repeats']} "
              "repeats, bare and dpbench alternating in one process. x bare = bare ms / dpbench ms (throughput "
              "ratio; >= 0.97 is the target), range over the repeat pairs. bound: host when the host's time to "
-             f"issue one step from an idle device is >= {HOST_BOUND} x the step time.", "",
+             f"issue one step from an idle device is >= {HOST_BOUND_SHARE} x the step time.", "",
              "| cell | variant | bare ms | dpbench ms | x bare | range | host ms | bound | note |",
              "|---|---|--:|--:|--:|---|--:|---|---|"]
     for r in summary:

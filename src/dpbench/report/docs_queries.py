@@ -17,6 +17,7 @@ import pandas as pd
 
 from dpbench.analysis import memory_model
 from dpbench.analysis.collect import memory_component_rows
+from dpbench.results.formats import step_bound
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,47 @@ def sharding_own_cost_table(ref: Path) -> str:
                 cells.append(f"{r['samples_per_s']:,.0f} {unit} (no {mine} single: no ratio)")
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# -- harness parity (issue 35) -------------------------------------------------------------------
+
+PARITY = "h200-parity-37110a0"
+
+
+def _parity(ref: Path) -> list[dict]:
+    """The bench's rows with both loops measured, each's regime by today's rule."""
+    rows = json.loads((ref / PARITY / "parity.json").read_text())["summary"]
+    return [dict(r, bound=step_bound(r["host_ms"], r["dpbench_ms"])) for r in rows if r["ratio"] is not None]
+
+
+@query("parity_table", PARITY)
+def parity_table(ref: Path) -> str:
+    """Per cell and variant: bare and dpbench step ms, the throughput ratio with its range over the
+    repeat pairs, and the step's regime."""
+    measured = {(r["cell"], r["variant"]): r for r in _parity(ref)}
+    lines = ["| cell | variant | bare ms | dpbench ms | dpbench / bare | range | host issue / step | bound |",
+             "|---|---|--:|--:|--:|---|--:|---|"]
+    for r in json.loads((ref / PARITY / "parity.json").read_text())["summary"]:
+        if (m := measured.get((r["cell"], r["variant"]))) is None:
+            lines.append(f"| {r['cell']} | {r['variant']} | | | | | | failed in both loops (FSDP2 refuses channels_last weights) |")
+            continue
+        lines.append(f"| {m['cell']} | {m['variant']} | {m['bare_ms']:.2f} | {m['dpbench_ms']:.2f} | {m['ratio']:.3f} | "
+                     f"{m['ratio_low']:.3f}–{m['ratio_high']:.3f} | {m['host_ms'] / m['dpbench_ms']:.2f} | {m['bound']} |")
+    return "\n".join(lines)
+
+
+@query("parity_device_bound", PARITY)
+def parity_device_bound(ref: Path) -> str:
+    """The range of dpbench / bare over the device-bound cells."""
+    rows = [r for r in _parity(ref) if r["bound"] == "device"]
+    return f"{_range(min(r['ratio_low'] for r in rows), max(r['ratio_high'] for r in rows), '{:.3f}')} in {len(rows)} cells"
+
+
+@query("parity_host_bound", PARITY)
+def parity_host_bound(ref: Path) -> str:
+    """The range of dpbench / bare over the repeat pairs of the host-bound cells."""
+    rows = [r for r in _parity(ref) if r["bound"] == "host"]
+    return f"{_range(min(r['ratio_low'] for r in rows), max(r['ratio_high'] for r in rows), '{:.2f}')} over {len(rows)} cells"
 
 
 # -- committed comparisons ------------------------------------------------------------------------
