@@ -258,7 +258,8 @@ def medians_section(med: pd.DataFrame) -> str:
 def startup_phases(rec: results.RunRecord) -> list[float] | None:
     """Seconds each of results.STARTUP_PHASES took, then the rest up to the first step; None for
     a record without every phase (from before they were measured)."""
-    ends = [rec.startup.get(p) for p in results.STARTUP_PHASES]
+    # a phase an older record did not time took no time of its own there (it ran in the next)
+    ends = [rec.startup.get(p, rec.startup.get(results.LATER_PHASES.get(p, p))) for p in results.STARTUP_PHASES]
     if rec.start_s is None or None in ends:
         return None
     ends = [float(e) for e in ends] + [rec.start_s]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, 
 
 # Re-exported: the tables' names, columns and dtypes (schema.py), the record's format (formats.py),
 # the atomic writers (files.py).
-from dpbench.results.formats import FORMAT, NO_THROUGHPUT, STARTUP_PHASES, RecordFormatError, upgrade  # noqa: F401
+from dpbench.results.formats import FORMAT, LATER_PHASES, NO_THROUGHPUT, STARTUP_PHASES, RecordFormatError, upgrade  # noqa: F401
 from dpbench.results.formats import planned_per_gpu_batch, planned_scaling  # noqa: F401
 from dpbench.results.formats import workload_name  # noqa: F401
 from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMNS  # noqa: F401

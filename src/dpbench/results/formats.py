@@ -21,9 +21,13 @@ FORMAT = 2
 # (runlog.mark_launch), in the record's "startup"; its first step begins at "start_s".
 #   imports: the launcher, torchrun and its ranks where ddp, Python's and torch's imports (with
 #            torch._dynamo, which the optimizer imports anyway: engine.preload)
-#   devices: CUDA and the process group; data: the numeric switches and the dataset read;
-#   model: model, wrapper, optimizer; feed: the batches' source (the gpu feed's upload)
-STARTUP_PHASES = ("imports", "devices", "data", "model", "feed")
+#   devices: CUDA and the process group; workload: the numeric switches, the factory building
+#            the model and drawing its initial weights, its sizes (records before issue 35 count
+#            this in data); data: the dataset read;
+#   model: to the device, wrapper, optimizer; feed: the batches' source (the gpu feed's upload)
+STARTUP_PHASES = ("imports", "devices", "workload", "data", "model", "feed")
+# Phases later records time that older ones counted in the phase before: (phase, the one before).
+LATER_PHASES = {"workload": "devices"}
 
 # A run that measured nothing (skipped, or failed before its first timed step): the keys of
 # dpbench.run.measure.throughput with no steps, and no compile time.

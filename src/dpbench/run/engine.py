@@ -293,6 +293,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     if reason := unsupported(cfg, spec):
         raise WorkloadSkip(reason)
     rec.workload_sizes(spec)     # before the model is moved or wrapped
+    rec.phase_done("workload")
     # The default workload trains on its dataset (CIFAR-10, or synthetic CIFAR-shaped images) as
     # before workloads; others on their own synthetic batches.
     dataset = load_dataset(cfg) if spec.dataset == "cifar10" else None
