@@ -23,6 +23,8 @@ SUMMARY_COLUMNS = [
     "scaling", "per_gpu_batch", "seed", "deterministic", "setup",
     # what the run trained: its workload's name or factory (records before workloads: the default)
     "workload",
+    # its ranks shared one GPU (the run option rehearse): memory per rank, no speed of anyone's
+    "rehearsed",
 ]
 # data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
 # to compare what the model and optimizer cost per device.
@@ -35,15 +37,18 @@ MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
 # (dpbench.analysis.memory_model).
 MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib",
                              "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
-                             "activation_peak_mib", "reserved_peak_mib"]
+                             "activation_peak_mib", "reserved_peak_mib", "largest_gather_mib",
+                             "nvml_process_mib"]
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
                             + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",
-                                                              "buckets", "state", "unsharded")])
+                                                              "buckets", "state", "unsharded",
+                                                              "largest_unit")]
+                            + ["rehearsed"])
 # One training step's collectives as rank 0 counted them (count, payload bytes), beside the
 # formulas' payload and ring bytes per rank (dpbench.analysis.traffic_model).
 COLLECTIVE_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "collective", "count", "bytes",
-                      "predicted_bytes", "predicted_wire_bytes"]
+                      "predicted_bytes", "predicted_wire_bytes", "source"]
 WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category", "message",
                    "count", "first_step", "location", "rank"]
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
@@ -66,9 +71,9 @@ LATER_TABLES = ("memory_components", "collectives")
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type", "workload", "collective")
+                "dataset", "device_type", "workload", "collective", "source")
 # Columns that hold True/False (written by csv as the words).
-FLAG_COLUMNS = ("deterministic", "reshard_after_forward")
+FLAG_COLUMNS = ("deterministic", "reshard_after_forward", "rehearsed")
 # Numeric columns that count or index something: empty is never a value there.
 KEY_COLUMNS = ("gpus", "repeat", "epoch", "step", "device")
 # What reads as a number though pandas leaves it text in a column with damaged cells.
