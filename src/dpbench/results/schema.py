@@ -63,7 +63,10 @@ CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch"
 # largest per-GPU batch that trained within cap_gib allocated per GPU, the throughput a short timed
 # run reached there, and why a search found none (reason).
 LARGEST_BATCH_COLUMNS = ["workload", "parameters", "variant", "reshard_after_forward", "gpus", "precision",
-                         "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason"]
+                         "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason",
+                         # the budget's name (the devices it stands for), whether the ranks were
+                         # rehearsed on one GPU (then no samples/s), the memory model's largest batch
+                         "budget", "rehearsed", "predicted_largest_batch"]
 
 # Tables added after result sets were archived: a set without the file reads as having no rows.
 LATER_TABLES = ("memory_components", "collectives")
@@ -71,7 +74,7 @@ LATER_TABLES = ("memory_components", "collectives")
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type", "workload", "collective", "source")
+                "dataset", "device_type", "workload", "collective", "source", "budget")
 # Columns that hold True/False (written by csv as the words).
 FLAG_COLUMNS = ("deterministic", "reshard_after_forward", "rehearsed")
 # Numeric columns that count or index something: empty is never a value there.
