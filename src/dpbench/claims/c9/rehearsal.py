@@ -220,14 +220,26 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device)
     dist.init_process_group("gloo")   # NCCL refuses two ranks on one GPU
     try:
+        deadline = float(os.environ.get("DPBENCH_REHEARSAL_DEADLINE", "inf"))   # epoch seconds
         for case in cases:
-            if world < case.get("min_ranks", 1):
+            if world < case.get("min_ranks", 1) or world > case.get("max_ranks", world):
+                continue
+            late = [time.time() > deadline]
+            dist.broadcast_object_list(late, src=0)   # every rank skips the same cases
+            if late[0]:
+                if rank == 0:
+                    print(f"[rehearsal] {case['name']}-g{world}: not started (time budget spent)", flush=True)
                 continue
             try:
                 rec = run_case(case, device, world, rank)
             except Exception as exc:   # one case's failure must not end the others' (all ranks see it)
+                from dpbench.workloads.transformer_lm import parameter_count
+                a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
                 rec = {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"],
-                       "gpus": world, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500]}
+                       "gpus": world, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500],
+                       "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
+                       "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
+                       "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
