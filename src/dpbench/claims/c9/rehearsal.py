@@ -184,8 +184,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
         rec["search_trials"] = trials
     rec["status"], rec["reason"] = "ok", ""
     rec["wall_s"] = time.perf_counter() - started
-    del variant, opt, model
-    return rec
+    return rec   # the model, its optimizer and the trials' tensors go with this frame
 
 
 def nvml_process_mib() -> float | None:
