@@ -188,17 +188,27 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
 
 
 def nvml_process_mib() -> float | None:
-    """What NVML says this process holds on its GPU (its context too), where the driver tells."""
+    """What the driver says this process holds on the GPU (its CUDA context included): NVML's
+    per-process accounting, else nvidia-smi's; None where neither names this pid (a container
+    may show other pids than its own)."""
+    import subprocess
+
+    from dpbench.host.nvml import nvml
+    pid = os.getpid()
+    lib = nvml()
     try:
-        import pynvml
-        pynvml.nvmlInit()
-        import torch
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        pid = os.getpid()
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if p.pid == pid and p.usedGpuMemory:
-                return p.usedGpuMemory / MIB
-    except Exception:   # no NVML, no per-process accounting (containers often hide pids)
+        if lib is not None:
+            for i in range(lib.nvmlDeviceGetCount()):
+                for p in lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(i)):
+                    if p.pid == pid and p.usedGpuMemory:
+                        return p.usedGpuMemory / MIB
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        for line in out.splitlines():
+            got, _, used = line.partition(",")
+            if got.strip() == str(pid):
+                return float(used)
+    except Exception:   # no NVML, no nvidia-smi, or no per-process accounting
         return None
     return None
 
