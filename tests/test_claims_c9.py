@@ -133,12 +133,14 @@ def test_fewer_than_two_gpus_is_the_memory_models_prediction_only():
     one = [r for r in CROSSING if r["gpus"] == 1] + [row("fsdp", 1, SIZES[-1], None, None)]
     v = verdict.verdict_from(one)
     assert v.verdict == NOT_RUN and v.crossovers == []
-    assert [s["parameters"] for s in v.predicted["sizes"]] == [SIZES[0], SIZES[-1]]
-    big = v.predicted["sizes"][-1]
+    pred = v.predicted[0]   # at the rows' own budget (12 GiB here), none assumed
+    assert len(v.predicted) == 1 and pred["cap_gib"] == 12.0
+    assert [s["parameters"] for s in pred["sizes"]] == [SIZES[0], SIZES[-1]]
+    big = pred["sizes"][-1]
     # fp32, SGD with momentum: DDP 16 B/param (with its buckets), FSDP2 on 2 ranks 12/2 B/param
     assert big["ddp_state_gib"] == pytest.approx(16 * SIZES[-1] / 2**30)
     assert big["fsdp_state_gib"] == pytest.approx(6 * SIZES[-1] / 2**30)
-    assert v.predicted["ddp_limit"] == int(12 * 2**30 / 16) and v.predicted["fsdp_limit"] == int(12 * 2**30 / 6)
+    assert pred["ddp_limit"] == int(12 * 2**30 / 16) and pred["fsdp_limit"] == int(12 * 2**30 / 6)
     assert predicted.predicted_state_bytes("zero1", 1000, 4) == 4000 + 4000 + 4000 + 1000
 
 
@@ -172,7 +174,9 @@ def test_finding_on_one_gpu_predicts_and_says_not_measured():
     assert "the crossover itself was not measured" in f.summary and "on one GPU: ddp on 1 GPU(s)" in f.summary
     none = text.finding(Ev(None))
     assert none.verdict == NOT_RUN and "no probe record claims/C9.json" in none.not_run
-    assert none.data["predicted"] is None and "GiB" not in none.summary   # no budget assumed without rows
+    # without rows: the named devices' budgets, never the probe's cap
+    assert [p["budget"] for p in none.data["predicted"]] == list(predicted.BUDGETS)
+    assert "22 GiB per rank (24GB)" in none.summary and "12 GiB" not in none.summary
 
 
 def test_interconnect_reads_nvidia_smi_topo():

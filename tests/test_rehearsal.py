@@ -281,3 +281,24 @@ def probe_of(rows):
     observations += [obs(verdict.row_id(r), "a row", **r) for r in rows]
     return ProbeRecord("C9", "C9", {"device_type": "cuda", "gpus_visible": 1}, observations,
                        verdict.verdict_from(rows).verdict, "")
+
+
+def test_ddps_all_reduces_are_counted_where_the_reducer_runs_them(tmp_path):
+    """On CUDA the reducer's thread is out of the dispatch counter's sight: a comm hook counts
+    each bucket it all-reduces (rehearsed steps only), so DDP's traffic is counted, not assumed."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from dpbench.claims.c9.rehearsal import count_reducer
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = DDP(nn.Sequential(nn.Linear(10, 20), nn.Linear(20, 3)))
+        counts = count_reducer(model)
+        model(torch.randn(4, 10)).sum().backward()
+        assert counts["count"] == 0                          # off: nothing counted
+        counts["on"] = True
+        model(torch.randn(4, 10)).sum().backward()
+        assert (counts["count"], counts["bytes"]) == (1, 4 * sum(p.numel() for p in model.parameters()))
+        assert count_reducer(nn.Linear(2, 2)) == {"on": False, "count": 0, "bytes": 0}
+    finally:
+        dist.destroy_process_group()

@@ -170,17 +170,23 @@ def _options_key(row: Mapping[str, Any]) -> str:
     return str(row.get("options") or "")
 
 
-def with_references(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def reference_key(row: Mapping[str, Any]) -> tuple:
+    """Which one-rank row predicts a row's activations: the same variant and options (at one
+    rank hsdp shards as fsdp does: nothing)."""
+    variant = "fsdp" if row.get("variant") == "hsdp" else row.get("variant")
+    return variant, _options_key(row)
+
+
+def with_references(rows: list[Mapping[str, Any]], key=reference_key) -> list[dict[str, Any]]:
     """Rows with predicted_activation_peak_mib and predicted_reserved_peak_mib where a one-rank
-    row of the same variant and options (the same per-rank batch: weak scaling) measured them:
-    activations as there, plus the gathered units this N adds (none at one rank); reserved as
-    there, less the state this N saves and plus the units it adds."""
-    one = {(r.get("variant"), _options_key(r)): r for r in rows
-           if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
+    row of the same key (variant and options: the same per-rank batch, weak scaling) measured
+    them: activations as there, plus the gathered units this N adds (none at one rank);
+    reserved as there, less the state this N saves and plus the units it adds."""
+    one = {key(r): r for r in rows if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
     out = []
     for row in rows:
         row = dict(row)
-        ref = one.get((row.get("variant"), _options_key(row)))
+        ref = one.get(key(row))
         if ref is not None:
             gathered = (row.get("predicted_unsharded_mib") or 0.0) - (ref.get("predicted_unsharded_mib") or 0.0)
             row["predicted_activation_peak_mib"] = ref["activation_peak_mib"] + gathered
@@ -192,13 +198,13 @@ def with_references(rows: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
+def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE, key=reference_key) -> list[dict[str, Any]]:
     """Measured against predicted per run, device and component (rows of memory_components.csv):
     the relative difference (measured / predicted - 1) and whether it lies beyond the tolerance.
     A component either side lacks is left out; a zero prediction compares by equality. The
     activation peak and reserved bytes compare where a one-rank row gives them (with_references)."""
     out = []
-    for row in with_references(rows):
+    for row in with_references(rows, key):
         for c in COMPARED:
             measured, predicted = row.get(MEASURED_AS.get(c, f"{c}_mib")), row.get(f"predicted_{c}_mib")
             if not is_number(measured) or not is_number(predicted):

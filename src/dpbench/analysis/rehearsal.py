@@ -30,9 +30,10 @@ def component_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     state measured at the profiled forward's start and the closed forms' predictions."""
     rows = []
     for m in rec.get("memory_components") or []:
-        # options: one key across N (the 1-rank row that predicts activations and reserved bytes)
+        # options: the size and per-rank batch, one key across N and across fsdp's ways (at one
+        # rank nothing is gathered, so fsdp's one-rank row predicts fsdp-keep's and hsdp's activations)
         row = {"run_id": rec.get("run_id"), "variant": rec.get("variant"), "gpus": rec.get("gpus"),
-               "options": f"{variant_label(rec)}|{rec.get('size')}|b{(rec.get('options') or {}).get('per_gpu_batch')}",
+               "options": f"{rec.get('size')}|b{(rec.get('options') or {}).get('per_gpu_batch')}",
                "device": m.get("device"), "parameters": rec.get("parameters"), **m}
         rows.append({**row, "state_mib": memory_model.measured_state(row), **memory_model.predicted_row(rec, row)})
     return rows

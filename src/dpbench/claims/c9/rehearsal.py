@@ -132,6 +132,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     variant = Variant(cfg.variant, model, [device], world, engine.ddp_options(cfg), loss=spec.loss,
                       shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+    reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     cuda = device.type == "cuda"
 
@@ -147,8 +148,14 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     started = time.perf_counter()
     x, y = batch_of(case["batch"])
     train_step(variant, opt, x, y, case["batch"] * world)            # warm: the momentum exists from here
+    reducer["on"] = True
     losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
                                                                nullcontext, True)
+    reducer["on"] = False
+    if reducer["count"] and any(c.get("source") == "buckets" for c in rec["collectives"]):
+        # the reducer's all-reduces as its comm hook counted them, in place of its bucket sizes
+        rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [
+            {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
     row["nvml_process_mib"] = nvml_process_mib()
     rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
     rec["step_s"] = (time.perf_counter() - started) / 2   # two steps: nobody's speed, the sizing's
@@ -185,6 +192,27 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     rec["status"], rec["reason"] = "ok", ""
     rec["wall_s"] = time.perf_counter() - started
     return rec   # the model, its optimizer and the trials' tensors go with this frame
+
+
+def count_reducer(module) -> dict[str, Any]:
+    """DDP's gradient all-reduces counted where they run (a comm hook that counts each bucket it
+    all-reduces while "on", then all-reduces it as DDP's default does): on CUDA the reducer runs
+    them on an autograd thread that the dispatch counter cannot see. Rehearsed steps only (a
+    Python hook costs time, and rehearsed time is nobody's). Nothing for other variants."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    counts: dict[str, Any] = {"on": False, "count": 0, "bytes": 0}
+    if not isinstance(module, DDP):
+        return counts
+
+    def hook(state, bucket):
+        if counts["on"]:
+            buf = bucket.buffer()
+            counts["count"] += 1
+            counts["bytes"] += buf.numel() * buf.element_size()
+        return default_hooks.allreduce_hook(state, bucket)
+    module.register_comm_hook(None, hook)
+    return counts
 
 
 def nvml_process_mib() -> float | None:

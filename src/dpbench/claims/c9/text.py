@@ -79,23 +79,27 @@ def summary(v: C9Verdict, interconnect: str) -> str:
     return "; ".join(parts) + ("; " + SPEED_NEEDS_GPUS if v.rehearsed else "")
 
 
-def predicted_text(pred: dict[str, Any]) -> str:
+def predicted_text(preds: list[dict[str, Any]]) -> str:
+    """The closed forms' words: the state per GPU at the swept sizes, and per budget the size
+    from which DDP's and FSDP2's state alone fill it."""
+    first = preds[0]
     sizes = "; ".join(f"{params(s['parameters'])}: DDP {s['ddp_state_gib']:.2f} GiB, FSDP2 {s['fsdp_state_gib']:.2f} GiB"
-                      for s in pred["sizes"])
+                      for s in first["sizes"])
     per_size = f" of {sizes}" if sizes else ""
-    return (f"the memory model predicts, on {pred['ranks']} GPUs in fp32 with SGD and momentum, parameters, gradients "
-            f"and optimizer state per GPU{per_size} (DDP {pred['ddp_bytes_per_parameter']:g} bytes a parameter, "
-            f"its gradient buckets included; FSDP2 {pred['fsdp_bytes_per_parameter']:g}): DDP's alone fill "
-            f"{pred['cap_gib']:g} GiB from about {params(pred['ddp_limit'])} parameters, FSDP2's from about "
-            f"{params(pred['fsdp_limit'])}, so FSDP2's largest batch should exceed DDP's wherever that state is not "
-            f"outweighed by activations; the crossover itself was not measured")
+    fill = "; ".join(f"{budget_text(p['cap_gib'], p.get('budget'))}: DDP's from about {params(p['ddp_limit'])} "
+                     f"parameters, FSDP2's from about {params(p['fsdp_limit'])}" for p in preds)
+    return (f"the memory model predicts, on {first['ranks']} GPUs in fp32 with SGD and momentum, parameters, gradients "
+            f"and optimizer state per GPU{per_size} (DDP {first['ddp_bytes_per_parameter']:g} bytes a parameter, "
+            f"its gradient buckets included; FSDP2 {first['fsdp_bytes_per_parameter']:g}); that state alone fills "
+            f"{fill}; so FSDP2's largest batch should exceed DDP's wherever that state is not outweighed by "
+            f"activations; the crossover itself was not measured")
 
 
 def conditions(v: C9Verdict, rows: list[dict[str, Any]]) -> str:
     """What the rows were measured under, from the rows."""
     ranks = sorted({int(r["gpus"]) for r in rows})
     precisions = sorted({str(r["precision"]) for r in rows})
-    budgets = "; ".join(f"{name}: {gib:g} GiB" for name, gib in v.budgets.items())
+    budgets = "; ".join(name if name == f"{gib:g} GiB" else f"{name}: {gib:g} GiB" for name, gib in v.budgets.items())
     how = REHEARSED if v.rehearsed else "on real GPUs"
     return (f"Conditions: {', '.join(map(str, ranks))} rank(s), {', '.join(precisions)}, per-rank budgets {budgets}; "
             f"{how}")
@@ -120,7 +124,7 @@ def finding(ev) -> Finding:
     why = (probe.not_run if probe and probe.not_run else None) or (
         "no probe record claims/C9.json (python -m dpbench.claims.probe C9)" if probe is None
         else "the crossover " + needs_text(2, gpus) + " (or rehearsed ranks: tools/device/rehearse.sh)")
-    said = predicted_text(v.predicted) if v.predicted else "the crossover was not measured (no budget searched)"
+    said = predicted_text(v.predicted) if v.predicted else "the crossover was not measured"
     one = "; ".join(row_line(r) for r in v.one_rank if r.get("largest_batch"))
     return Finding(verdict=NOT_RUN, summary=f"{NOT_RUN}: {why}; {said}" + (f"; on one GPU: {one}" if one else ""),
                    evidence=[said[0].upper() + said[1:]] + evidence, data=data, measured_on=measured_on, not_run=f"{NOT_RUN}: {why}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
-from dpbench.claims.c9.predicted import prediction
+from dpbench.claims.c9.predicted import BUDGETS, prediction
 from dpbench.claims.records import ProbeRecord
 from dpbench.results import LARGEST_BATCH_COLUMNS
 
@@ -106,7 +106,7 @@ class C9Verdict:
     verdict: str
     crossovers: list[Crossover] = field(default_factory=list)
     one_rank: list[dict[str, Any]] = field(default_factory=list)   # rows at gpus 1 (the variants' own cost)
-    predicted: dict[str, Any] | None = None                         # closed forms, where not measured
+    predicted: list[dict[str, Any]] | None = None                   # closed forms per budget, where not measured
     cap_gib: float | None = None                                    # the largest budget of the rows
     rehearsed: bool = False                                         # every crossover from rehearsed ranks
     budgets: dict[str, float] = field(default_factory=dict)         # name -> GiB, as the rows say
@@ -159,9 +159,10 @@ def verdict_from(rows: list[dict[str, Any]]) -> C9Verdict:
     caps = sorted({c for r in rows if (c := _cap(r)) is not None})
     budgets = {str(r.get("budget") or f"{_cap(r):g} GiB"): _cap(r) for r in rows if _cap(r) is not None}
     found = crossovers(rows)
-    if not found:
+    if not found:   # the closed forms at the rows' budgets, else at the named devices' (c9.predicted.BUDGETS)
         sizes = sorted({int(r["parameters"]) for r in rows if r.get("parameters")})
-        pred = prediction(sizes, caps[-1]) if caps else None
+        named = {n: g for n, (g, _) in BUDGETS.items()}
+        pred = [dict(prediction(sizes, gib), budget=name) for name, gib in (budgets or named).items()]
         return C9Verdict(NOT_RUN, [], one, pred, caps[-1] if caps else None, budgets=budgets)
     batch = any(c.first_exceeds is not None for c in found if c.quantity == "largest_batch")
     speed = any(c.first_exceeds is not None for c in found if c.quantity == "samples_per_s_at_largest")
