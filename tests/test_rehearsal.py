@@ -273,6 +273,10 @@ def test_c9_text_is_computed_from_search_records_with_its_conditions():
     assert any(e.startswith("Conditions: 1, 4 rank(s)") and "rehearsed" in e for e in f.evidence)
     crossings = {(c["variant"], c["budget"]): c for c in f.data["crossovers"]}
     assert crossings[("fsdp", "24GB")]["predicted_first_exceeds"] is not None
+    # within DDP's bracket (its search saw 45 fail): 44 found by a bisection is not for certain more
+    bracketed = [dict(r, smallest_failing=45) if r["variant"] == "ddp" and r["budget"] == "24GB" else r for r in rows]
+    first = {(c.variant, c.budget): c.first_exceeds for c in verdict.verdict_from(bracketed).crossovers}
+    assert first[("fsdp", "24GB")] == 235_000_000 and first[("fsdp", "16GB")] == 42_000_000
 
 
 def probe_of(rows):

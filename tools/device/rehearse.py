@@ -33,6 +33,8 @@ sys.path.insert(0, str(REPO / "src"))
 # name -> (width, layers), per-rank batch of the profiled step: ~12M, ~42M, ~235M parameters
 # (seq_len 512, vocab 32768, tied; the C9 probe's family)
 SIZES = {"12m": ((256, 4), 8), "42m": ((512, 8), 4), "235m": ((1024, 16), 2)}
+# beyond the two calls' time (FSDP2 over gloo ~16 ms a step per M parameters): --sizes 1b 2b
+MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1)}
 TINY = {"tiny": ((32, 2), 2)}
 PARTS = {"1": (1, 2, 4), "2": (8,)}
 HSDP_SHARD = 2
@@ -83,7 +85,7 @@ def device_gib() -> float | None:
         return None
 
 
-def run_part(part: str, out: Path, tiny: bool, budget_s: float) -> list[dict]:
+def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | None = None) -> list[dict]:
     """The part's launches; the records, and not_fitting.json under `out` (the work folder)."""
     started = time.time()
     gib = device_gib()
@@ -92,11 +94,16 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s)}
+    if part == "1":   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
+        records.append(launched_run(work, tiny, env))
     for ranks in PARTS[part]:
         if tiny and ranks > 2:
             continue
+        if time.time() > started + budget_s:
+            print(f"N={ranks}: not started (time budget spent)", flush=True)
+            continue
         budgets, why = budgets_for(ranks, gib)
-        cases = plan(TINY if tiny else SIZES, ranks, budgets, seq_len=16 if tiny else None)
+        cases = plan(TINY if tiny else (sizes or SIZES), ranks, budgets, seq_len=16 if tiny else None)
         not_fitting += [{"ranks": ranks, "budget": b, "reason": w, "cases": [c["name"] for c in cases]}
                         for b, w in why.items()]
         plan_file, lines = work / f"plan-{ranks}.json", work / f"cases-{ranks}.jsonl"
@@ -111,8 +118,6 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float) -> list[dict]:
             print(done.stderr[-3000:], flush=True)
         if lines.exists():
             records += [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
-    if part == "1":   # the run option through dpbench's own launcher: one rehearsed fsdp run on 2 ranks
-        records.append(launched_run(work, tiny, env))
     (out / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
     print(f"part {part}: {time.time() - started:.0f} s", flush=True)
     return records
@@ -258,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--combine", nargs="+", type=Path, help="the parts' tars")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/rehearse")))
     ap.add_argument("--tiny", action="store_true", help="tiny models on at most 2 ranks (the CPU check)")
-    ap.add_argument("--budget-s", type=float, default=480, help="start no case after this many seconds")
+    ap.add_argument("--budget-s", type=float, default=420, help="start no case after this many seconds")
+    ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *MORE], help="model sizes (default: 12m 42m 235m)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/rehearse-work"), help="runs, tables and figures")
     args = ap.parse_args(argv)
     if not args.part and not args.combine:
@@ -271,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         tag = "combined"
         (work / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
     else:
-        records = run_part(args.part, work, args.tiny, args.budget_s)
+        sizes = {k: {**SIZES, **MORE}[k] for k in args.sizes} if args.sizes else None
+        records = run_part(args.part, work, args.tiny, args.budget_s, sizes)
         not_fitting = json.loads((work / "not_fitting.json").read_text())
         tag = f"part{args.part}"
     md = analyse(records, work, not_fitting)

@@ -23,9 +23,11 @@
 #   12M, 42M: < 0.5 s a step (any variant)        ->  ~2 x 5 variants x 10 x 0.4 s = ~40 s per N
 #   235M: ddp/zero1 ~0.7 s, fsdp/hsdp ~3.8 s      ->  2 x 7 s + 3 x 38 s = ~130 s per N >= 4
 #                                                     (N=1: ~40 s, N=2: ~90 s; 4 cases there)
-#   part 1: start 3 x ~25 s + N=1 ~60 s + N=2 ~130 s + N=4 ~180 s + the dpbench launch ~40 s
-#           = ~7.5 min; part 2: start ~30 s + N=8 ~240 s (gloo copies grow with N) = ~4.5 min.
-# No case starts after --budget-s 450 s (the line "not started (time budget spent)" says which),
+#   part 1: the dpbench launch ~40 s + start 3 x ~25 s + N=1 ~60 s + N=2 ~110 s + N=4 ~150 s
+#           = ~7.2 min; part 2: start ~30 s + N=8 ~200 s (gloo copies grow with N) = ~4 min.
+# SIZES="1b 2b" adds ~1.07B and ~2.0B parameters (per-rank batch 1): beyond these two calls
+# (FSDP2 ~16 s a step at 1B over gloo, ~9 steps a case): a third call for N=2 or 4 only.
+# No case starts after --budget-s 420 s (the line "not started (time budget spent)" says which),
 # so each call ends well within 9 minutes whatever the steps cost; the tables say what ran.
 #
 # Writes under $OUT (<= 5 files): rehearsal-part<P>.tar.gz (records.jsonl: one record a case with
@@ -41,5 +43,5 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
 start=$(date +%s)
-python3 tools/device/rehearse.py --part "$part" --out "$out" --budget-s "${BUDGET_S:-450}"
+python3 tools/device/rehearse.py --part "$part" --out "$out" --budget-s "${BUDGET_S:-420}" ${SIZES:+--sizes $SIZES}
 echo "rehearse.sh part $part: $(( $(date +%s) - start )) s"

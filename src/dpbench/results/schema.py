@@ -66,7 +66,8 @@ LARGEST_BATCH_COLUMNS = ["workload", "parameters", "variant", "reshard_after_for
                          "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason",
                          # the budget's name (the devices it stands for), whether the ranks were
                          # rehearsed on one GPU (then no samples/s), the memory model's largest batch
-                         "budget", "rehearsed", "predicted_largest_batch"]
+                         "budget", "rehearsed", "predicted_largest_batch",
+                         "smallest_failing"]   # the search's bracket: the largest fits, this does not
 
 # Tables added after result sets were archived: a set without the file reads as having no rows.
 LATER_TABLES = ("memory_components", "collectives")

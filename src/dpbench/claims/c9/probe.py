@@ -74,7 +74,8 @@ def search(trial: Callable[[int], dict[str, Any]], start: int = START,
     except SearchStopped as stop:
         return {"largest": None, "reason": str(stop), "trials": tried}
     reason = "" if found["largest"] else f"not even batch 1 fits (smallest failing: {found['smallest_failing']})"
-    return {"largest": found["largest"] or None, "reason": reason, "trials": tried}
+    return {"largest": found["largest"] or None, "reason": reason, "trials": tried,
+            "smallest_failing": found["smallest_failing"]}
 
 
 def run_config(variant: str, gpus: int, size: tuple[int, int], batch: int, cap_gib: float,
@@ -115,14 +116,15 @@ def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, p
                            "reshard_after_forward": variant in ("fsdp", "hsdp"), "precision": precision,
                            "largest_batch": None, "samples_per_s_at_largest": None, "cap_gib": cap_gib,
                            "budget": next((n for n, (g, _) in BUDGETS.items() if g == cap_gib), ""),
-                           "rehearsed": False, "predicted_largest_batch": None}
+                           "rehearsed": False, "predicted_largest_batch": None, "smallest_failing": None}
     found_gpus = cuda_devices() if cuda_gpus is None else cuda_gpus
     if found_gpus < gpus:
         return {**row, "reason": f"needs {gpus} CUDA GPU{'s' if gpus > 1 else ''} (found {found_gpus}): "
                                  "nothing runs out of memory without CUDA"}
     found = search(lambda b: run(run_config(variant, gpus, size, b, cap_gib, precision, TRIAL_STEPS, 1)),
                    resolution=resolution)
-    return {**row, "largest_batch": found["largest"], "reason": found["reason"]}
+    return {**row, "largest_batch": found["largest"], "reason": found["reason"],
+            "smallest_failing": found.get("smallest_failing")}
 
 
 def time_row(row: dict[str, Any], size: tuple[int, int],

@@ -67,5 +67,6 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
                          if r["variant"] in ("fsdp", "hsdp") else False,
                          "precision": str(cfg.get("precision", "fp32")), "largest_batch": largest,
                          "samples_per_s_at_largest": None, "cap_gib": gib, "reason": reason, "budget": name,
-                         "rehearsed": True, "predicted_largest_batch": pred})
+                         "rehearsed": True, "predicted_largest_batch": pred,
+                         "smallest_failing": (found or {}).get("smallest_failing")})
     return rows

@@ -4,7 +4,8 @@ DDP along the size, and the verdict.
 
 A crossover is the smallest swept size at which a sharded variant's value exceeds DDP's at the
 same GPUs, precision and budget: its largest batch (a size where no batch fits counts as 0; a
-row that was not searched is left out), and, measured on real GPUs only, its samples/s at that
+row that was not searched is left out; where DDP's row gives the batch its search saw fail, the
+sharded batch must reach it: a bisection stops within its resolution of the true largest), and, measured on real GPUs only, its samples/s at that
 batch. Rehearsed rows (N ranks sharing one GPU) measure the batch, never the speed. Beside each
 measured crossover, the memory model's (the rows' predicted_largest_batch compared the same way).
 Only runs on two or more ranks can show one (one rank shards nothing); with none the verdict
@@ -66,6 +67,14 @@ def _value(row: dict[str, Any] | None, quantity: str) -> float | None:
 def _predicted(row: dict[str, Any] | None) -> float | None:
     v = None if row is None else row.get("predicted_largest_batch")
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def beyond_bracket(baseline: dict[str, Any] | None, value: float, quantity: str) -> bool:
+    """Whether a largest batch exceeds DDP's for certain: at least the batch DDP's own search
+    saw fail (a bisection stops within its resolution of the true largest, so a found batch a
+    little above DDP's found one may lie below DDP's true one). Throughput: no bracket."""
+    fail = None if baseline is None or quantity != "largest_batch" else baseline.get("smallest_failing")
+    return fail is None or (isinstance(fail, float) and math.isnan(fail)) or value >= float(fail)
 
 
 def label(variant: str, reshard: bool) -> str:
@@ -139,7 +148,7 @@ def crossovers(rows: list[dict[str, Any]]) -> list[Crossover]:
             if not pts:
                 continue
             ps = [p for p, _, _ in pts]
-            first = next((p for p, s, b in pts if s > b), None)
+            first = next((p for p, s, b in pts if s > b and beyond_bracket(at(BASELINE, p), s, q)), None)
             pred_s = [_predicted(at(variant, p)) for p in ps] if q == "largest_batch" else []
             pred_b = [_predicted(at(BASELINE, p)) for p in ps] if q == "largest_batch" else []
             pred_first = next((p for p, s, b in zip(ps, pred_s, pred_b) if s is not None and b is not None and s > b),
