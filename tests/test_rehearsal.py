@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -306,3 +307,25 @@ def test_ddps_all_reduces_are_counted_where_the_reducer_runs_them(tmp_path):
         assert count_reducer(nn.Linear(2, 2)) == {"on": False, "count": 0, "bytes": 0}
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_the_device_script_runs_its_tiny_part_on_the_cpu(tmp_path):
+    """tools/device/rehearse.py --part 1 --tiny: the dpbench launch, N = 1 and 2 on gloo, the
+    tables, figures and C9's text, at most 8 files under OUT; --combine redraws from the tar."""
+    import subprocess
+    import sys
+    script = str(Path(__file__).resolve().parents[1] / "tools" / "device" / "rehearse.py")
+    done = subprocess.run([sys.executable, script, "--part", "1", "--tiny", "--out", str(tmp_path / "out"),
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert len(files) <= 8 and "rehearsal-part1.tar.gz" in files and "rehearsal.md" in files
+    rows = list(csv.DictReader(open(tmp_path / "work" / "1" / "memory_per_rank.csv")))
+    assert {(r["variant"], r["gpus"]) for r in rows} >= {("ddp", "1"), ("fsdp", "2"), ("fsdp-keep", "2")}
+    records = [json.loads(x) for x in (tmp_path / "work" / "1" / "runs" / "cases-2.jsonl").read_text().splitlines()]
+    assert all(r["status"] == "ok" and r["config"]["rehearse"] for r in records)
+    again = subprocess.run([sys.executable, script, "--combine", str(tmp_path / "out" / "rehearsal-part1.tar.gz"),
+                            "--out", str(tmp_path / "combined"), "--work", str(tmp_path / "work")],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and (tmp_path / "combined" / "rehearsal.md").read_text().startswith("# Rehearsed")
