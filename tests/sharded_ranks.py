@@ -57,6 +57,7 @@ class Trained:
     buckets: dict | None = None                 # DDP's all-reduce as its buckets tell it
     mechanisms: list[dict] = field(default_factory=list)   # the knobs' verdicts (run.mechanisms)
     micro: list[dict] = field(default_factory=list)        # the profiled step's micro-batches (StepProbe)
+    config: dict = field(default_factory=dict)  # the case's RunConfig as its record would hold it
 
 
 def whole(t: torch.Tensor) -> torch.Tensor:
@@ -92,6 +93,7 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
     feed = WorkloadFeed(spec.batch, cfg.synthetic_size, cfg.global_batch, cfg.seed, cpu, world, rank)
     out = Trained([], {}, {}, [], [], sum(p.numel() for p in model.parameters()), len(variant.units))
+    out.config = cfg.to_dict()
     for step, (x, y, n) in enumerate(feed.epoch(0)):
         if step == 1:
             probe = components.StepProbe()
@@ -154,3 +156,40 @@ def max_differences(ref: Trained, other: Trained) -> dict[str, float]:
     return {"loss": max(abs(a - b) for a, b in zip(ref.losses, other.losses, strict=True)),
             **{f"grad_step{s}": diff(ref.grads[s], other.grads[s]) for s in ref.grads},
             "params": diff(ref.params, other.params)}
+
+
+class Inner(nn.Module):
+    """A unit nested in Outer (fully_shard wraps both: Inner's parameters are its own)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.a = nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.relu(self.a(x))
+
+
+class Outer(nn.Module):
+    """A unit holding a nested unit (Inner) and two layers of its own."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.inner, self.b, self.c = Inner(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.c(torch.relu(self.b(self.inner(x))))
+
+
+def nested_mlp(width: int = 16, classes: int = 10):
+    """Two Outer units, each with an Inner unit nested in it, between an input layer and a head
+    that the root holds: shard_modules (Outer, Inner)."""
+    from dpbench.workloads.resnet_cifar import per_sample_cross_entropy
+    from dpbench.workloads.spec import WorkloadSpec
+    model = nn.Sequential(nn.Linear(8, width), Outer(width), Outer(width), nn.Linear(width, classes))
+
+    def batch(generator, n):
+        return torch.randn(n, 8, generator=generator), torch.randint(0, classes, (n,), generator=generator)
+    return WorkloadSpec(model=model, loss=per_sample_cross_entropy, batch=batch, shard_modules=(Outer, Inner))
+
+
+NESTED = "sharded_ranks.py:nested_mlp"

@@ -122,7 +122,7 @@ def test_crossover_not_found_within_the_sweep():
     rows = [r for r in CROSSING if r["parameters"] < 200e6]
     v = verdict.verdict_from(rows)
     assert v.verdict == NUANCE and all(c.first_exceeds is None for c in v.crossovers)
-    assert text.summary(v, "NV18").startswith("FSDP2 exceeded DDP in neither") and "42M" in text.summary(v, "NV18")
+    assert "fsdp exceeded DDP in neither" in text.summary(v, "NV18") and "42M" in text.summary(v, "NV18")
     batch_only = [dict(r, samples_per_s_at_largest=1.0) if r["variant"] == "fsdp" else r
                   for r in CROSSING if r["parameters"] < 1e9]
     v = verdict.verdict_from(batch_only)   # more batch from 235M, never more speed
@@ -133,12 +133,14 @@ def test_fewer_than_two_gpus_is_the_memory_models_prediction_only():
     one = [r for r in CROSSING if r["gpus"] == 1] + [row("fsdp", 1, SIZES[-1], None, None)]
     v = verdict.verdict_from(one)
     assert v.verdict == NOT_RUN and v.crossovers == []
-    assert [s["parameters"] for s in v.predicted["sizes"]] == [SIZES[0], SIZES[-1]]
-    big = v.predicted["sizes"][-1]
+    pred = v.predicted[0]   # at the rows' own budget (12 GiB here), none assumed
+    assert len(v.predicted) == 1 and pred["cap_gib"] == 12.0
+    assert [s["parameters"] for s in pred["sizes"]] == [SIZES[0], SIZES[-1]]
+    big = pred["sizes"][-1]
     # fp32, SGD with momentum: DDP 16 B/param (with its buckets), FSDP2 on 2 ranks 12/2 B/param
     assert big["ddp_state_gib"] == pytest.approx(16 * SIZES[-1] / 2**30)
     assert big["fsdp_state_gib"] == pytest.approx(6 * SIZES[-1] / 2**30)
-    assert v.predicted["ddp_limit"] == int(12 * 2**30 / 16) and v.predicted["fsdp_limit"] == int(12 * 2**30 / 6)
+    assert pred["ddp_limit"] == int(12 * 2**30 / 16) and pred["fsdp_limit"] == int(12 * 2**30 / 6)
     assert predicted.predicted_state_bytes("zero1", 1000, 4) == 4000 + 4000 + 4000 + 1000
 
 
@@ -158,8 +160,9 @@ class Ev:
 def test_finding_words_come_from_the_rows():
     f = text.finding(Ev(probe_record(CROSSING)))
     assert f.verdict == CONFIRMED
-    assert "largest batch: FSDP2 first exceeds DDP at 235M parameters on 2 GPUs (NV18, fp32)" in f.summary
-    assert "throughput at its largest batch: FSDP2 first exceeds DDP at 1.07B" in f.summary
+    first = {c["quantity"]: c["first_exceeds"] for c in f.data["crossovers"]}
+    assert first == {"largest_batch": 235_000_000, "samples_per_s_at_largest": 1_070_000_000}
+    assert "235M" in f.summary and "1.07B" in f.summary and "12 GiB per rank" in f.summary
     assert len(f.data["rows"]) == len(CROSSING) and f.data["interconnect"] == "NV18"
     moved = [dict(r, largest_batch=8) if r["variant"] == "ddp" and r["gpus"] == 2 else r for r in CROSSING]
     assert "first exceeds DDP at 12M parameters" in text.finding(Ev(probe_record(moved))).summary
@@ -171,7 +174,9 @@ def test_finding_on_one_gpu_predicts_and_says_not_measured():
     assert "the crossover itself was not measured" in f.summary and "on one GPU: ddp on 1 GPU(s)" in f.summary
     none = text.finding(Ev(None))
     assert none.verdict == NOT_RUN and "no probe record claims/C9.json" in none.not_run
-    assert f"from about {text.params(predicted.largest_trainable('ddp', verdict.CAP_GIB, 2))}" in none.summary
+    # without rows: the named devices' budgets, never the probe's cap
+    assert [p["budget"] for p in none.data["predicted"]] == list(predicted.BUDGETS)
+    assert "22 GiB per rank (24GB)" in none.summary and "12 GiB" not in none.summary
 
 
 def test_interconnect_reads_nvidia_smi_topo():

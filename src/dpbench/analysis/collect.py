@@ -60,10 +60,19 @@ def planning(rec: dict) -> dict:
             "deterministic": rec["deterministic"], "setup": setup_key(cfg) if cfg else ""}
 
 
+def rehearsed(rec: dict) -> bool:
+    """Whether the run's ranks shared one GPU (the run option rehearse): its memory is per rank,
+    its speed nobody's."""
+    return bool((rec.get("config") or {}).get("rehearse"))
+
+
 def summary_row(rec: dict) -> dict:
     cfg, tp, mem = rec["config"], rec["throughput"], rec["memory"]
     acc = rec["accuracy"][-1]["test_acc"] if rec["accuracy"] else None
-    return {**_ident(rec), "status": rec["status"], "reason": rec["reason"],
+    # A rehearsed run's step times are N ranks taking turns on one GPU over gloo: never a speed
+    # (the record keeps them; no table, figure or summary reads them as one).
+    tp = {**tp, "images_per_s": None, "step_ms_p50": None, "step_ms_p95": None} if rehearsed(rec) else tp
+    return {**_ident(rec), "status": rec["status"], "reason": rec["reason"], "rehearsed": rehearsed(rec),
             "images_per_s": tp["images_per_s"], "step_ms_p50": tp["step_ms_p50"],
             "step_ms_p95": tp["step_ms_p95"],
             "peak_mem_mib": max((r["allocated_mib"] for r in mem), default=None),
@@ -161,6 +170,7 @@ def memory_component_rows(rec: dict) -> list[dict]:
     out = []
     for m in rows:
         row = {**_ident(rec), "parameters": rec.get("parameters"), "data_mib": data.get(m["device"]),
+               "rehearsed": rehearsed(rec),
                **{k: m.get(k) for k in results.MEMORY_COMPONENT_COLUMNS if k in m}}
         out.append({**row, "state_mib": memory_model.measured_state(row),
                     **memory_model.predicted_row(rec, row)})

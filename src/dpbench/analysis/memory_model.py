@@ -10,6 +10,18 @@ k optimizer slots of 4 bytes (SGD with momentum 1, without 0, Adam 2), N ranks:
                        parameters stay from the forward to the backward
     hsdp               as fsdp, divided by the shard group's size S (hsdp_shard_size, else N)
 
+The largest unit is what one all-gather brings: FSDP2 gathers one unit's own parameters at a
+time (those no nested unit manages; the root's own are the embedding of a tied transformer),
+in the compute dtype; on a shard group of one rank it gathers nothing (the unsharded
+parameters are the shard itself), so the term is 0 there. A record measures it as the largest
+single all-gather the rank's collective counter saw (`largest_gather_mib`).
+
+Per rank under rehearsal (N ranks sharing one GPU, each its own process and allocator, doc
+docs/sharding.md): every term above is per rank; the activation peak and the allocator's
+reserved bytes are predicted from the one-rank run of the same variant and per-rank batch
+(`with_references`): activations do not depend on N at a fixed per-rank batch, except by the
+gathered units; reserved shifts by what the state saves.
+
 Unsharded parameters are in the compute dtype: 2 bytes under bf16 (MixedPrecisionPolicy's bf16
 parameters, fp32 reduction), b otherwise. The state is what a rank holds between steps: the
 three terms plus DDP's gradient buckets (b·P, unless gradient_as_bucket_view), compared with
@@ -27,8 +39,11 @@ BF16_BYTES = 2
 TOLERANCE = 0.05        # a component further than this from its prediction is flagged
 # What the closed forms predict (the table's predicted_<name>_mib), and which of them a record
 # measures too (its <name>_mib; state: measured_state).
-PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded")
-COMPARED = ("parameters", "gradients", "optimizer", "state")
+PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit")
+COMPARED = ("parameters", "gradients", "optimizer", "state", "largest_unit", "activation_peak", "reserved_peak")
+# the measured column of each compared component where it is not <component>_mib
+MEASURED_AS = {"largest_unit": "largest_gather_mib"}
+CONTEXT_BYTES = 0.5 * 2 ** 30   # a CUDA context and cuBLAS's workspaces per process, outside the allocator
 OPTIMIZER_SLOTS = {"sgd": 1, "adam": 2, "adamw": 2}
 
 
@@ -79,10 +94,35 @@ def predicted_bytes(s: Setting) -> dict[str, float | None]:
     buckets = 0.0 if s.variant not in ("ddp", "zero1") or s.gradient_as_bucket_view \
         else s.param_bytes * s.parameters   # DDP's flat buckets beside the .grad tensors
     unsharded: float | None = 0.0
-    if s.variant in ("fsdp", "hsdp"):
-        unsharded = s.compute_bytes * s.parameters if not s.reshard_after_forward else s.largest_unit_bytes
+    largest: float | None = 0.0
+    if s.variant in ("fsdp", "hsdp") and shard > 1:   # a shard group of one gathers nothing
+        # the unit in the compute dtype (bf16 under MixedPrecisionPolicy), stored as param_bytes
+        largest = None if s.largest_unit_bytes is None else s.largest_unit_bytes * s.compute_bytes / s.param_bytes
+        unsharded = s.compute_bytes * s.parameters if not s.reshard_after_forward else largest
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "buckets": buckets,
-            "state": params + grads + optimizer + buckets, "unsharded": unsharded}
+            "state": params + grads + optimizer + buckets, "unsharded": unsharded, "largest_unit": largest}
+
+
+def rank_estimate_bytes(s: Setting, cap_bytes: float | None = None) -> float:
+    """What one rank needs of its device at least: its state, the units it holds gathered (the
+    largest unit where unknown), and a CUDA context; with a memory cap, the cap (what the rank
+    may fill) where larger. Activations are left out (a lower bound without a cap)."""
+    b = predicted_bytes(s)
+    need = float(b["state"] or 0.0) + float(b["unsharded"] or 0.0)
+    return max(need, cap_bytes or 0.0) + CONTEXT_BYTES
+
+
+def rehearsal_misfit(s: Setting, ranks_on_device: int, device_bytes: float,
+                     cap_bytes: float | None = None) -> str | None:
+    """Why `ranks_on_device` rehearsed ranks cannot share a device of `device_bytes` (None when
+    they fit): the sum of their per-rank estimates (rank_estimate_bytes) beside its memory."""
+    per_rank = rank_estimate_bytes(s, cap_bytes)
+    if ranks_on_device * per_rank <= device_bytes:
+        return None
+    what = "its memory cap" if cap_bytes and cap_bytes >= per_rank - CONTEXT_BYTES else "the memory model's state"
+    return (f"{ranks_on_device} rehearsed ranks do not fit one GPU: {ranks_on_device} x {per_rank / 2**30:.2f} GiB "
+            f"per rank ({what} + {CONTEXT_BYTES / 2**30:g} GiB of CUDA context) = "
+            f"{ranks_on_device * per_rank / 2**30:.2f} GiB > the device's {device_bytes / 2**30:.2f} GiB")
 
 
 def setting_of(record: Mapping[str, Any], largest_unit_mib: float | None = None) -> Setting | None:
@@ -126,14 +166,47 @@ def predicted_row(record: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str
     return {f"predicted_{c}_mib": _mib(b.get(c)) for c in PREDICTED}
 
 
-def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> list[dict[str, Any]]:
-    """Measured against predicted per run, device and component (rows of memory_components.csv):
-    the relative difference (measured / predicted - 1) and whether it lies beyond the tolerance.
-    A component either side lacks is left out; a zero prediction compares by equality."""
+def _options_key(row: Mapping[str, Any]) -> str:
+    return str(row.get("options") or "")
+
+
+def reference_key(row: Mapping[str, Any]) -> tuple:
+    """Which one-rank row predicts a row's activations: the same variant and options (at one
+    rank hsdp shards as fsdp does: nothing)."""
+    variant = "fsdp" if row.get("variant") == "hsdp" else row.get("variant")
+    return variant, _options_key(row)
+
+
+def with_references(rows: list[Mapping[str, Any]], key=reference_key) -> list[dict[str, Any]]:
+    """Rows with predicted_activation_peak_mib and predicted_reserved_peak_mib where a one-rank
+    row of the same key (variant and options: the same per-rank batch, weak scaling) measured
+    them: activations as there, plus the gathered units this N adds (none at one rank);
+    reserved as there, less the state this N saves and plus the units it adds."""
+    one = {key(r): r for r in rows if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
     out = []
     for row in rows:
+        row = dict(row)
+        ref = one.get(key(row))
+        if ref is not None:
+            gathered = (row.get("predicted_unsharded_mib") or 0.0) - (ref.get("predicted_unsharded_mib") or 0.0)
+            row["predicted_activation_peak_mib"] = ref["activation_peak_mib"] + gathered
+            if is_number(ref.get("reserved_peak_mib")) and is_number(row.get("predicted_state_mib")) \
+                    and is_number(ref.get("predicted_state_mib")):
+                saved = ref["predicted_state_mib"] - row["predicted_state_mib"]
+                row["predicted_reserved_peak_mib"] = ref["reserved_peak_mib"] - saved + gathered
+        out.append(row)
+    return out
+
+
+def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE, key=reference_key) -> list[dict[str, Any]]:
+    """Measured against predicted per run, device and component (rows of memory_components.csv):
+    the relative difference (measured / predicted - 1) and whether it lies beyond the tolerance.
+    A component either side lacks is left out; a zero prediction compares by equality. The
+    activation peak and reserved bytes compare where a one-rank row gives them (with_references)."""
+    out = []
+    for row in with_references(rows, key):
         for c in COMPARED:
-            measured, predicted = row.get(f"{c}_mib"), row.get(f"predicted_{c}_mib")
+            measured, predicted = row.get(MEASURED_AS.get(c, f"{c}_mib")), row.get(f"predicted_{c}_mib")
             if not is_number(measured) or not is_number(predicted):
                 continue
             rel = (measured / predicted - 1.0) if predicted else (0.0 if measured == 0 else float("inf"))

@@ -237,7 +237,7 @@ def with_run_defaults(summary: pd.DataFrame) -> pd.DataFrame:
     df = summary.copy()
     legacy = results.RunRecord(run_id="", status="")   # what a record without these fields reads as
     for col, default in (("scaling", ""), ("setup", ""), ("per_gpu_batch", np.nan),
-                         ("seed", np.nan), ("deterministic", legacy.deterministic)):
+                         ("seed", np.nan), ("deterministic", legacy.deterministic), ("rehearsed", False)):
         if col not in df.columns:
             df[col] = default
     df["scaling"] = df["scaling"].replace("", results.planned_scaling({}))
@@ -263,6 +263,14 @@ def ok_runs(summary: pd.DataFrame) -> pd.DataFrame:
     if "rate" not in ok.columns:   # a summary.csv from before the workload's unit: images only
         ok = ok.assign(rate=ok["images_per_s"], rate_unit="images/s", bound=None)
     return ok
+
+
+def speed_runs(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows (runs or cells) whose speed is a speed: not rehearsed (N ranks sharing one GPU over
+    gloo measure memory per rank; their step times never enter a throughput or scaling table)."""
+    if "rehearsed" not in table.columns:
+        return table
+    return table[~table["rehearsed"].fillna(False).astype(bool)]
 
 
 def only_ok(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
@@ -401,6 +409,8 @@ def cells(summary: pd.DataFrame) -> pd.DataFrame:
     for key, grp in ok.groupby(CELL_IDENT, sort=False, dropna=False):
         row = dict(zip(CELL_IDENT, key), n_ok=len(grp), precision=grp["precision"].iloc[0],
                    rate_unit=grp["rate_unit"].iloc[0], bound=regime(grp["bound"]))
+        if "rehearsed" in grp.columns:
+            row["rehearsed"] = bool(grp["rehearsed"].fillna(False).astype(bool).any())
         row["label"] = label(row)
         for q, _, interval in MEDIANS:
             est = median_ci(grp[q]) if interval else Estimate(grp[q].median(), math.nan, math.nan, math.nan)

@@ -86,12 +86,15 @@ def collective_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     predicted = predicted_for(record)
     rows: dict[str, dict[str, Any]] = {}
     for m in measured:
-        row = rows.setdefault(str(m["collective"]), {"count": 0, "bytes": 0})
+        # source: "counted" (the dispatch counter saw each op), "buckets" (DDP's reducer ran its
+        # all-reduces where the counter cannot see: its buckets' sizes stand in), "" in older records
+        row = rows.setdefault(str(m["collective"]), {"count": 0, "bytes": 0, "source": str(m.get("source") or "")})
         row["count"] += int(m.get("count") or 0)
         row["bytes"] += int(m.get("bytes") or 0)
     if measured or record.get("status") == "ok":   # an ok run that counted nothing: all predicted
+        counted = "counted" if any(m.get("source") == "counted" for m in measured) else ""
         for name in predicted:
-            rows.setdefault(name, {"count": 0, "bytes": 0})
+            rows.setdefault(name, {"count": 0, "bytes": 0, "source": counted})
     order = sorted(rows, key=lambda c: (COLLECTIVES.index(c) if c in COLLECTIVES else len(COLLECTIVES), c))
     # DDP (and ZeRO-1's DDP) also broadcasts its buffers (BatchNorm's statistics) before each
     # forward; the closed form counts parameters only, so those broadcasts have no prediction.
@@ -108,14 +111,15 @@ def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE) -> l
     """Counted against predicted bytes per run and collective (rows of collectives.csv): the
     relative difference (bytes / predicted - 1) and whether it lies beyond the tolerance; a
     collective the formulas do not send compares by equality with zero. Rows without a
-    prediction (a record without sizes) are left out."""
+    prediction (a record without sizes) are left out, and so are rows the counter did not count
+    (source "buckets": DDP's bucket sizes, which would check the formula against itself)."""
     out = []
     for row in rows:
         measured, predicted = row.get("bytes"), row.get("predicted_bytes")
-        if not is_number(measured) or not is_number(predicted):
+        if not is_number(measured) or not is_number(predicted) or row.get("source") == "buckets":
             continue
         rel = measured / predicted - 1.0 if predicted else (0.0 if measured == 0 else float("inf"))
-        out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "collective", "count")},
+        out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "collective", "count", "source")},
                     "bytes": measured, "predicted_bytes": predicted, "relative_difference": rel,
                     "beyond_tolerance": abs(rel) > tolerance})
     return out

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dpbench import DISTRIBUTED_VARIANTS
 from dpbench.workloads.registry import WorkloadError, resolve
 
 SCHEMA_FILE = "schema.yaml"
@@ -73,7 +74,7 @@ def _allowed(error: jsonschema.ValidationError) -> str:
 
 # Options added after records existed: absent from a run's config while at their defaults.
 QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s",
-                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload")
+                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload", "rehearse")
 
 
 @dataclass
@@ -124,6 +125,7 @@ class RunConfig:
     reshard_after_forward: bool = _option("reshard_after_forward")
     hsdp_shard_size: int | None = _option("hsdp_shard_size")   # None: the ranks of one node
     collective_timeout_s: float = _option("collective_timeout_s")
+    rehearse: bool = _option("rehearse")                # the ranks share one GPU over gloo (memory per rank, no speed)
     batchnorm: str = _option("batchnorm")               # train | eval (frozen statistics) | sync (SyncBatchNorm, ddp)
     seed: int = _option("seed")                         # the seed this run used (the plan adds the repeat under seeds: distinct)
     num_classes: int = _option("num_classes")           # width of the output layer (labels stay CIFAR's 0..9)
@@ -160,10 +162,17 @@ class RunConfig:
         if self.variant == "hsdp" and self.hsdp_shard_size is not None and self.gpus % self.hsdp_shard_size:
             bad("hsdp_shard_size", self.hsdp_shard_size,
                 f"a divisor of gpus={self.gpus} (the mesh is replicas x shard size), or null for one node")
+        if self.rehearse and self.variant not in DISTRIBUTED_VARIANTS:
+            bad("rehearse", True, f"false for {self.variant}: only {', '.join(DISTRIBUTED_VARIANTS)} rehearse ranks")
         try:   # torch-free: the factory is found, not imported (the run builds it)
             resolve(self.workload)
         except WorkloadError as exc:
             raise ValueError(f"run config: {exc}") from None
+
+    @property
+    def gpus_held(self) -> int:
+        """The GPUs the run occupies: its gpus, or one where its ranks rehearse on a shared GPU."""
+        return 1 if self.rehearse else self.gpus
 
     @property
     def scaling(self) -> str:

@@ -260,7 +260,7 @@ class Plan:
         rc = self.run(run_id)
         if self.cpu or rc.device == "cpu" or self.skipped(rc):
             return 0
-        return self.gpus_visible if self.config["exclusive_timing"] else rc.gpus
+        return self.gpus_visible if self.config["exclusive_timing"] else rc.gpus_held
 
     def skipped(self, rc: RunConfig) -> bool:
         """Whether the run is recorded as skipped where the plan is made for."""

@@ -72,8 +72,8 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
             return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, {cfg.variant} runs on at most "
                     f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None
-    if cfg.gpus > visible:
-        return f"needs {cfg.gpus} GPUs, {visible} visible"
+    if cfg.gpus_held > visible:   # rehearsed ranks share one GPU
+        return f"needs {cfg.gpus_held} GPUs, {visible} visible"
     return None
 
 

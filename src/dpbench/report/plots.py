@@ -41,6 +41,7 @@ from dpbench.analysis.tables import (
     labels,
     level_text,
     load_table,
+    speed_runs,
     median_ci,
     ok_runs,
     only_ok,
@@ -249,7 +250,7 @@ def ideal_points(panel: pd.DataFrame, pools: dict, kind: str) -> tuple[list[int]
 
 def plot_throughput(t: Tables) -> Figure:
     title = "Training throughput"
-    ok = ok_runs(t["summary"]).dropna(subset=["rate"])
+    ok = speed_runs(ok_runs(t["summary"])).dropna(subset=["rate"])   # rehearsed runs: no speed
     if ok.empty:
         return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     pools = single_pools(ok)
@@ -318,7 +319,7 @@ def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
 
 def plot_scaling_efficiency(t: Tables) -> Figure:
     title = "Scaling efficiency"
-    ok = ok_runs(t["summary"]).dropna(subset=["rate"])
+    ok = speed_runs(ok_runs(t["summary"])).dropna(subset=["rate"])   # rehearsed runs: no speed
     if ok.empty:
         return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     panels = efficiency_panels(with_efficiency(ok), single_pools(ok))

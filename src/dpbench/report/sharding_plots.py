@@ -134,6 +134,96 @@ def plot_memory_components(t: Tables) -> Figure:
     return finish(fig, t["summary"])
 
 
+# -- rehearsed ranks (issue 38): memory per rank against N, the largest batch against size ---------
+
+REHEARSED_COMPONENTS = (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer state", "optimizer"),
+                        ("largest unit gathered", "largest_unit"), ("activation peak", "activation_peak"),
+                        ("reserved (allocator)", "reserved_peak"))
+
+
+def plot_rehearsed_memory(rows: list[dict], size: str | None = None) -> Figure:
+    """Per variant a panel: each component's bytes per rank (the ranks' mean) against the rank
+    count, measured as bars, the memory model as a black tick on each bar (rows:
+    analysis.rehearsal.memory_table)."""
+    df = pd.DataFrame(rows)
+    title = "Memory per rank by component, rehearsed ranks on one GPU"
+    if df.empty:
+        return placeholder(title, "no rehearsed records")
+    size = size or sorted(df["size"].unique())[-1]
+    df = df[df["size"] == size]
+    names = [v for v in ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp") if v in set(df["variant"])]
+    fig, axes = panel_grid(len(names), n_cols=3)
+    colors = dict(zip([w for w, _ in REHEARSED_COMPONENTS], sns.color_palette("colorblind", len(REHEARSED_COMPONENTS))))
+    width = 0.8 / len(REHEARSED_COMPONENTS)
+    for ax, name in zip(axes, names):
+        panel = df[df["variant"] == name]
+        ranks = sorted(panel["gpus"].unique())
+        for i, (words, comp) in enumerate(REHEARSED_COMPONENTS):
+            for j, n in enumerate(ranks):
+                r = panel[(panel["gpus"] == n) & (panel["component"] == comp)]
+                if r.empty:
+                    continue
+                xi = j + (i - (len(REHEARSED_COMPONENTS) - 1) / 2) * width
+                ax.bar(xi, r["measured_mib"].iloc[0], width=width * 0.95, color=colors[words], gid=data_gid(name))
+                ax.scatter([xi], [r["predicted_mib"].iloc[0]], marker="_", s=60, linewidths=1.6,
+                           color=REFERENCE_COLOR, zorder=3, gid=reference_gid("memory model"))
+        ax.set_xticks(range(len(ranks)), [f"N={n}" for n in ranks])
+        ax.set(ylabel="MiB per rank")
+        thousands(ax)
+        panel_title(ax, f"{name} · {size}")
+    handles = [Patch(facecolor=colors[w], label=w) for w, _ in REHEARSED_COMPONENTS]
+    handles.append(Line2D([], [], marker="_", ms=10, mew=2, ls="", color=REFERENCE_COLOR, label="memory model"))
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="component")
+    figure_title(fig, f"{title}: measured (bars, mean over ranks) and the memory model (ticks), transformer {size}")
+    return fig
+
+
+def plot_rehearsed_batches(rows: list[dict], crossovers: list[dict]) -> Figure:
+    """Per (budget, N) a panel: the largest per-rank batch against the parameter count, one
+    line per variant (solid: measured, dotted: the memory model), each sharded variant's first
+    size beyond DDP's marked (rows: C9's largest_batch rows; crossovers: its verdict's)."""
+    df = pd.DataFrame(rows)
+    title = "Largest per-rank batch against model size, rehearsed ranks"
+    if df.empty or df["largest_batch"].isna().all():
+        return placeholder(title, "no search found a batch")
+    df = df.assign(name=[v + ("-keep" if v in ("fsdp", "hsdp") and not rf else "")
+                         for v, rf in zip(df["variant"], df["reshard_after_forward"])])
+    panels = sorted({(str(b), int(g)) for b, g in zip(df["budget"], df["gpus"])}, key=lambda k: (k[0], k[1]))
+    fig, axes = panel_grid(len(panels), n_cols=4)
+    names = [v for v in ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp") if v in set(df["name"])]
+    styles = {"ddp": "-", "zero1": "-", "fsdp": "-", "fsdp-keep": "--", "hsdp": "-."}
+    for ax, (budget, gpus) in zip(axes, panels):
+        panel = df[(df["budget"] == budget) & (df["gpus"] == gpus)]
+        for name in names:
+            line = panel[panel["name"] == name].sort_values("parameters")
+            if line.empty:
+                continue
+            col = color(name.removesuffix("-keep"))
+            ax.plot(line["parameters"], line["largest_batch"].fillna(0).clip(lower=0.5), marker="o", ms=4,
+                    ls=styles.get(name, "-"), color=col, gid=data_gid(name), label=name)
+            if line["predicted_largest_batch"].notna().any():
+                ax.plot(line["parameters"], line["predicted_largest_batch"].astype(float).clip(lower=0.5), ls=":",
+                        marker="x", ms=4, color=col, alpha=0.7, gid=reference_gid("memory model"))
+        for c in crossovers:
+            if c.get("quantity") != "largest_batch" or c.get("budget") != budget or int(c["gpus"]) != gpus \
+                    or not c.get("first_exceeds"):
+                continue
+            name = c["variant"] + ("" if c.get("reshard_after_forward", True) or c["variant"] == "zero1" else "-keep")
+            i = c["parameters"].index(c["first_exceeds"])
+            ax.scatter([c["first_exceeds"]], [max(c["sharded"][i], 0.5)], s=140, facecolors="none",
+                       edgecolors=color(c["variant"]), linewidths=1.8, zorder=4, gid=reference_gid("crossover"))
+        cap = panel["cap_gib"].dropna()
+        ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="largest batch per rank")
+        panel_title(ax, f"{budget} budget ({cap.iloc[0]:g} GiB) · N={gpus}" if len(cap) else f"{budget} · N={gpus}")
+    handles = [Line2D([], [], color=color(n.removesuffix("-keep")), ls=styles.get(n, "-"), marker="o", label=n)
+               for n in names]
+    handles += [Line2D([], [], color="0.3", ls=":", marker="x", label="memory model"),
+                Line2D([], [], color="0.3", marker="o", ms=10, mfc="none", ls="", label="first beyond DDP")]
+    fig.legend(handles=handles, loc="outside right center", frameon=False, title="variant")
+    figure_title(fig, f"{title} (0 drawn at the bottom: no batch fits); the throughput needs real GPUs")
+    return fig
+
+
 # -- against model size --------------------------------------------------------------------
 
 def size_lines(t: Tables) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from dpbench.analysis.tables import (
     label_order,
     level_text,
     load_table,
+    speed_runs,
     ok_runs,
     range_coverage,
     ratio_repeats_for,
@@ -373,6 +374,18 @@ def mechanisms_section(rs: results.ResultSet) -> str:
                                table, right=[3, 4]), ""])
 
 
+def rehearsed_note(summary: pd.DataFrame) -> str:
+    """What rehearsed runs are and why their speed is missing below ("" without any)."""
+    ran = ok_runs(summary)
+    n = int(ran["rehearsed"].fillna(False).astype(bool).sum()) if "rehearsed" in ran.columns else 0
+    if not n:
+        return ""
+    return (f"_{n} run(s) were rehearsed (run option `rehearse`): their ranks shared one GPU over gloo, "
+            "each its own process and allocator, so their memory is what one rank holds on its own "
+            "GPU (less NCCL's buffers) and their step times are nobody's speed: they are left out of "
+            "the headline, the scaling table and the throughput figures._\n")
+
+
 def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | None = None) -> str:
     """summary.md's text; noise_from: A/A launches (tags) whose launch noise widens the headline
     images/s intervals."""
@@ -389,9 +402,10 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
     cpu_note = ("_These runs ran on the CPU (no CUDA device): \"GPUs\" below count ddp's gloo "
                 "processes, and the timings say nothing about GPUs._\n"
                 if len(ran) and (ran["device_type"] == "cpu").all() else "")
-    sections = [f"# dpbench results: {tag}\n", cpu_note,
+    timed = speed_runs(med) if len(med) else med
+    sections = [f"# dpbench results: {tag}\n", cpu_note, rehearsed_note(summary),
                 provenance_section(results.ResultSet(results_dir, tag)),
-                headline_section(med, launch), scaling_section(med, summary), medians_section(med),
+                headline_section(timed, launch), scaling_section(timed, summary), medians_section(med),
                 startup_section(results.ResultSet(results_dir, tag)),
                 mechanisms_section(results.ResultSet(results_dir, tag)),
                 not_ok_section(summary), warnings_section(warnings)]

@@ -27,6 +27,8 @@ SUMMARY_COLUMNS = [
     # unit in rate_unit), and the step's regime: the host's time to issue one step from an idle
     # device and whether the host or the device set the pace (results.formats.step_bound)
     "sample_unit", "samples_per_s", "tokens_per_s", "rate", "rate_unit", "host_step_ms", "bound",
+    # its ranks shared one GPU (the run option rehearse): memory per rank, no speed of anyone's
+    "rehearsed",
 ]
 # data_mib: the dataset resident on that device (gpu feed), part of allocated_mib; subtract it
 # to compare what the model and optimizer cost per device.
@@ -39,15 +41,18 @@ MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
 # (dpbench.analysis.memory_model).
 MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib",
                              "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
-                             "activation_peak_mib", "reserved_peak_mib"]
+                             "activation_peak_mib", "reserved_peak_mib", "largest_gather_mib",
+                             "nvml_process_mib"]
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
                             + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",
-                                                              "buckets", "state", "unsharded")])
+                                                              "buckets", "state", "unsharded",
+                                                              "largest_unit")]
+                            + ["rehearsed"])
 # One training step's collectives as rank 0 counted them (count, payload bytes), beside the
 # formulas' payload and ring bytes per rank (dpbench.analysis.traffic_model).
 COLLECTIVE_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "collective", "count", "bytes",
-                      "predicted_bytes", "predicted_wire_bytes"]
+                      "predicted_bytes", "predicted_wire_bytes", "source"]
 WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category", "message",
                    "count", "first_step", "location", "rank"]
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
@@ -62,7 +67,11 @@ CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch"
 # largest per-GPU batch that trained within cap_gib allocated per GPU, the throughput a short timed
 # run reached there, and why a search found none (reason).
 LARGEST_BATCH_COLUMNS = ["workload", "parameters", "variant", "reshard_after_forward", "gpus", "precision",
-                         "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason"]
+                         "largest_batch", "samples_per_s_at_largest", "cap_gib", "reason",
+                         # the budget's name (the devices it stands for), whether the ranks were
+                         # rehearsed on one GPU (then no samples/s), the memory model's largest batch
+                         "budget", "rehearsed", "predicted_largest_batch",
+                         "smallest_failing"]   # the search's bracket: the largest fits, this does not
 
 # Tables added after result sets were archived: a set without the file reads as having no rows.
 LATER_TABLES = ("memory_components", "collectives")
@@ -70,9 +79,10 @@ LATER_TABLES = ("memory_components", "collectives")
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
-                "dataset", "device_type", "workload", "collective", "sample_unit", "rate_unit", "bound")
+                "dataset", "device_type", "workload", "collective", "sample_unit", "rate_unit", "bound",
+                "source", "budget")
 # Columns that hold True/False (written by csv as the words).
-FLAG_COLUMNS = ("deterministic", "reshard_after_forward")
+FLAG_COLUMNS = ("deterministic", "reshard_after_forward", "rehearsed")
 # Numeric columns that count or index something: empty is never a value there.
 KEY_COLUMNS = ("gpus", "repeat", "epoch", "step", "device")
 # What reads as a number though pandas leaves it text in a column with damaged cells.

@@ -77,6 +77,7 @@ class CollectiveCounter(TorchDispatchMode):
                     | set(known.NATIVE_TO_PY_MAPPING.values()))
         self.bytes: dict[str, int] = defaultdict(int)
         self.counts: dict[str, int] = defaultdict(int)
+        self.largest: dict[str, int] = defaultdict(int)   # the largest single op's payload
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(t is DTensor for t in types):
@@ -85,8 +86,10 @@ class CollectiveCounter(TorchDispatchMode):
         packet = getattr(func, "_overloadpacket", None)
         if packet in self.ops:
             name = collective_name(str(packet))
+            size = payload_bytes(name, args)
             self.counts[name] += 1
-            self.bytes[name] += payload_bytes(name, args)
+            self.bytes[name] += size
+            self.largest[name] = max(self.largest[name], size)
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -102,7 +105,8 @@ def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
         return None
     sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))   # "bytes, bytes, ..."
     buckets = [int(b) for b in sizes.split(",") if b.strip()]
-    return {"collective": "all_reduce", "count": len(buckets), "bytes": sum(buckets)} if buckets else None
+    return {"collective": "all_reduce", "count": len(buckets), "bytes": sum(buckets),
+            "source": "buckets"} if buckets else None
 
 
 class PhasePeaks:
@@ -137,18 +141,30 @@ class PhasePeaks:
         return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved / MIB}
 
 
+def own_parameters(units: list[nn.Module]) -> list[list[torch.Tensor]]:
+    """Each fully_shard unit's own parameters, what one all-gather of it brings: FSDP2's own
+    list where the unit has one (its parameter group), else each parameter counted in the
+    innermost unit holding it (a unit gathers only the parameters no nested unit manages)."""
+    owned: set[int] = set()
+    out = []
+    for unit in sorted(units, key=lambda u: sum(1 for _ in u.parameters())):   # nested units first
+        group = getattr(getattr(unit, "_get_fsdp_state", lambda: None)(), "_fsdp_param_group", False)
+        if group is not False:   # a fully_shard unit: exactly what it manages (None: nothing of its own)
+            params = [fp.sharded_param for fp in group.fsdp_params] if group is not None else []
+        else:
+            params = [p for p in unit.parameters() if id(p) not in owned]
+        owned.update(id(p) for p in params)
+        out.append(params)
+    return out
+
+
 def largest_unit_bytes(units: list[nn.Module]) -> int | None:
-    """The largest fully_shard unit's unsharded parameter bytes: each parameter counted in the
-    innermost unit holding it (a unit gathers only the parameters no inner unit manages)."""
+    """The largest fully_shard unit's own parameters, unsharded, in bytes as stored (a DTensor
+    counts whole): the most one all-gather brings (the memory model scales it to the compute
+    dtype). None without units."""
     if not units:
         return None
-    owned: set[int] = set()
-    largest = 0
-    for unit in sorted(units, key=lambda u: sum(1 for _ in u.parameters())):
-        params = [p for p in unit.parameters() if id(p) not in owned]
-        owned.update(id(p) for p in params)
-        largest = max(largest, sum(p.numel() * p.element_size() for p in params))
-    return largest
+    return max(sum(p.numel() * p.element_size() for p in params) for params in own_parameters(units))
 
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -157,13 +173,17 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in local.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
 
 
-def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhasePeaks | None) -> dict[str, Any]:
+def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhasePeaks | None,
+               counter: CollectiveCounter | None = None) -> dict[str, Any]:
+    """This rank's tensors by component, the largest unit (from the module structure) and the
+    largest single all-gather its counter saw (measured; None where nothing was counted)."""
     params = list(variant.bare.parameters())
     unit = largest_unit_bytes(variant.units)
     return {"parameters_mib": sum(local_bytes(p) for p in params) / MIB,
             "gradients_mib": sum(local_bytes(p.grad) for p in params) / MIB,
             "optimizer_mib": sum(local_bytes(t) for t in optimizer_state(optimizer)) / MIB,
             "largest_unit_mib": None if unit is None else unit / MIB,
+            "largest_gather_mib": None if counter is None else counter.largest.get("all_gather", 0) / MIB,
             **(peaks or PhasePeaks(torch.device("cpu"))).row()}
 
 
@@ -306,7 +326,7 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.T
     probe.start(counter)
     with counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext():
         losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
-    rows = counter.rows() if counter is not None else []
+    rows = [dict(r, source="counted") for r in counter.rows()] if counter is not None else []
     if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):
         # as many bucket passes as backwards that issued their all-reduces (one where the
         # deferred sync held), where the group counts them
@@ -315,4 +335,4 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.T
             passes = sum(1 for n in ops if n)
             bucketed = dict(bucketed, count=sum(ops), bytes=bucketed["bytes"] * passes)
         rows = sorted([*rows, bucketed], key=lambda r: r["collective"])
-    return losses, memory_row(variant, optimizer, peaks), rows
+    return losses, memory_row(variant, optimizer, peaks, counter), rows

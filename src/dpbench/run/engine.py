@@ -135,8 +135,8 @@ class Context:
         cuda = uses_cuda(cfg)
         if cfg.variant in DP_VARIANTS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
-        elif cuda:
-            self.devices = [torch.device("cuda", local)]
+        elif cuda:   # rehearsed ranks share the visible GPU(s), round-robin
+            self.devices = [torch.device("cuda", local % torch.cuda.device_count() if cfg.rehearse else local)]
         else:
             self.devices = [torch.device("cpu")]
         self.device = self.devices[0]
@@ -145,14 +145,17 @@ class Context:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
             cap = self.cfg.memory_cap_gib
-            for d in self.devices if cap else ():   # the same answer on any card (a largest-batch search)
+            # The same answer on any card (a largest-batch search). A fraction of the device for
+            # this process's allocator alone: rehearsed ranks sharing a GPU are capped each.
+            for d in self.devices if cap else ():
                 total = torch.cuda.get_device_properties(d).total_memory
                 torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), d)
         if self.distributed:
-            cuda = self.device.type == "cuda"
+            # NCCL refuses two ranks on one GPU (ncclInvalidUsage): rehearsed ranks use gloo on CUDA tensors.
+            nccl = self.device.type == "cuda" and not self.cfg.rehearse
             self.waits.at("process group set-up (init_process_group)")
             # Every wait on a peer is bounded: a rank that never joins ends the run as a failure.
-            dist.init_process_group("nccl" if cuda else "gloo", device_id=self.device if cuda else None,
+            dist.init_process_group("nccl" if nccl else "gloo", device_id=self.device if nccl else None,
                                     timeout=timedelta(seconds=self.cfg.collective_timeout_s))
         return self
 
@@ -294,6 +297,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
         raise WorkloadSkip(reason)
     rec.workload_sizes(spec)     # before the model is moved or wrapped
     rec.phase_done("workload")
+    if reason := sharded.rehearsal_misfit(cfg, rec.sizes, ctx.device):   # N x per-rank > the GPU
+        raise WorkloadSkip(reason)
     # The default workload trains on its dataset (CIFAR-10, or synthetic CIFAR-shaped images) as
     # before workloads; others on their own synthetic batches.
     dataset = load_dataset(cfg) if spec.dataset == "cifar10" else None

@@ -113,7 +113,8 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
         threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(max(1, threads // cfg.gpus))
-    log(f"launching {cfg.gpus} {cfg.variant} rank(s) under torchrun (standalone rendezvous, free port)")
+    shared = f", rehearsed on {max(1, visible)} shared GPU(s) over gloo" if cfg.rehearse and visible else ""
+    log(f"launching {cfg.gpus} {cfg.variant} rank(s) under torchrun (standalone rendezvous, free port){shared}")
     started = time.perf_counter()
     # A session of its own, so that a signal to this launcher reaches every rank too.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent)
@@ -249,11 +250,12 @@ def start(cfg: RunConfig, args: argparse.Namespace) -> int:
     if not args.lease or no_gpu or cfg.device == "cpu" or not gpu_lease.pool():
         return run(cfg, args.out, planned)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
-    with gpu_lease.lease(cfg.gpus, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
+    # Rehearsed ranks share one GPU: the lease asks for one (cfg.gpus_held).
+    with gpu_lease.lease(cfg.gpus_held, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
         if args.exclusive:
             os.environ[gpu_lease.EXCLUSIVE_ENV] = "1"
         try:
-            if len(ids) == cfg.gpus:
+            if len(ids) == cfg.gpus_held:
                 os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"   # the lease numbers GPUs as NVML does
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
                 print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)

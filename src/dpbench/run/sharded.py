@@ -77,10 +77,28 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     units = [m for m in model.modules() if options.units and isinstance(m, options.units) and m is not model]
     if options.compile != "none":
         compile_units(model, options.units, options.compile)
-    for unit in units:
+    # Nested units from the inside out: fully_shard takes the parameters no unit already manages,
+    # so an inner unit wrapped after its outer one would gather what the outer one also gathers.
+    for unit in reversed(units):
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     return [*norms, *units, model]
+
+
+def rehearsal_misfit(cfg, sizes: dict, device: torch.device) -> str | None:
+    """Why the run's rehearsed ranks cannot share their GPU (None when they fit, or not
+    rehearsed on CUDA): the ranks on this device times the memory model's per-rank estimate
+    (its memory cap where set) against the device's memory."""
+    if not cfg.rehearse or device.type != "cuda":
+        return None
+    from dpbench.analysis.memory_model import setting_of
+    from dpbench.analysis.memory_model import rehearsal_misfit as misfit
+    s = setting_of({"variant": cfg.variant, "gpus": cfg.gpus, "config": cfg.to_dict(), **sizes})
+    if s is None:
+        return None
+    here = -(-cfg.gpus // torch.cuda.device_count())   # round-robin: the most ranks on one device
+    cap = cfg.memory_cap_gib * 2 ** 30 if cfg.memory_cap_gib else None
+    return misfit(s, here, torch.cuda.get_device_properties(device).total_memory, cap)
 
 
 def make_optimizer(variant: str, params, lr: float, momentum: float, weight_decay: float,

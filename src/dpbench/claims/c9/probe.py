@@ -1,7 +1,7 @@
 """C9 in practice: the largest per-GPU batch each variant trains within a memory cap per GPU,
 and its throughput there, along the transformer family's size.
 
-    python -m dpbench.claims.c9.probe --variants ddp zero1 fsdp --gpus 1 --cap-gib 12 \\
+    python -m dpbench.claims.c9.probe --variants ddp zero1 fsdp --gpus 1 --cap-gib 22 \\
         --sizes 256x4 1024x16 2048x20 [--precision fp32]
 
 prints largest_batch.csv's rows (results.LARGEST_BATCH_COLUMNS) as a table and, last, one JSON line.
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dpbench.claims.c1.probe import largest
-from dpbench.claims.c9.verdict import BASELINE, CAP_GIB, CONDITIONS_ID, SHARDED, row_id, verdict_from
+from dpbench.claims.c9.predicted import BUDGETS
+from dpbench.claims.c9.verdict import BASELINE, CONDITIONS_ID, SHARDED, row_id, verdict_from
 from dpbench.results import STATUS_FAILED, STATUS_OK
 
 VARIANTS = ("ddp", "zero1", "fsdp")
@@ -36,6 +37,7 @@ START = 8
 RESOLUTION = 1 / 16
 TRIAL_STEPS, TIMED_STEPS, TIMED_WARMUP = 3, 10, 3
 TRIAL_TIMEOUT_S = 300
+CAP_GIB = BUDGETS["24GB"][0]   # the default budget per GPU: what a 24 GB card leaves PyTorch
 
 
 class SearchStopped(Exception):
@@ -72,7 +74,8 @@ def search(trial: Callable[[int], dict[str, Any]], start: int = START,
     except SearchStopped as stop:
         return {"largest": None, "reason": str(stop), "trials": tried}
     reason = "" if found["largest"] else f"not even batch 1 fits (smallest failing: {found['smallest_failing']})"
-    return {"largest": found["largest"] or None, "reason": reason, "trials": tried}
+    return {"largest": found["largest"] or None, "reason": reason, "trials": tried,
+            "smallest_failing": found["smallest_failing"]}
 
 
 def run_config(variant: str, gpus: int, size: tuple[int, int], batch: int, cap_gib: float,
@@ -111,14 +114,17 @@ def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, p
     row: dict[str, Any] = {"workload": f"transformer-lm-{width}x{layers}", "variant": variant, "gpus": gpus,
                            "parameters": parameter_count(width, layers, 512, 32768, True),
                            "reshard_after_forward": variant in ("fsdp", "hsdp"), "precision": precision,
-                           "largest_batch": None, "samples_per_s_at_largest": None, "cap_gib": cap_gib}
+                           "largest_batch": None, "samples_per_s_at_largest": None, "cap_gib": cap_gib,
+                           "budget": next((n for n, (g, _) in BUDGETS.items() if g == cap_gib), ""),
+                           "rehearsed": False, "predicted_largest_batch": None, "smallest_failing": None}
     found_gpus = cuda_devices() if cuda_gpus is None else cuda_gpus
     if found_gpus < gpus:
         return {**row, "reason": f"needs {gpus} CUDA GPU{'s' if gpus > 1 else ''} (found {found_gpus}): "
                                  "nothing runs out of memory without CUDA"}
     found = search(lambda b: run(run_config(variant, gpus, size, b, cap_gib, precision, TRIAL_STEPS, 1)),
                    resolution=resolution)
-    return {**row, "largest_batch": found["largest"], "reason": found["reason"]}
+    return {**row, "largest_batch": found["largest"], "reason": found["reason"],
+            "smallest_failing": found.get("smallest_failing")}
 
 
 def time_row(row: dict[str, Any], size: tuple[int, int],

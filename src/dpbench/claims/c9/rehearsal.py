@@ -1,0 +1,295 @@
+"""Rehearsed ranks in one launch: every case of a plan (variant x model size) on the N ranks of
+this torchrun, all sharing the visible GPU(s) over gloo on CUDA tensors (the run option
+rehearse: each rank its own process and caching allocator, so its peaks are what it would hold
+on a GPU of its own, less NCCL's buffers), one case after the other:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 4 -m dpbench.claims.c9.rehearsal \\
+        --plan plan.json --out cases-4.jsonl
+
+Per case, through the engine's own pieces (build_workload, Variant, make_optimizer, the
+profiled step of run.components): one warm step (the optimizer's momentum exists from then
+on), then one profiled step at the case's per-rank batch: each rank's tensors by component,
+its allocator's peaks by phase, the largest single all-gather its counter saw, rank 0's
+counted collectives. Then, where the case asks, C9's largest per-rank batch within each
+budget by claims.c1.probe.largest (doubling from a start, then bisection): a batch fits a
+budget when every rank's allocated peak of one training step at that batch stays within it.
+The step runs uncapped and the ranks decide together from the gathered peaks (a capped step
+that ran out of memory on one rank would leave its peers waiting in a collective); a batch
+whose peak the trials so far put beyond SAFE x the budget (peak linear in the batch, fitted on
+the measured trials) is decided without running it, and the trial says so.
+
+Rank 0 appends one JSON line per case to --out: a record-like dict (run_id, variant, gpus,
+options, config, parameters, param_bytes, memory_components, collectives, status, reason,
+search) that analysis.collect's memory_component_rows and traffic_model.collective_rows read.
+A case whose ranks do not fit the GPU (memory_model.rehearsal_misfit) is a skipped line.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+MIB = 2 ** 20
+GIB = 2 ** 30
+SAFE = 1.15          # run a trial only where the fitted peak stays within SAFE x the budget
+RESOLUTION = 1 / 8
+
+
+def peak_fit(trials: list[dict[str, Any]]) -> Callable[[int], float] | None:
+    """The allocated peak (MiB) as a straight line in the batch through the measured trials
+    (least squares; None with fewer than two distinct batches)."""
+    pts = [(t["batch"], t["peak_mib"]) for t in trials if t.get("how") == "measured"]
+    xs = {b for b, _ in pts}
+    if len(xs) < 2:
+        return None
+    n = len(pts)
+    mx, my = sum(b for b, _ in pts) / n, sum(p for _, p in pts) / n
+    sxx = sum((b - mx) ** 2 for b, _ in pts)
+    slope = sum((b - mx) * (p - my) for b, p in pts) / sxx
+    return lambda b: my + slope * (b - mx)
+
+
+def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, trials: list[dict[str, Any]],
+                  resolution: float = RESOLUTION, safe: float = SAFE, start: int | None = None) -> dict[str, Any]:
+    """The largest batch whose measured peak stays within cap_gib (claims.c1.probe.largest),
+    `trials` the measured batches so far (shared between budgets: each batch is run once).
+    measure(batch) -> {"batch", "peak_mib", "reserved_mib", "how": "measured"} or with how
+    "failed" (an out-of-memory on any rank: counts as not fitting)."""
+    from dpbench.claims.c1.probe import largest
+
+    cap_mib = cap_gib * GIB / MIB
+    decided: list[list[Any]] = []
+
+    def fits(batch: int) -> bool:
+        done = next((t for t in trials if t["batch"] == batch), None)
+        if done is None:
+            line = peak_fit(trials)
+            if line is not None and line(batch) > safe * cap_mib:
+                decided.append([batch, False, round(line(batch), 1), "extrapolated"])
+                return False
+            done = measure(batch)
+            trials.append(done)
+        ok = done["how"] == "measured" and done["peak_mib"] <= cap_mib
+        decided.append([batch, ok, done.get("peak_mib"), done["how"]])
+        return ok
+
+    if start is None:
+        line = peak_fit(trials)
+        slope = line(2) - line(1) if line else 0.0
+        start = max(1, int((cap_mib - line(0)) / slope)) if line and slope > 0 else 1
+    found = largest(fits, granule=1, start=start, resolution=resolution)
+    at = next((t for t in trials if t["batch"] == found["largest"]), {})
+    return {"cap_gib": cap_gib, "largest": found["largest"], "smallest_failing": found["smallest_failing"],
+            "trials": decided, "peak_mib_at_largest": at.get("peak_mib"),
+            "reserved_mib_at_largest": at.get("reserved_mib")}
+
+
+# -- on the ranks (torch from here) ------------------------------------------------------------------
+
+def run_config(case: dict[str, Any], world: int, batch: int):
+    from dpbench.plan.config import RunConfig
+    return RunConfig.from_dict({
+        "variant": case["variant"], "gpus": world, "rehearse": True, "precision": case.get("precision", "fp32"),
+        "workload": {"name": "transformer-lm", "args": dict(case["args"])}, "global_batch": batch * world,
+        "per_gpu_batch": batch, "dataset": "synthetic", "lr_schedule": "constant", **case.get("options", {})})
+
+
+def case_options(case: dict[str, Any]) -> dict[str, Any]:
+    """The options that set the case apart (its identity, as a run's options)."""
+    return {"workload": f"transformer-lm-{case['args']['width']}x{case['args']['layers']}", "rehearse": True,
+            "per_gpu_batch": case["batch"], **case.get("options", {})}
+
+
+def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from dpbench.analysis.memory_model import rehearsal_misfit, setting_of
+    from dpbench.run import components, engine, sharded
+    from dpbench.run.step import train_step
+    from dpbench.run.variants import Variant
+
+    cfg = run_config(case, world, case["batch"])
+    spec = engine.build_workload(cfg)
+    sizes = spec.sizes()
+    rec: dict[str, Any] = {"run_id": f"{case['name']}-g{world}", "variant": cfg.variant, "gpus": world, "repeat": 0,
+                           "options": case_options(case), "config": cfg.to_dict(), "launch": {"nodes": 1},
+                           "parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"],
+                           "case": case["name"], "size": f"{case['args']['width']}x{case['args']['layers']}"}
+    s = setting_of(rec)
+    here = -(-world // torch.cuda.device_count()) if device.type == "cuda" else 1
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    budgets = case.get("budgets") or {}
+    cap = SAFE * max(budgets.values()) * GIB if budgets else None   # what a search's trials may reach
+    if total is not None and (why := rehearsal_misfit(s, here, total, cap)):
+        return {**rec, "status": "skipped", "reason": why}
+    model = spec.model.to(device)
+    variant = Variant(cfg.variant, model, [device], world, engine.ddp_options(cfg), loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+    reducer = count_reducer(variant.module)
+    gen = torch.Generator().manual_seed(cfg.seed + rank)
+    cuda = device.type == "cuda"
+
+    def batch_of(b: int):
+        x, y = spec.batch(gen, b)
+        return x.to(device), y.to(device)
+
+    def gather(obj):
+        out = [None] * world
+        dist.all_gather_object(out, obj)
+        return out
+
+    started = time.perf_counter()
+    x, y = batch_of(case["batch"])
+    train_step(variant, opt, x, y, case["batch"] * world)            # warm: the momentum exists from here
+    reducer["on"] = True
+    losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
+                                                               nullcontext, True)
+    reducer["on"] = False
+    if reducer["count"] and any(c.get("source") == "buckets" for c in rec["collectives"]):
+        # the reducer's all-reduces as its comm hook counted them, in place of its bucket sizes
+        rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [
+            {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
+    row["nvml_process_mib"] = nvml_process_mib()
+    rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
+    rec["step_s"] = (time.perf_counter() - started) / 2   # two steps: nobody's speed, the sizing's
+    del x, y, losses
+
+    def measure(b: int) -> dict[str, Any]:
+        failed = False
+        try:
+            if cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.reset_peak_memory_stats(device)
+            xb, yb = batch_of(b)
+            train_step(variant, opt, xb, yb, b * world)
+            del xb, yb
+            peak = torch.cuda.max_memory_allocated(device) / MIB if cuda else 0.0
+            reserved = torch.cuda.max_memory_reserved(device) / MIB if cuda else 0.0
+        except torch.OutOfMemoryError:   # uncapped: the GPU itself is full (SAFE keeps this rare)
+            failed, peak, reserved = True, float("nan"), float("nan")
+        rows = gather((failed, peak, reserved))
+        if cuda:
+            torch.cuda.empty_cache()
+        if any(f for f, _, _ in rows):
+            return {"batch": b, "how": "failed", "peak_mib": None, "reserved_mib": None}
+        return {"batch": b, "how": "measured", "peak_mib": max(p for _, p, _ in rows),
+                "reserved_mib": max(r for _, _, r in rows)}
+
+    if budgets and not cuda:
+        rec["search_skipped"] = "no CUDA: no allocator peak to measure"
+    elif budgets:
+        trials = [measure(1), measure(2)]
+        rec["search"] = {name: search_budget(measure, gib, trials) for name, gib in
+                         sorted(budgets.items(), key=lambda kv: -kv[1])}
+        rec["search_trials"] = trials
+    rec["status"], rec["reason"] = "ok", ""
+    rec["wall_s"] = time.perf_counter() - started
+    return rec   # the model, its optimizer and the trials' tensors go with this frame
+
+
+def count_reducer(module) -> dict[str, Any]:
+    """DDP's gradient all-reduces counted where they run (a comm hook that counts each bucket it
+    all-reduces while "on", then all-reduces it as DDP's default does): on CUDA the reducer runs
+    them on an autograd thread that the dispatch counter cannot see. Rehearsed steps only (a
+    Python hook costs time, and rehearsed time is nobody's). Nothing for other variants."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    counts: dict[str, Any] = {"on": False, "count": 0, "bytes": 0}
+    if not isinstance(module, DDP):
+        return counts
+
+    def hook(state, bucket):
+        if counts["on"]:
+            buf = bucket.buffer()
+            counts["count"] += 1
+            counts["bytes"] += buf.numel() * buf.element_size()
+        return default_hooks.allreduce_hook(state, bucket)
+    module.register_comm_hook(None, hook)
+    return counts
+
+
+def nvml_process_mib() -> float | None:
+    """What the driver says this process holds on the GPU (its CUDA context included): NVML's
+    per-process accounting, else nvidia-smi's; None where neither names this pid (a container
+    may show other pids than its own)."""
+    import subprocess
+
+    from dpbench.host.nvml import nvml
+    pid = os.getpid()
+    lib = nvml()
+    try:
+        if lib is not None:
+            for i in range(lib.nvmlDeviceGetCount()):
+                for p in lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(i)):
+                    if p.pid == pid and p.usedGpuMemory:
+                        return p.usedGpuMemory / MIB
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        for line in out.splitlines():
+            got, _, used = line.partition(",")
+            if got.strip() == str(pid):
+                return float(used)
+    except Exception:   # no NVML, no nvidia-smi, or no per-process accounting
+        return None
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--plan", required=True, help="JSON: a list of cases")
+    ap.add_argument("--out", required=True, type=Path, help="JSON lines, one per case (rank 0 appends)")
+    args = ap.parse_args(argv)
+    cases = json.loads(Path(args.plan).read_text())
+    world, rank, local = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("gloo")   # NCCL refuses two ranks on one GPU
+    try:
+        deadline = float(os.environ.get("DPBENCH_REHEARSAL_DEADLINE", "inf"))   # epoch seconds
+        for case in cases:
+            if world < case.get("min_ranks", 1) or world > case.get("max_ranks", world):
+                continue
+            late = [time.time() > deadline]
+            dist.broadcast_object_list(late, src=0)   # every rank skips the same cases
+            if late[0]:
+                if rank == 0:
+                    print(f"[rehearsal] {case['name']}-g{world}: not started (time budget spent)", flush=True)
+                continue
+            try:
+                rec = run_case(case, device, world, rank)
+            except Exception as exc:   # one case's failure must not end the others' (all ranks see it)
+                from dpbench.workloads.transformer_lm import parameter_count
+                a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
+                rec = {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"],
+                       "gpus": world, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500],
+                       "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
+                       "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
+                       "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+            if rank == 0:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(rec, default=str) + "\n")
+                print(f"[rehearsal] {rec['run_id']}: {rec['status']} {rec.get('reason', '')} "
+                      f"({rec.get('wall_s', 0):.1f} s)", flush=True)
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
