@@ -12,6 +12,8 @@ figures only where the plan has sharded runs: dpbench.plan.pipeline.sharding_fil
 """
 from __future__ import annotations
 
+import matplotlib.ticker
+
 import sys
 from pathlib import Path
 
@@ -214,6 +216,15 @@ def plot_rehearsed_batches(rows: list[dict], crossovers: list[dict]) -> Figure:
                        edgecolors=color(c["variant"]), linewidths=1.8, zorder=4, gid=reference_gid("crossover"))
         cap = panel["cap_gib"].dropna()
         ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="largest batch per rank")
+        # ticks at the swept sizes only, named as the tables name them (12M, 236M): log axes'
+        # minor labels ran into each other
+        sizes = sorted(panel["parameters"].dropna().unique())
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(sizes))
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1e6:.3g}M"))
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         panel_title(ax, f"{budget} budget ({cap.iloc[0]:g} GiB) · N={gpus}" if len(cap) else f"{budget} · N={gpus}")
     handles = [Line2D([], [], color=color(n.removesuffix("-keep")), ls=styles.get(n, "-"), marker="o", label=n)
                for n in names]
