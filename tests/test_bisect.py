@@ -113,3 +113,61 @@ def test_a_step_false_alarm_rate_is_at_most_its_alpha():
     rng = np.random.default_rng(5)
     bad = [search.judge_logs(logs(rng, {"a": 0.0, "b": 0.0}, sd=0.01)).verdict == BAD for _ in range(800)]
     assert np.mean(bad) <= 0.01 + 3 * math.sqrt(0.01 * 0.99 / 800)
+
+
+# -- where the time went, the report, the command line's inputs ----------------------------------
+
+def profile_doc(forward, backward, optimizer, kernels, exposed=0.0):
+    return {"phases_ms": {"forward": forward, "backward": backward, "optimizer": optimizer},
+            "step_ms": forward + backward + optimizer, "exposed_comm_ms": exposed, "kernels_ms": kernels,
+            "device": "cuda"}
+
+
+def test_where_the_time_went_names_the_phase_and_the_kernels_that_moved():
+    from dpbench.analysis.bisect import profile
+    good = profile_doc(5.0, 10.0, 2.0, {"conv": 8.0, "gemm": 3.0, "sgd": 1.0})
+    bad = profile_doc(5.1, 10.0, 2.5, {"conv": 8.05, "gemm": 3.0, "sgd": 1.0, "sleep": 0.46}, exposed=0.1)
+    w = profile.where_the_time_went({"e3": good, "e4": bad}, ["e3", "e4"], "e3", "e4", ["ddp", 1, ""])
+    assert w["moved_most"] == "optimizer" and w["change_ms"]["optimizer"] == pytest.approx(0.5)
+    assert [k["name"] for k in w["kernels"][:2]] == ["sleep", "conv"] and w["kernels"][0]["good_ms"] == 0.0
+    assert [r["environment"] for r in w["phases"]] == ["e3", "e4"]
+
+
+def test_exposed_communication_is_what_no_computation_overlaps():
+    from dpbench.run.step_breakdown import exposed
+    assert exposed([(0, 10), (5, 12), (20, 25)], [(2, 4), (8, 21)]) == pytest.approx(17 - (2 + 4 + 1))
+    assert exposed([], [(0, 1)]) == 0.0
+
+
+def test_the_report_words_every_outcome():
+    from dpbench.report import bisect_report
+    envs = [{"index": i, "name": f"e{i}", "python": f"/p{i}", "torch": "2.14.1"} for i in range(8)]
+    cell = {"cell": ["single", 1, ""], "n_base": 3, "n_cand": 3, "change": -0.02, "p_holm": 0.001,
+            "smallest_detectable": 0.006, "lower_bound": -0.03, "verdict": "slower", "more_runs": None}
+    step = {"number": 1, "base": 0, "cand": 3, "tag": "bisect-x-e0-e3", "seconds": 60.0, "verdict": "bad",
+            "cells": [cell], "more_runs": None}
+    doc = {"name": "x", "experiment": "upgrade", "variants": ["single"], "gpus": [1], "repeats": 3,
+           "rule": {"alpha": 0.01, "margin": 0.01, "power": 0.8}, "environments": envs, "good": 0, "bad": 7,
+           "result": {"status": "found", "first_bad": 3, "last_good": 2, "open_range": None}, "steps": [step],
+           "seconds": 200.0, "provenance": [{"key": "nccl", "good": "2.27", "bad": "2.28", "differs": True}]}
+    md = bisect_report.markdown(doc)
+    assert "first bad: e3" in md and "**differs**" in md and "| 1 | e0 | e3 | single g1 | 3/3 | -2.00%" in md
+    doc["result"] = {"status": "inconclusive", "first_bad": None, "last_good": 0, "open_range": [0, 7]}
+    doc["steps"] = [{**step, "verdict": "inconclusive", "more_runs": 4}]
+    assert "4 more run(s) a side" in bisect_report.summary_line(doc)
+    doc["result"] = {"status": "none", "first_bad": None, "last_good": 7, "open_range": None}
+    assert bisect_report.summary_line(doc).startswith("none: e7")
+
+
+def test_environments_from_a_file_and_the_command_line(tmp_path):
+    from dpbench.bisect_cli import BisectError, parse_envs, position
+    f = tmp_path / "envs.txt"
+    f.write_text("# releases in order\nv29 /venvs/2.9/bin/python\n/venvs/2.10/bin/python\n")
+    got = parse_envs(["v211=/venvs/2.11/bin/python"], f)
+    assert [(e.name, e.python) for e in got] == [("v29", "/venvs/2.9/bin/python"), ("e1", "/venvs/2.10/bin/python"),
+                                                 ("v211", "/venvs/2.11/bin/python")]
+    assert position("-1", got) == 2 and position("v29", got) == 0
+    with pytest.raises(BisectError):
+        parse_envs(["a=/x", "a=/y"], None)
+    with pytest.raises(BisectError):
+        position("9", got)

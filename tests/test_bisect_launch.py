@@ -4,7 +4,7 @@ planted slowdown through PYTHONPATH (a sitecustomize that sleeps before every op
 tools/device/planted_slowdown does on the GPU). The workload is a tiny model whose forward sleeps
 a fixed time, so that a step is mostly a sleep and a 2-core CPU shared with other jobs times it
 steadily; the plant adds half of it (+50%). Each step is a real paired launch (Snakemake, the
-upgrade experiment's CPU plan, single only, 2 runs a side, 8 steps a run)."""
+upgrade experiment's CPU plan, single only, 3 runs a side, 12 steps a run)."""
 from __future__ import annotations
 
 import json
@@ -69,9 +69,9 @@ def environments(tmp: Path, first_planted: int | None) -> list[str]:
 
 def bisect_args(wd: Path, tmp: Path, name: str, envs: list[str]) -> list[str]:
     (tmp / "sleepy.py").write_text(WORKLOAD)
-    train = (f"train={{workload: '{tmp / 'sleepy.py'}:build', max_steps: 8, warmup_steps: 2, global_batch: 8, "
+    train = (f"train={{workload: '{tmp / 'sleepy.py'}:build', max_steps: 12, warmup_steps: 2, global_batch: 8, "
              "synthetic_size: 64}")
-    return [*envs, "--name", name, "--variants", "single", "--gpus", "1", "--repeats", "2", "--margin", "0.25",
+    return [*envs, "--name", name, "--variants", "single", "--gpus", "1", "--repeats", "3", "--margin", "0.25",
             "--workflow", str(wd), "--config", train, "--cores", "2"]
 
 
