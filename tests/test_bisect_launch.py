@@ -94,8 +94,10 @@ def test_bisect_names_the_fifth_environment_in_three_steps(tmp_path):
     assert doc["provenance"] and not any(r["differs"] for r in doc["provenance"])
     # where the time went: the plant sleeps before the optimizer's step
     w = doc["where_the_time_went"]
-    assert [r["environment"] for r in w["phases"]] == ["e3", "e4"] and w["moved_most"] == "optimizer"
+    assert [r["environment"] for r in w["phases"]] == ["e3", "e4"]
     assert w["change_ms"]["optimizer"] > 0.5 * PLANT_MS
+    # the optimizer's step (the plant's hook runs inside it) moved most of all operators
+    assert "Optimizer.step" in w["kernels"][0]["name"] and w["kernels"][0]["delta_ms"] > 0.5 * PLANT_MS
     md = (wd / "results" / "bisect" / "planted" / "report.md").read_text()
     assert "e4" in md and "## Where the time went" in md
 

@@ -59,5 +59,5 @@ print(f"result: {res['status']}, first bad {names[res['first_bad']] if res['firs
 w = r.get("where_the_time_went")
 if w and "change_ms" in w:
     print("where the time went (ms a step):", ", ".join(f"{k} {v:+.3f}" for k, v in w["change_ms"].items()),
-          "| most:", w["moved_most"], "| top kernel:", w["kernels"][0]["name"][:60] if w["kernels"] else "-")
+          "| grew most:", w["grew_most"], "| top kernel:", w["kernels"][0]["name"][:60] if w["kernels"] else "-")
 PY

@@ -75,7 +75,7 @@ def where_section(w: dict) -> list[str]:
         ch = w["change_ms"]
         lines += ["", f"From {w['good']} to {w['bad']}: forward {ch['forward']:+.2f} ms, backward "
                   f"{ch['backward']:+.2f} ms, optimizer {ch['optimizer']:+.2f} ms, exposed communication "
-                  f"{ch['exposed_comm']:+.2f} ms, the step {ch['step']:+.2f} ms; most in **{w['moved_most']}**.",
+                  f"{ch['exposed_comm']:+.2f} ms, the step {ch['step']:+.2f} ms; grew most: **{w['grew_most']}**.",
                   "", "The kernels (CPU: operators, self time) whose time per step moved most:", "",
                   f"| kernel | {w['good']} ms | {w['bad']} ms | change ms |", "|---|--:|--:|--:|"]
         for k in w["kernels"]:

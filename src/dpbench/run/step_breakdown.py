@@ -4,7 +4,7 @@ forward, backward and optimizer (phase windows closed by a device synchronisatio
 `mark` hook the memory profile uses), with the communication not hidden under computation
 (exposed) and the time of each kernel (CUDA) or operator (CPU, self time), per step.
 
-    python -m dpbench.run.step_breakdown --config RUN_JSON --out FILE.json [--warmup 3] [--steps 3]
+    python -m dpbench.run.step_breakdown --config RUN_JSON --out FILE.json [--warmup 3] [--steps 5]
     torchrun --standalone --nproc-per-node G -m dpbench.run.step_breakdown ...   (ddp and the
         sharded variants; rank 0 writes)
 
@@ -30,6 +30,7 @@ from dpbench import DISTRIBUTED_VARIANTS, FSDP_VARIANTS
 from dpbench.plan.config import RunConfig
 from dpbench.run import engine, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.intervals import exposed, length, union
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 
@@ -68,30 +69,6 @@ class Phases:
             self._open(_MARKS[ended])
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _length(intervals: list[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in intervals)
-
-
-def exposed(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> float:
-    """The time inside the communication's intervals that no computation overlaps (same unit)."""
-    comm, compute = _union(comm), _union(compute)
-    covered = 0.0
-    for a, b in comm:
-        for c, d in compute:
-            covered += max(0.0, min(b, d) - max(a, c))
-    return _length(comm) - covered
-
-
 def summarise(events, cuda: bool, steps: int) -> dict:
     """Per step: each kernel's (CUDA) or operator's (CPU, self time) ms, and the exposed
     communication in ms, from the profiler's events."""
@@ -119,7 +96,7 @@ def summarise(events, cuda: bool, steps: int) -> dict:
                    if e.thread == main and not COMM.search(e.name) and e.cpu_parent is None]
     return {"kernels_ms": {k: v / steps for k, v in sorted(times.items(), key=lambda kv: -kv[1])},
             "exposed_comm_ms": exposed(comm, compute) / 1e3 / steps,
-            "comm_ms": _length(_union(comm)) / 1e3 / steps}
+            "comm_ms": length(union(comm)) / 1e3 / steps}
 
 
 def first_batch(cfg: RunConfig, spec, ctx: engine.Context):
@@ -181,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="a run's config as JSON (plan.json's runs hold them)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
     args = p.parse_args(argv)
     data = json.loads(args.config)
     data.pop("environment", None)

@@ -109,13 +109,19 @@ def runs_to_settle(sd: float, d: float, n: int, tests: int, rule: Rule) -> int |
     level over `tests` tests), or the lower bound clearing the margin; None beyond MAX_RUNS."""
     t = scipy.stats.t
     room = d - math.log1p(-rule.margin)   # how far the change sits above -margin (log)
-    for m in range(max(n, 2), MAX_RUNS + 1):
+
+    def settled(m: int) -> bool:   # both criteria only get easier with more runs
         se, df = sd * math.sqrt(2 / m), 2 * m - 2
-        if d < 0 and detectable_log(se, df, rule.alpha / tests) <= -d:
-            return m
-        if room > 0 and (t.ppf(1 - rule.alpha, df) + t.ppf(rule.power, df)) * se <= room:
-            return m
-    return None
+        detected = d < 0 and detectable_log(se, df, rule.alpha / tests) <= -d
+        return detected or (room > 0 and (t.ppf(1 - rule.alpha, df) + t.ppf(rule.power, df)) * se <= room)
+
+    lo, hi = max(n, 2), MAX_RUNS
+    if not settled(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if settled(mid) else (mid + 1, hi)
+    return lo
 
 
 def judge_logs(logs: dict[Hashable, tuple[np.ndarray, np.ndarray]], rule: Rule = RULE) -> StepJudgement:
