@@ -289,7 +289,9 @@ def bisect(args) -> dict[str, Any]:
         for e in (b, c):
             provenance.setdefault(e.name, provenance_of(rs, e.name))
         steps_doc.append({"tag": tag, "seconds": round(time.monotonic() - t0, 1)})
-        print(f"dpbench bisect: step {len(steps_doc)}: {b.name} vs {c.name}: {j_.verdict}", file=sys.stderr)
+        seen = "; ".join(f"{c_.cell[0]} g{c_.cell[1]} {_pct(c_.change)} (smallest detectable "
+                         f"{_pct(c_.smallest_detectable, False)}): {c_.verdict}" for c_ in j_.cells)
+        print(f"dpbench bisect: step {len(steps_doc)}: {b.name} vs {c.name}: {j_.verdict} ({seen})", file=sys.stderr)
         return j_
 
     result = search.bisect(len(env_list), judge, good, bad)
@@ -336,6 +338,10 @@ def profile_cell(args, env_list: list[Env], result: search.BisectResult, cell: t
     if missing:
         section["error"] = f"no profile from {', '.join(missing)} (see {out_dir}/profile-<name>.log)"
     return section
+
+
+def _pct(v: float | None, sign: bool = True) -> str:
+    return "–" if v is None else (f"{100 * v:+.2f}%" if sign else f"{100 * v:.2f}%")
 
 
 def _list(text: str, kind=str) -> list:

@@ -7,7 +7,7 @@
 # watches two cells and slows ddp alone, about 12 minutes instead of 6-7). Each step is one paired
 # launch of the upgrade experiment, 3 runs a side, 60 steps a run. The report (report.md, .json),
 # the log and the step launches (a tgz) go to OUT_DIR; a table of the steps is printed last.
-#   [LIMIT=seconds] [VARIANTS=single] [PLANT_ONLY=all] tools/device/bisect_planted.sh OUT_DIR [SLOW_US]
+#   [LIMIT=seconds] [VARIANTS=single] [PLANT_ONLY=all] [RESUME=1] tools/device/bisect_planted.sh OUT_DIR [SLOW_US]
 # Snakemake must be importable (../shared/DEVICE.md: the carried wheels in /tmp/site).
 set -uo pipefail
 out=${1:?usage: bisect_planted.sh OUT_DIR [SLOW_US]} slow_us=${2:-460}
@@ -28,7 +28,8 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 export DPBENCH_PLANT_US=$slow_us DPBENCH_PLANT_ONLY=$only   # read only where the module is
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-rm -rf "results/bisect/$name" results/bisect-$name-*   # a fresh bisection, not a resumed one
+# A fresh bisection; RESUME=1 keeps the launches a stopped one made (they are not made again).
+[ "${RESUME:-0}" = 1 ] || rm -rf "results/bisect/$name" results/bisect-$name-*
 start=$(date +%s)
 timeout -s INT -k 20 "${LIMIT:-470}" "$py" -m dpbench.cli bisect "${pythons[@]}" --name "$name" \
   --variants "$variants" --gpus 1 --repeats 3 --config 'train={max_steps: 60, synthetic_test_size: 2000}' \

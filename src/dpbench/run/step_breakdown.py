@@ -107,7 +107,7 @@ def first_batch(cfg: RunConfig, spec, ctx: engine.Context):
                             ctx.world, ctx.rank, fixed=cfg.feed == "fixed")
     else:
         feed = make_feed(cfg.feed, dataset.train, cfg.global_batch, cfg.seed, ctx.device, ctx.world, ctx.rank,
-                         augment=True, workers=0 if cfg.feed == "torch" else cfg.workers)
+                         augment=True, workers=cfg.workers)
     x, y, n = next(iter(feed.epoch(0)))
     if cfg.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
