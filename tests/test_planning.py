@@ -338,7 +338,7 @@ def test_the_dpbench_command_runs_each_tool_and_returns_its_exit_code(tmp_path, 
         cli.main(["bogus"])
     assert err.value.code == 2
     assert set(cli.COMMANDS) == {"train", "collect", "plots", "summary", "claims", "probe", "compare",
-                                 "reference", "check-workload"}
+                                 "reference", "check-workload", "bisect"}
     out = tmp_path / "run"
     cfg = {"dataset": "synthetic", "synthetic_size": 24, "synthetic_test_size": 8, "global_batch": 12,
            "max_steps": 1, "warmup_steps": 0, "eval_each_epoch": False, "variant": "dp", "device": "cpu"}

@@ -8,6 +8,7 @@
     dpbench probe C2 --out results/TAG/claims/C2.json    (one claim probe)
     dpbench compare --baseline TAG --candidate TAG       (the regression check)
     dpbench compare --paired TAG                         (the environments of one paired launch)
+    dpbench bisect PY1 PY2 ... PYn                       (which environment first made a cell slower)
     dpbench reference results/TAG results/reference/NAME (a committed reference)
     dpbench perf-targets results/TAG --md F --json F     (the perf experiment's targets)
     dpbench tag [EXPERIMENT]                             (the default results tag here)
@@ -35,6 +36,7 @@ COMMANDS = {
     "claims": ("dpbench.claims.ledger", "the claims ledger (claims.md, claims.json)"),
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
     "compare": ("dpbench.compare_cli", "the regression check of two result sets"),
+    "bisect": ("dpbench.bisect_cli", "which of an ordered list of environments first made a cell slower"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
     "check-workload": ("dpbench.workloads.check", "a workload's factory: one CPU forward and backward, its sizes"),
 }
