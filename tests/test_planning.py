@@ -419,15 +419,17 @@ def test_a_groups_option_at_its_default_names_nothing_and_passes():
     assert "single-g1-static_graphfalse-r0" in plan.runs
 
 
-def test_train_options_reach_the_variants_that_take_them():
+def test_a_train_option_needs_a_variant_of_the_experiment_that_takes_it():
     text = _refused(train={"hsdp_shard_size": 2}, variants=["single", "ddp"])
     assert "train" in text and "hsdp_shard_size" in text
     # a recipe's DDP knobs over single and ddp: ddp takes them (the runs' ids are as before)
     plan = _plan(2, train={"static_graph": True})
     assert set(plan.runs) == set(_plan(2).runs)
-    # a group that sets the option itself is not reached by train's
-    assert _plan(2, train={"static_graph": True}, variants=["single"],
-                 matrix=[{"name": "g", "options": {"static_graph": False}}]).runs
+    # the fast recipe over perf: single groups, and ddp groups that name the knob themselves
+    perf = _plan(2, train={"static_graph": True}, matrix=[
+        {"name": "s", "variants": ["single"]}, {"name": "d", "variants": ["ddp"], "options": {"static_graph": False}}])
+    assert {rc.static_graph for rc in perf.runs.values() if rc.variant == "ddp"} == {False}
+    assert _refused(train={"static_graph": True}, matrix=[{"name": "s", "variants": ["single", "fsdp"]}])
 
 
 def test_every_variant_has_its_row_of_options():

@@ -189,8 +189,8 @@ class Plan:
     def check_options(self) -> None:
         """Refuses (ValueError, one line) what no run could honour as written: an option a variant
         ignores, set to other than its default in a group's options for that variant (it would
-        name runs that differ by nothing), or in `train` where no variant it reaches takes it
-        (plan/variant_options.py); and a workload factory that cannot be found here."""
+        name runs that differ by nothing), or in `train` where no variant of the experiment takes
+        it (plan/variant_options.py); and a workload factory that cannot be found here."""
         cfg = self.config
         defaults = {k: spec.get("default") for k, spec in train_schema().items()}
         groups = [(g, g.get("options", {}), g.get("variants", cfg["variants"])) for g in cfg["matrix"]]
@@ -200,14 +200,16 @@ class Plan:
                 if ignoring:
                     raise ValueError(variant_options.refusal(f"group {group['name']!r}", option,
                                                              options[option], ignoring))
+        # train (an experiment's or a recipe's settings of every run) only needs a variant of the
+        # experiment that takes it: a recipe's DDP knobs over perf's single groups and its DDP
+        # groups, which name the knobs themselves, are fine.
         train = cfg.get("train", {})
+        every = list(dict.fromkeys(v for _, _, variants in groups for v in variants))
         for option in variant_options.SPECIFIC:
             if option not in train or train[option] == defaults.get(option):
                 continue
-            reached = list(dict.fromkeys(v for _, options, variants in groups if option not in options
-                                         for v in variants))
-            if reached and not any(variant_options.takes(v, option) for v in reached):
-                raise ValueError(variant_options.refusal("train", option, train[option], reached))
+            if not any(variant_options.takes(v, option) for v in every):
+                raise ValueError(variant_options.refusal("train", option, train[option], every))
         for workload in [train.get("workload")] + [o.get("workload") for _, o, _ in groups]:
             if workload is not None and (problem := factory_problem(workload)):
                 raise ValueError(problem)

@@ -5,8 +5,8 @@ Most run options (data, batch, precision, the workload...) apply to every varian
 below are one wrapper's knobs: a variant that does not list one ignores it. The plan refuses
 such an option where it would only mislabel runs (plan.matrix: a group's options name its runs,
 so `hsdp_shard_size: 2` on a ddp run would make a ddp cell that differs from another by nothing);
-set in `train:` (an experiment's or a recipe's settings of every run) it must reach at least one
-variant that takes it. experiments/schema.yaml says what each option does; this table is the
+set in `train:` (an experiment's or a recipe's settings of every run) some variant of the
+experiment must take it. experiments/schema.yaml says what each option does; this table is the
 only place that says which variants take it.
 """
 from __future__ import annotations
