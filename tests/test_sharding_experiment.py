@@ -93,3 +93,22 @@ def test_snakemake_plans_the_sharding_experiment(tmp_path):
     assert int(jobs["train"]) == 21 and int(jobs["sharding"]) == 1     # 19 runs + 2 skipped hsdp
     lint = run_snakemake(wd, "--lint", "--config", "experiment=sharding", "tag=sh", "gpus_available=2", timeout=300)
     assert lint.returncode == 0, lint.stdout + lint.stderr     # the sharding rule too
+
+
+@pytest.mark.slow
+def test_the_cpu_plans_hsdp_run_trains_on_4_gloo_ranks_and_its_traffic_agrees(tmp_path):
+    """The CPU plan's hsdp run as the launcher runs it (4 gloo ranks, shard groups of 2), and the
+    same model on 2 ranks, one replica: every collective counted agrees with its formula."""
+    from dpbench.analysis import traffic_model
+    p = plan("sharding", gpus_available=0)
+    (rid,) = [r for r, rc in p.runs.items() if rc.variant == "hsdp" and rc.global_batch == 32]
+    one_replica = dict(json.loads(p.run_json(rid)), gpus=2)
+    for name, cfg in (("four", json.loads(p.run_json(rid))), ("one_replica", one_replica)):
+        out = tmp_path / name
+        proc = subprocess.run([sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg),
+                               "--out", str(out), "--planned-gpus", "0"], capture_output=True, text=True, timeout=600)
+        rec = json.loads((out / "metrics.json").read_text())
+        assert rec["status"] == "ok", (rec["reason"], proc.stderr[-2000:])
+        rows = traffic_model.comparison([{**r, "run_id": name} for r in traffic_model.collective_rows(rec)])
+        assert {r["collective"] for r in rows} == {"all_gather", "reduce_scatter", "all_reduce"}
+        assert not [r for r in rows if r["beyond_tolerance"]], rows
