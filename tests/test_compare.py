@@ -874,3 +874,35 @@ def test_throughput_change_is_the_ratio_of_geometric_means_welch_tests_logs():
     assert v.p_value == pytest.approx(cmp.welch_p(np.log(x), np.log(y)))
     old = cmp.throughput_verdicts({"c": (x, y)}, th, report_format=1)[0]["c"]
     assert old.change == pytest.approx(150 / 200 - 1) and old.p_value == pytest.approx(cmp.welch_p(x, y))
+
+
+# -- a workload set in `train` is part of a cell (issue 36, row 13) ---------------------------------
+
+TIMM = {"factory": "timm_models.py:build", "args": {"name": "resnet26d"}}
+
+
+def _two_models(tmp_path: Path, stale_labels: bool) -> dict:
+    """ResNet18 (the default) against a set whose `train` named another model, written as plans
+    before issue 36 wrote it: the workload in the config, not in the options or the run id."""
+    from fakes import fake_result_set
+    spec = [dict(variant="single", images_per_s=[1000, 1010]), dict(variant="ddp", gpus=2, images_per_s=[1800, 1790])]
+    fake_result_set(tmp_path, spec, tag="resnet18")
+    other = fake_result_set(tmp_path, [dict(e, images_per_s=[v * 0.12 for v in e["images_per_s"]],
+                                            config={"workload": TIMM}) for e in spec], tag="timm")
+    if stale_labels:   # its tables as collect wrote them then: no workload in the options column
+        for name in ("summary", "memory", "warnings", "steps"):
+            path = R.table_path(tmp_path, "timm", name)
+            table = R.read_table(tmp_path, "timm", name)
+            table.assign(options="").to_csv(path, index=False)
+    assert (other.runs_dir / "ddp-g2-r0").is_dir()          # the old run ids, kept
+    return cmp.compare(tmp_path, "resnet18", "timm")
+
+
+@pytest.mark.parametrize("stale_labels", [False, True], ids=["collected-now", "collected-before"])
+def test_compare_never_pairs_two_models_as_one_cell(tmp_path, stale_labels):
+    report = _two_models(tmp_path, stale_labels)
+    assert report["sets"]["shared_cells"] == 0
+    assert report["sets"]["experiments"]["differ"] is True
+    assert report["throughput"] == [] and report["memory"] == [] and report["accuracy"] == []
+    only = {(c["variant"], c["options"]) for c in report["sets"]["only_candidate"]}
+    assert only == {("single", f"workload={R.workload_label(TIMM)}"), ("ddp", f"workload={R.workload_label(TIMM)}")}

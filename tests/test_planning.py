@@ -389,3 +389,114 @@ def test_the_cpu_plan_shrinks_a_named_workloads_args_and_says_so():
     assert "lm.workload.args=" in cpu.banner()
     (gpu,) = _plan(2, **over).runs.values()                # a GPU plan trains the size asked for
     assert gpu.workload == lm
+
+
+# -- options a variant ignores, factories that are not there (issue 36, row 12) ------------------
+
+def _refused(visible: int = 2, **over) -> str:
+    with pytest.raises(pipeline.ConfigError) as err:
+        _plan(visible, **over).runs
+    return str(err.value)
+
+
+@pytest.mark.parametrize("option, value, variants", [
+    ("hsdp_shard_size", 2, ["ddp"]), ("reshard_after_forward", False, ["single", "ddp"]),
+    ("static_graph", True, ["fsdp"]), ("bucket_cap_mb", 50, ["ddp", "fsdp"]),
+    ("collective_timeout_s", 60, ["single", "dp"])])
+def test_a_groups_option_its_variant_ignores_is_refused_naming_both(option, value, variants):
+    from dpbench.plan import variant_options
+    ignoring = [v for v in variants if not variant_options.takes(v, option)]
+    text = _refused(matrix=[{"name": "g", "variants": variants, "options": {option: value}}])
+    assert text.count("\n") == 0 and option in text and all(v in text for v in ignoring)
+    takers = variant_options.takers(option)
+    ok = _plan(2, matrix=[{"name": "g", "variants": list(takers), "gpus": [2], "options": {option: value}}])
+    assert {rc.variant for rc in ok.runs.values()} == set(takers)   # a sweep over those that take it
+    assert all(getattr(rc, option) == value for rc in ok.runs.values())
+
+
+def test_a_groups_option_at_its_default_names_nothing_and_passes():
+    plan = _plan(2, matrix=[{"name": "g", "variants": ["single", "ddp"], "options": {"static_graph": False}}])
+    assert "single-g1-static_graphfalse-r0" in plan.runs
+
+
+def test_a_train_option_needs_a_variant_of_the_experiment_that_takes_it():
+    text = _refused(train={"hsdp_shard_size": 2}, variants=["single", "ddp"])
+    assert "train" in text and "hsdp_shard_size" in text
+    # a recipe's DDP knobs over single and ddp: ddp takes them (the runs' ids are as before)
+    plan = _plan(2, train={"static_graph": True})
+    assert set(plan.runs) == set(_plan(2).runs)
+    # the fast recipe over perf: single groups, and ddp groups that name the knob themselves
+    perf = _plan(2, train={"static_graph": True}, matrix=[
+        {"name": "s", "variants": ["single"]}, {"name": "d", "variants": ["ddp"], "options": {"static_graph": False}}])
+    assert {rc.static_graph for rc in perf.runs.values() if rc.variant == "ddp"} == {False}
+    assert _refused(train={"static_graph": True}, matrix=[{"name": "s", "variants": ["single", "fsdp"]}])
+
+
+def test_every_variant_has_its_row_of_options():
+    from dpbench.plan import variant_options
+    assert set(variant_options.VARIANT_OPTIONS) == set(VARIANTS)
+    assert set(variant_options.SPECIFIC) <= set(config.train_schema())
+
+
+def test_a_memory_cap_without_cuda_is_a_skipped_run_with_the_reason():
+    cpu = _plan(0, train={"memory_cap_gib": 8})
+    reasons = {rid: cpu.skip_reason(rc) for rid, rc in cpu.runs.items()}
+    assert reasons["single-g1-r0"] and "memory_cap_gib" in reasons["single-g1-r0"]
+    assert all(r for r in reasons.values())
+    gpu = _plan(2, train={"memory_cap_gib": 8})
+    assert gpu.skip_reason(gpu.runs["single-g1-r0"]) is None
+    assert cpu.skip_reason(dataclasses.replace(cpu.runs["single-g1-r0"], memory_cap_gib=None)) is None
+
+
+@pytest.mark.parametrize("factory", ["no/such/models.py:build", "models_not_here.py:build",
+                                     "no_such_package_36.models:build", "dpbench.workloads.no_such:build",
+                                     "dpbench.workloads.registry.deeper:build"])
+def test_a_factory_that_is_not_there_is_refused_at_planning(factory, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = _refused(matrix=[{"name": "g", "options": {"workload": f"{factory}"}}])
+    assert factory in text and text.count("\n") == 0
+    assert _refused(train={"workload": {"factory": factory, "args": {"width": 8}}})
+
+
+def test_a_factory_that_is_there_plans_without_being_imported(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text("raise SystemExit('imported at planning')\n")
+    (tmp_path / "pkg36").mkdir()
+    (tmp_path / "pkg36" / "__init__.py").write_text("raise SystemExit('imported at planning')\n")
+    (tmp_path / "pkg36" / "models.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for factory in ("mine.py:build", f"{tmp_path}/mine.py:build", "pkg36.models:build",
+                    "dpbench.workloads.resnet_cifar:build"):
+        assert _plan(2, matrix=[{"name": "g", "options": {"workload": factory}}]).runs
+    assert "pkg36" not in sys.modules
+
+
+# -- a workload set in train names the runs (row 13) ----------------------------------------------
+
+LM = {"name": "transformer-lm", "args": {"width": 16, "layers": 1, "heads": 2, "seq_len": 8, "vocab": 64}}
+
+
+def test_a_workload_set_in_train_is_part_of_every_runs_id_and_label():
+    plain, lm = _plan(2), _plan(2, train={"workload": LM})
+    assert not set(plain.runs) & set(lm.runs)
+    label = results.options_label({"workload": LM})
+    assert all(rc.options["workload"] == LM and rc.workload == LM for rc in lm.runs.values())
+    assert {rid.replace(f"-w{results.workload_label(LM)}", "") for rid in lm.runs} == set(plain.runs)
+    assert [g["label"] for g in lm.document()["groups"]] == [label]
+    # spelled as the default, or a group's own workload: as before
+    assert set(_plan(2, train={"workload": "resnet18-cifar10"}).runs) == set(plain.runs)
+    mine = _plan(2, train={"workload": LM}, matrix=[{"name": "g", "options": {"workload": "torchvision"}}])
+    assert {rc.options["workload"] for rc in mine.runs.values()} == {"torchvision"}
+
+
+def test_the_cpu_plan_keeps_a_groups_batch_and_budget_within_keep_up_to():
+    over = {"variants": ["single"], "matrix": [
+        {"name": "small", "options": {"global_batch": 16, "max_steps": 12}},
+        {"name": "mid", "options": {"global_batch": 64}},
+        {"name": "big", "options": {"global_batch": 512, "max_steps": 40}}]}
+    old = _plan(0, **over)
+    assert len(old.runs) == 1                         # without keep_up_to: the CPU's budget, one cell
+    cpu = _plan(0, cpu_plan={"keep_up_to": {"global_batch": 64, "max_steps": 12}}, **over)
+    got = {g: [(rc.global_batch, rc.max_steps) for rc in runs.values()] for g, runs in cpu.group_runs.items()}
+    assert got == {"small": [(16, 12)], "mid": [(64, 5)], "big": [(32, 5)]}
+    assert len(cpu.runs) == 3

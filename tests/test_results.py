@@ -158,3 +158,19 @@ def test_a_damaged_table_names_its_file_column_and_line(tmp_path, text, require,
     with pytest.raises(results.TableError) as err:
         results.read_table(tmp_path, "t", "summary", require=require)
     assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_an_older_record_whose_train_named_a_workload_gets_it_in_its_options():
+    """Plans before issue 36 left a `train` workload out of the options (and the run id); read
+    through upgrade() it names the run's cell as a swept one does. The default adds nothing."""
+    lm = {"name": "transformer-lm", "args": {"width": 64}}
+    old = {"format": 2, "run_id": "ddp-g2-r0", "status": "ok", "variant": "ddp", "gpus": 2, "repeat": 0,
+           "options": {"global_batch": 64}, "config": {"workload": lm, "options": {"global_batch": 64}}}
+    rec = results.upgrade(old)
+    assert rec["options"] == {"global_batch": 64, "workload": lm} and old["options"] == {"global_batch": 64}
+    assert rec["run_id"] == "ddp-g2-r0"                            # its folder's name, kept
+    for default in (None, "resnet18-cifar10", {"name": "resnet18-cifar10"}):
+        plain = results.upgrade({**old, "config": {"workload": default}})
+        assert plain["options"] == {"global_batch": 64}
+    swept = results.upgrade({**old, "options": {"workload": "torchvision"}})
+    assert swept["options"] == {"workload": "torchvision"}

@@ -119,8 +119,25 @@ def test_hsdp_shards_within_a_group_and_all_reduces_across_replicas():
     assert h["all_gather"] == {"payload": 8 * P, "wire": 4 * P}
     assert h["reduce_scatter"] == {"payload": 4 * P, "wire": 2 * P}
     assert h["all_reduce"] == {"payload": 2 * P, "wire": 2 * P}
-    assert "all_reduce" not in T.predicted_traffic("hsdp", P, 2)      # one replica: nothing across
+    # one replica (N = S): FSDP2 still calls the all-reduce on the one-rank group, which sends nothing
+    assert T.predicted_traffic("hsdp", P, 2)["all_reduce"] == {"payload": 2 * P, "wire": 0.0}
     assert T.predicted_traffic("single", P, 1) == {} and T.predicted_traffic("dp", P, 2) == {}
+
+
+def test_hsdp_on_one_replica_agrees_with_what_the_record_counts():
+    """hsdp on 2 gloo ranks with shard groups of 2, as recorded (torch 2.14, the CPU plan's small
+    transformer): the all-reduce on the one-rank replicate group is counted with its payload and
+    predicted so, not flagged as +inf% over a prediction of nothing."""
+    rec = {"variant": "hsdp", "gpus": 2, "status": "ok", "parameters": 118528, "param_bytes": 474112,
+           "config": {"precision": "bf16", "hsdp_shard_size": 2, "momentum": 0.9},
+           "collectives": [{"bytes": 474112, "collective": "all_gather", "count": 6},
+                           {"bytes": 237056, "collective": "all_reduce", "count": 3},
+                           {"bytes": 474112, "collective": "reduce_scatter", "count": 3}]}
+    rows = T.collective_rows(rec)
+    assert {r["collective"]: r["predicted_wire_bytes"] for r in rows}["all_reduce"] == 0.0
+    compared = T.comparison([{**r, "run_id": "hsdp-g2-r0"} for r in rows])
+    assert [(c["collective"], c["relative_difference"], c["beyond_tolerance"]) for c in compared] == [
+        ("all_reduce", 0.0, False), ("all_gather", 0.0, False), ("reduce_scatter", 0.0, False)]
 
 
 # -- collect --------------------------------------------------------------------------------

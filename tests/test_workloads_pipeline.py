@@ -259,12 +259,19 @@ def test_the_workloads_experiments_cpu_plan_runs_end_to_end(tmp_path):
     assert lm and all(rc["workload"]["args"]["width"] == 64 for rc in lm)
 
 
-def test_your_model_docs_experiment_plans_and_shrinks_on_the_cpu():
+def test_your_model_docs_experiment_plans_and_shrinks_on_the_cpu(tmp_path, monkeypatch):
     """docs/your-model.md's experiment, as a user copies it: it plans without importing the
-    factory, and its CPU plan trains the workload at cpu_plan.workload_args's width."""
+    factory, and its CPU plan trains the workload at cpu_plan.workload_args's width. Its package
+    must be on the path, as the guide's command puts it (planning refuses a factory not there)."""
     import yaml
     text = (REPO / "docs" / "your-model.md").read_text()
     config = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])
+    with pytest.raises(pipeline.ConfigError, match="mypkg.models"):
+        pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=0))
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("raise SystemExit('imported at planning')\n")
+    (tmp_path / "mypkg" / "models.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
     runs = pipeline.make_plan(dict(pipeline.load_experiment(config, REPO), gpus_available=0)).runs
     assert {rc.workload["args"]["width"] for rc in runs.values()} == {32}
     assert {rc.workload["factory"] for rc in runs.values()} == {"mypkg.models:build"}

@@ -13,7 +13,7 @@ and c per parameter as gathered (2 under bf16 fsdp/hsdp, else b):
                         about 1.5 times ddp's wire bytes
     fsdp, no reshard    all_gather P·c (forward only), reduce_scatter P·b
     hsdp                fsdp's within a shard group of S ranks, plus all_reduce P·b/S across the
-                        N/S replicas
+                        N/S replicas (called on one replica too, N = S: its payload counted, wire 0)
 
 FSDP2 does not reshard the root unit after its forward, so the measured backward all-gather lacks
 the root's parameters (docs/sharding.md). With gradient accumulation over k micro-batches (one
@@ -58,8 +58,9 @@ def predicted_traffic(variant: str, parameters: int, ranks: int, reduce_bytes: f
         if group > 1:   # a one-rank shard group holds whole tensors: FSDP2 sends nothing within it
             add("all_gather", accumulate * P * gather * (2 if reshard_after_forward else 1), group)
             add("reduce_scatter", (accumulate if replicas > 1 else 1) * P * reduce_bytes, group)
-        if variant == "hsdp" and ranks // group > 1:
-            add("all_reduce", P * reduce_bytes / group, ranks // group)
+        if variant == "hsdp":   # FSDP2 all-reduces across the replicas even where there is one:
+            # the record counts that call's payload; a ring of one rank sends nothing (wire 0)
+            add("all_reduce", P * reduce_bytes / group, max(1, ranks // group))
     return out
 
 

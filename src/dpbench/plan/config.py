@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.machinery
+import importlib.util
 from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
 from dpbench import DISTRIBUTED_VARIANTS
-from dpbench.workloads.registry import WorkloadError, resolve
+from dpbench.workloads.registry import WorkloadError, _is_file, resolve
 
 SCHEMA_FILE = "schema.yaml"
 
@@ -70,6 +73,54 @@ def _allowed(error: jsonschema.ValidationError) -> str:
         return "a " + " or ".join([value] if isinstance(value, str) else value)
     words = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
     return f"a value {words[rule]} {value}" if rule in words else error.message
+
+
+def _module_found(dotted: str) -> bool:
+    """Whether a module is on the Python path, found without importing it or its packages (a
+    package's __init__ may import torch): the top-level name through importlib, the rest as
+    folders and files under it. True where that cannot tell (a zip, a custom finder)."""
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return True
+    if spec is None:
+        return False
+    folders = list(spec.submodule_search_locations or [])
+    suffixes = importlib.machinery.all_suffixes()
+    for part in rest:
+        if not folders:
+            return False   # a module, not a package: it has no submodules
+        if not all(Path(f).is_dir() for f in folders):
+            return True
+        package = [str(Path(f) / part) for f in folders if (Path(f) / part).is_dir()]
+        if not package and not any((Path(f) / f"{part}{s}").is_file() for f in folders for s in suffixes):
+            return False
+        folders = package
+    return True
+
+
+def factory_problem(workload: Any) -> str | None:
+    """Why a workload's factory cannot be found where the plan is made, in one line with the way
+    out; None when it can, for a built-in's or plugin's name, and for a spec that resolve()
+    refuses (RunConfig.validate names that). Nothing is imported: the run builds it."""
+    try:
+        name, ref, _ = resolve(workload)
+    except WorkloadError:
+        return None
+    if name != ref:
+        return None
+    target = ref.rpartition(":")[0]
+    if _is_file(target):
+        path = Path(target)
+        if path.is_file():
+            return None
+        return (f"workload factory {ref!r}: no file {path.resolve()} (a relative path is read from the "
+                f"folder Snakemake runs in); give the file's path or a module 'pkg.module:function'")
+    if _module_found(target):
+        return None
+    return (f"workload factory {ref!r}: no module {target!r} on the Python path; install its package "
+            f"or put the folder above it on PYTHONPATH (docs/your-model.md)")
 
 
 # Options added after records existed: absent from a run's config while at their defaults.

@@ -1,10 +1,13 @@
 """The experiment matrix: from a validated experiment config to one RunConfig per run id.
 
 Groups in `matrix` expand to variants x gpus x repeats; `options` are per-group overrides that
-also label the runs. Without CUDA the CPU plan applies: its `train` settings (synthetic data, a
-small step and evaluation budget) and `repeats` replace the experiment's, except keys the user
-gave (pipeline.load_experiment keeps those), and its `workload_args` are merged over the args of
-the workloads a group or `train` names (a transformer trains at a CPU size); the same run ids are kept, what cannot run there is
+also label the runs (with `train`'s workload where it is not the default: what trains names the
+run). Options a variant ignores (plan.variant_options) and factories that are not there are
+refused before anything runs. Without CUDA the CPU plan applies: its `train` settings (synthetic
+data, a small step and evaluation budget) and `repeats` replace the experiment's, except keys the
+user gave (pipeline.load_experiment keeps those) and a group's batch or step budget within
+`keep_up_to`, and its `workload_args` are merged over the args of the workloads a group or `train`
+names (a transformer trains at a CPU size); the same run ids are kept, what cannot run there is
 recorded as skipped with its reason, and its timed runs take one `cpu_timing` slot each, so that
 no two of them share the machine.
 
@@ -26,9 +29,10 @@ from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.plan import environments as envs
-from dpbench.plan.config import RunConfig
+from dpbench.plan import variant_options
+from dpbench.plan.config import RunConfig, factory_problem, train_schema
 from dpbench.plan.skips import skip_reason
-from dpbench.workloads.registry import resolve
+from dpbench.workloads.registry import DEFAULT as DEFAULT_WORKLOAD, resolve
 
 
 def visible_gpus() -> int:
@@ -153,6 +157,7 @@ class Plan:
         may make one run, with the same settings."""
         cfg = self.config
         cpu_plan = cfg["cpu_plan"]
+        self.check_options()
         runs: dict[str, RunConfig] = {}
         origin: dict[str, str] = {}
         groups: dict[str, dict[str, RunConfig]] = {}
@@ -165,8 +170,9 @@ class Plan:
                     for repeat, env in self._repeats(repeats):
                         run_options = options | ({"environment": env} if env else {})
                         train = {**cfg.get("train", {}), **run_options}
-                        if self.cpu:
-                            train.update(cpu_plan["train"], max_cpu_ranks=cpu_plan["max_ranks"])
+                        if self.cpu:   # what the group kept (cpu_plan.keep_up_to) stays
+                            train.update({k: v for k, v in cpu_plan["train"].items() if k not in run_options},
+                                         max_cpu_ranks=cpu_plan["max_ranks"])
                             if "workload" in train:
                                 train["workload"] = self.cpu_workload(train["workload"])[0]
                         rc = RunConfig.from_dict(resolve_run(train, variant, gpus, repeat, run_options,
@@ -180,6 +186,34 @@ class Plan:
                         origin.setdefault(rid, group["name"])
         return groups
 
+    def check_options(self) -> None:
+        """Refuses (ValueError, one line) what no run could honour as written: an option a variant
+        ignores, set to other than its default in a group's options for that variant (it would
+        name runs that differ by nothing), or in `train` where no variant of the experiment takes
+        it (plan/variant_options.py); and a workload factory that cannot be found here."""
+        cfg = self.config
+        defaults = {k: spec.get("default") for k, spec in train_schema().items()}
+        groups = [(g, g.get("options", {}), g.get("variants", cfg["variants"])) for g in cfg["matrix"]]
+        for group, options, variants in groups:
+            for option in variant_options.SPECIFIC:
+                ignoring = [v for v in variants if option in variant_options.ignored(v, options, defaults)]
+                if ignoring:
+                    raise ValueError(variant_options.refusal(f"group {group['name']!r}", option,
+                                                             options[option], ignoring))
+        # train (an experiment's or a recipe's settings of every run) only needs a variant of the
+        # experiment that takes it: a recipe's DDP knobs over perf's single groups and its DDP
+        # groups, which name the knobs themselves, are fine.
+        train = cfg.get("train", {})
+        every = list(dict.fromkeys(v for _, _, variants in groups for v in variants))
+        for option in variant_options.SPECIFIC:
+            if option not in train or train[option] == defaults.get(option):
+                continue
+            if not any(variant_options.takes(v, option) for v in every):
+                raise ValueError(variant_options.refusal("train", option, train[option], every))
+        for workload in [train.get("workload")] + [o.get("workload") for _, o, _ in groups]:
+            if workload is not None and (problem := factory_problem(workload)):
+                raise ValueError(problem)
+
     def _repeats(self, repeats: int) -> list[tuple[int, str | None]]:
         """(repeat, environment) of one cell's runs in launch order: a paired launch interleaves
         its environments per repeat (ABBA), any other has one run per repeat."""
@@ -189,11 +223,19 @@ class Plan:
         return [(r, env) for r in range(repeats) for env in envs.interleaved(names, r)]
 
     def group_options(self, group: dict) -> dict:
-        """A group's options as its runs use them: the CPU plan's settings win over the group's,
-        and a label names only what really applies."""
-        options = group.get("options", {})
+        """A group's options as its runs use them, which name its runs: the CPU plan's settings
+        win over the group's (but a batch or step budget within cpu_plan.keep_up_to), and a label
+        names only what really applies; a workload other than the default is among them where
+        `train` sets it too (two models are never one cell)."""
+        options = dict(group.get("options", {}))
+        given = self.config.get("train", {}).get("workload")
+        if "workload" not in options and given is not None and results.workload_label(given) != DEFAULT_WORKLOAD:
+            options["workload"] = given   # what a run trains names it, wherever it is set
         if self.cpu:
-            options = {k: v for k, v in options.items() if k not in self.config["cpu_plan"]["train"]}
+            cpu_plan = self.config["cpu_plan"]
+            keep = cpu_plan.get("keep_up_to", {})
+            options = {k: v for k, v in options.items() if k not in cpu_plan["train"]
+                       or (k in keep and v is not None and v <= keep[k])}
             if "workload" in options:
                 options["workload"] = self.cpu_workload(options["workload"])[0]
         return options

@@ -59,6 +59,12 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
         return reason
     if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
         return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
+    if cfg.memory_cap_gib is not None and (visible == 0 or cfg.device == "cpu"):
+        # A skip, not a refusal: the same experiment caps on a GPU machine (a largest-batch
+        # search), and its CPU plan still runs everything else; the row says why this one did not.
+        return ("memory_cap_gib caps what PyTorch may allocate on a CUDA device; on the CPU nothing "
+                "would cap it, so the run would not answer what it asks: run it on a GPU, or set "
+                "memory_cap_gib: null")
     if cfg.device == "cpu":
         if cfg.variant in DP_VARIANTS:
             return "nn.DataParallel needs CUDA devices; device=cpu was asked for"

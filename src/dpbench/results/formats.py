@@ -9,7 +9,9 @@ through it.
               startup, throughput.compile_s and the memory rows' data_mib
     format 2  every field that record_fields writes, and `format`; those written before
               workloads (issue 25) lack workload, parameters, param_bytes, flops_per_sample,
-              sample_unit and throughput's samples_per_s and tokens_per_s (upgrade fills them)
+              sample_unit and throughput's samples_per_s and tokens_per_s (upgrade fills them);
+              those from before issue 36 lack a `train` workload in their options (upgrade
+              adds it: it names the run's cell)
 """
 from __future__ import annotations
 
@@ -69,6 +71,13 @@ def plain_workload(workload: Any) -> dict[str, Any]:
     return {key: workload.get(key), "args": dict(workload.get("args") or {}), "source_sha256": None}
 
 
+def is_default_workload(workload: Any) -> bool:
+    """Whether a config's workload is the default one, ResNet18 on CIFAR-10, however spelled."""
+    if not isinstance(workload, (str, dict)):
+        return True   # none given (or no workload at all: nothing to name)
+    return plain_workload(workload) == plain_workload(DEFAULT_WORKLOAD)
+
+
 def workload_name(record: dict[str, Any]) -> str:
     """A record's workload in one word: its name or factory (the summary's workload column)."""
     w = record.get("workload") or {}
@@ -123,6 +132,12 @@ def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:
     config names (the default: ResNet18 on CIFAR-10), sizes unknown, samples/s = images/s."""
     if "workload" not in rec:
         rec["workload"] = plain_workload((rec.get("config") or {}).get("workload"))
+    # A workload set in `train` names the run as a swept one does (plans since issue 36 put it
+    # in the options): an older record gets it there, so that two models are never one cell.
+    given = (rec.get("config") or {}).get("workload")
+    options = rec.get("options")
+    if isinstance(options, dict) and "workload" not in options and not is_default_workload(given):
+        rec["options"] = {**options, "workload": given}
     for key in WORKLOAD_SIZES:
         rec.setdefault(key, None)
     if isinstance(rec.get("throughput"), dict) and "samples_per_s" not in rec["throughput"]:

@@ -87,9 +87,25 @@ def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
     ok_ids = set(summary.loc[summary["status"] == R.STATUS_OK, "run_id"])
     for name in ("memory", "warnings", "steps"):
         tables[name] = tables[name][tables[name]["run_id"].isin(ok_ids)]
-    tables["ok_summary"] = summary[summary["run_id"].isin(ok_ids)]
+    records = _records(root, tag)
+    _label_by_records(tables, records)
+    tables["ok_summary"] = tables["summary"][tables["summary"]["run_id"].isin(ok_ids)]
     return {"tables": tables, "provenance": _read_json(prov_path, "the result set's provenance"),
-            "records": _records(root, tag)}
+            "records": records}
+
+
+def _label_by_records(tables: dict, records: dict[str, R.RunRecord]) -> None:
+    """Each run's options label as its record (read through upgrade()) gives it, where the tables
+    say otherwise: a set collected before a `train` workload named its runs' cells would
+    otherwise pair its model with another set's default one."""
+    labels = {rid: R.options_label(rec.options) for rid, rec in records.items()}
+    for name, table in tables.items():
+        if table.empty or "options" not in table:
+            continue
+        fixed = table["run_id"].map(labels)
+        stale = fixed.notna() & (fixed != table["options"])
+        if stale.any():
+            tables[name] = table.assign(options=table["options"].where(~stale, fixed))
 
 
 def ok_values(summary, column: str) -> dict[tuple, np.ndarray]:
