@@ -16,6 +16,7 @@ from snakemake.utils import min_version
 from dpbench.plan import pipeline
 
 pipeline.name_the_pipeline()   # a run stops when this Snakemake process is gone
+pipeline.stop_runs_on_interrupt()   # SIGINT to Snakemake stops the running trainings too
 
 min_version("8.0")
 
@@ -25,6 +26,10 @@ GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it
 config.update(pipeline.load_experiment(config, workflow.basedir))
 PLAN = pipeline.make_plan(config, GIVEN)   # a paired launch's environments checked before anything trains
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
+# After `kill -9` of a pipeline its Snakemake locks stay behind: gone here when no live pipeline
+# holds the result sets they name, so that the same command with --rerun-incomplete resumes.
+if pipeline.clear_stale_snakemake_locks(config["results_dir"]):
+    print("dpbench: removed the Snakemake locks of a pipeline that is no longer running", file=sys.stderr)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
 ENV = pipeline.environment_fingerprint()

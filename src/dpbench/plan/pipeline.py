@@ -10,6 +10,8 @@ import copy
 import difflib
 import os
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,72 @@ def name_the_pipeline() -> None:
     os.environ[PIPELINE_PID_ENV] = str(os.getpid())
 
 
+LAUNCHER = "dpbench.run.launch"   # a run's launcher names its module in its command line
+
+
+def _children() -> dict[int, list[int]]:
+    """Each live process's children, from /proc (empty where there is no /proc)."""
+    kids: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+            ppid = int(text[text.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def launchers_below(root: int) -> list[int]:
+    """The run launchers started below `root` (through its job shells): the top launcher of
+    each run, not the ranks under its torchrun (the launcher stops those)."""
+    kids, found, todo = _children(), [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if f"-m {LAUNCHER} " in f"{cmd} ":
+                found.append(pid)   # its torchrun and ranks are its own to stop
+            else:
+                todo.append(pid)
+    return found
+
+
+def stop_runs_on_interrupt() -> None:
+    """SIGINT to Snakemake (Ctrl-C, `kill -INT`) stops the running trainings within seconds.
+
+    Snakemake's own SIGINT handling ("Terminating processes on user request") only waits for
+    its running jobs: a SIGINT sent to Snakemake's pid alone (not to the terminal's whole
+    process group, as Ctrl-C does) left a training running to its last step. This handler
+    passes the SIGINT on to every run launcher below this process (each stops its torchrun and
+    ranks and writes a failed record, "stopped by SIGINT") and then lets Snakemake handle it as
+    before (KeyboardInterrupt). Installed from the Snakefile, in its main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if getattr(previous, "dpbench_stops_runs", False):
+        return
+
+    def interrupt(signum, frame):
+        for pid in launchers_below(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    interrupt.dpbench_stops_runs = True   # type: ignore[attr-defined]
+    signal.signal(signal.SIGINT, interrupt)
+
+
 def load_experiment(config: dict, basedir: str | Path) -> dict:
     """experiments/<experiment>.yaml, overridden by what the user gave (config file, --config),
     coerced to the schema's types and validated against it with its defaults filled in. Train
@@ -288,6 +356,61 @@ def hold_pipeline_lock(set_dir: Path | str, tag: str) -> Path:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _HELD[str(path)] = fd
     return path
+
+
+def pipeline_alive(set_dir: Path | str) -> bool:
+    """Whether a live pipeline holds results/<tag>/.pipeline.lock (see `hold_pipeline_lock`):
+    the kernel lets the lock go when its holder dies, however it dies."""
+    import fcntl
+
+    path = Path(set_dir) / PIPELINE_LOCK
+    if str(path) in _HELD:
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False   # no lock file: no pipeline ever got as far as taking it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _set_dir_of(path: str, results_dir: Path) -> Path | None:
+    """results_dir/<tag> for a file under it (None: elsewhere)."""
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(results_dir)))
+    except ValueError:
+        return None
+    return Path(results_dir) / rel.parts[0] if len(rel.parts) >= 2 and rel.parts[0] != "compare" else None
+
+
+def clear_stale_snakemake_locks(results_dir: Path | str, workdir: Path | str = ".") -> list[Path]:
+    """Removes the lock files a killed Snakemake left in <workdir>/.snakemake/locks (its default
+    file backend) when every file a lock names lies in a result set that no live pipeline holds
+    (`pipeline_alive`): after `kill -9` of a pipeline, the same command with
+    `--rerun-incomplete` runs instead of stopping at Snakemake's LockException. A lock naming
+    any other file (another workflow's, a compare's) is left for `snakemake --unlock`.
+    Returns the lock files removed."""
+    lockdir = Path(workdir) / ".snakemake" / "locks"
+    removed = []
+    for lock in sorted(lockdir.glob("*.*put.lock")) if lockdir.is_dir() else []:
+        try:
+            files = [line.strip() for line in lock.read_text().splitlines() if line.strip()]
+        except OSError:
+            continue
+        sets = {_set_dir_of(f, Path(results_dir)) for f in files}
+        if not files or None in sets or any(pipeline_alive(d) for d in sets):
+            continue
+        try:
+            lock.unlink()
+        except OSError:
+            continue
+        removed.append(lock)
+    return removed
 
 
 def table_files(plan: Plan) -> dict[str, str]:
