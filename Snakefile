@@ -36,8 +36,10 @@ ENV = pipeline.environment_fingerprint()
 # Rules run the package with the Python that runs Snakemake (the environment's own `python`
 # under --software-deployment-method conda), and find it without an install too.
 CONDA = "conda" in str(workflow.deployment_settings.deployment_method).lower()
-PYTHONPATH = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}}"
-PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else sys.executable}")
+# Every argument of every rule's command is quoted ({x:q}, shlex.quote): a path with a space or a
+# shell character is one argument, never a command (tags are names too: see experiments/schema.yaml).
+PYTHONPATH = f"PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{PYTHONPATH:+:$PYTHONPATH}}"
+PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else shlex.quote(sys.executable)}")
 # A paired launch's run is made by its environment's python (torchrun's ranks inherit it).
 RUN_PY = lambda w: f"{PYTHONPATH} {shlex.quote(PLAN.python_for(w.run_id))}" if PLAN.python_for(w.run_id) else PY["py"]
 # Where the tables are tells a rule which result set it works on.
@@ -86,7 +88,8 @@ rule train:
     params:
         run=lambda w: PLAN.run_json(w.run_id),
         env=lambda w: pipeline.run_fingerprint(PLAN, w.run_id, ENV),   # a new torch, CUDA or GPU reruns it
-        exclusive="--exclusive" if config["exclusive_timing"] else "",
+        out=lambda w, output: str(Path(output[0]).parent),
+        lease=["--lease", "--exclusive"] if config["exclusive_timing"] else ["--lease"],
         planned=PLAN.gpus_visible,   # the launcher skips what the plan skips, on any machine
         py=RUN_PY,
     priority: lambda w: PLAN.priority_for(w.run_id)   # a paired launch's runs start in ABBA order
@@ -97,8 +100,8 @@ rule train:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.run.launch --config {params.run:q} --out $(dirname {output}) "
-        "--lease {params.exclusive} --planned-gpus {params.planned} --log {log}"
+        "{params.py} -m dpbench.run.launch --config {params.run:q} --out {params.out:q} "
+        "{params.lease:q} --planned-gpus {params.planned:q} --log {log:q}"
 
 
 rule plan:
@@ -129,7 +132,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.analysis.collect {params.where} --print {input} > {log} 2>&1"
+        "{params.py} -m dpbench.analysis.collect {params.where} --print {input:q} > {log:q} 2>&1"
 
 
 rule plots:
@@ -146,7 +149,7 @@ rule plots:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.report.plots {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.plots {params.where} > {log:q} 2>&1"
 
 
 rule summary:
@@ -163,7 +166,7 @@ rule summary:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.report.summarize {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.summarize {params.where} > {log:q} 2>&1"
 
 
 if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets name its cells
@@ -183,7 +186,7 @@ if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets n
             ENVFILE
         shell:
             "{params.py} -m dpbench.cli perf-targets {params.where:q} --md {output.md:q} --json {output.json:q} "
-            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
+            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log:q} 2>&1"
 
 
 SHARDING = pipeline.sharding_files(PLAN)
@@ -205,7 +208,7 @@ if SHARDING:   # experiments with sharded runs only
             ENVFILE
         shell:
             "({params.py} -m dpbench.report.sharding_plots {params.where} && "
-            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log} 2>&1"
+            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log:q} 2>&1"
 
 
 rule probe:
@@ -225,8 +228,8 @@ rule probe:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} --plan {input.plan} "
-        "> {log} 2>&1"
+        "{params.py} -m dpbench.claims.probe {wildcards.claim:q} --out {output:q} --plan {input.plan:q} "
+        "> {log:q} 2>&1"
 
 
 rule claims:
@@ -250,7 +253,7 @@ rule claims:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.ledger {params.where} --plan {input.plan} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.ledger {params.where} --plan {input.plan:q} > {log:q} 2>&1"
 
 
 rule compare:
@@ -264,4 +267,4 @@ rule compare:
     conda:
         ENVFILE
     shell:
-        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log:q}"

@@ -135,18 +135,28 @@ def _validation_message(merged: dict) -> str | None:
             f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
 
 
+TAG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+-")
+TAG_MAX = 100   # one folder's name, with room under the file system's 255 for what dpbench adds
+TAG_RULE = f"letters, digits and ._+- only, at most {TAG_MAX} characters, no leading '.' and no '..'"
+
+
 def tag_problem(tag: Any, key: str = "tag") -> str | None:
-    """Why `tag` is not a result set's name (one folder under results_dir), or None. A path
-    (a separator, '..') would nest the set or leave results_dir; a leading dot hides it."""
+    """Why `tag` is not a result set's name (one folder under results_dir), or None. A tag is
+    letters, digits and `._+-` (it reaches file names, logs and the rules' command lines), at
+    most TAG_MAX characters; a leading dot would hide it, '..' would leave results_dir."""
     if not isinstance(tag, str) or tag == "":
         return None   # not a string: the schema says so; empty: the default tag
-    bad = ("a path separator" if "/" in tag or "\\" in tag else "'..'" if ".." in tag
-           else "a leading '.'" if tag.startswith(".") else "white space" if any(c.isspace() for c in tag)
-           else None)
+    bad_char = next((c for c in tag if c not in TAG_CHARS), None)
+    bad = (f"{len(tag)} characters" if len(tag) > TAG_MAX
+           else "a path separator" if bad_char in ("/", "\\")
+           else "white space" if bad_char is not None and bad_char.isspace()
+           else f"the character {bad_char!r}" if bad_char is not None
+           else "'..'" if ".." in tag else "a leading '.'" if tag.startswith(".") else None)
     if bad is None:
         return None
-    return (f"config key {key}: {tag!r} has {bad}; a tag is a name, one folder under results_dir "
-            f"(e.g. {key}=quick or {key}=torch-2.14.1)")
+    shown = tag if len(tag) <= 40 else tag[:37] + "..."
+    return (f"config key {key}: {shown!r} has {bad}; a tag is one folder's name under results_dir: "
+            f"{TAG_RULE} (e.g. {key}=quick or {key}=torch-2.14.1)")
 
 
 def fill_defaults(value: dict, spec: dict | None = None) -> dict:
@@ -288,6 +298,9 @@ def make_plan(config: dict, given: dict | None = None) -> Plan:
     """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps
     it). A paired launch's environments are checked here, before anything trains."""
     plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
+    problem = tag_problem(plan.tag)
+    if problem:   # a tag made from the experiment's name
+        raise ConfigError(f"{problem}; set one with --config tag=<name>")
     try:
         plan.runs
         plan.environment_versions
