@@ -3,9 +3,9 @@
 #   snakemake --cores all --config experiment=smoke    another one (experiments/*.yaml)
 #   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
 #   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
-#   snakemake compare --config baseline=<tag> candidate=<tag>
+#   snakemake --cores 1 compare --config baseline=<tag> candidate=<tag>
 #   snakemake --cores all --config experiment=upgrade base=/venv-a/bin/python cand=/venv-b/bin/python
-#   snakemake compare --config paired=<tag>            the environments of one paired launch
+#   snakemake --cores 1 compare --config paired=<tag>            the environments of one paired launch
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
 import shlex
 import sys
@@ -120,7 +120,9 @@ rule plan:
 
 rule collect:
     input:
-        [str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
+        runs=[str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
+        # the set's experiment and config: a damaged run's "rerun it" names them (plan.json's `given`)
+        plan=ancient(str(RS.plan_path)),
     output:
         *TABLES.values(),
         provenance=str(RS.provenance_path),
@@ -132,7 +134,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.analysis.collect {params.where} --print {input:q} > {log:q} 2>&1"
+        "{params.py} -m dpbench.analysis.collect {params.where} --print {input.runs:q} > {log:q} 2>&1"
 
 
 rule plots:

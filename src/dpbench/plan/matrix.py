@@ -308,7 +308,8 @@ class Plan:
             return self._banner()
         sides = ", ".join(f"{k} (torch {v}: {self.environments[k]})" for k, v in self.environment_versions.items())
         return (self._banner() + f"\ndpbench: a paired launch of {sides}, their runs interleaved "
-                f"per cell and repeat (ABBA); compare them with: snakemake compare --config paired={self.tag}")
+                f"per cell and repeat (ABBA); compare them with: snakemake --cores 1 compare --config paired={self.tag}"
+                + (f" results_dir={self.config['results_dir']}" if self.config.get("results_dir", "results") != "results" else ""))
 
     def _banner(self) -> str:
         n = len(self.runs)

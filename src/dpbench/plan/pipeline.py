@@ -426,6 +426,53 @@ def clear_stale_snakemake_locks(results_dir: Path | str, workdir: Path | str = "
     return removed
 
 
+def _config_word(key: str, value: Any) -> str:
+    """One `--config` entry as Snakemake reads it back: scalars bare, lists and mappings as
+    YAML flow (JSON), which `coerce` types again by the schema."""
+    import json
+
+    if isinstance(value, (dict, list)):
+        return f"{key}={json.dumps(value, sort_keys=True)}"
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    return f"{key}={'' if value is None else value}"
+
+
+def set_config_args(set_dir: Path | str) -> list[str] | None:
+    """`--config` and the entries that plan the result set in `set_dir` again, from its plan.json
+    (what was given, its experiment and its tag pinned: a default tag names another torch once
+    torch is upgraded); None where plan.json is missing, unreadable or predates `given`."""
+    import json
+
+    path = results.ResultSet.at(Path(set_dir)).plan_path
+    try:
+        doc = json.loads(path.read_text())
+        given, experiment, tag = doc["given"], doc["experiment"], doc["tag"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(given, dict):
+        return None
+    config = {**given, "experiment": experiment, "tag": tag}
+    results_dir = Path(set_dir).parent
+    if str(results_dir) != str(config.get("results_dir", "results")):
+        config["results_dir"] = str(results_dir)
+    return ["--config", *(_config_word(k, v) for k, v in config.items())]
+
+
+def rerun_command(set_dir: Path | str, *targets: str | Path, extra: tuple[str, ...] = ()) -> str:
+    """The Snakemake command, shell-quoted, that makes `targets` of the result set in `set_dir`
+    with the set's own experiment and config (see `set_config_args`). Without a readable
+    plan.json: the command with its tag and a note that the set's other keys are needed."""
+    import shlex
+
+    words = ["snakemake", "--cores", "all", *map(str, targets), *extra]
+    args = set_config_args(set_dir)
+    if args is None:
+        return (shlex.join([*words, "--config", f"tag={Path(set_dir).name}"])
+                + " plus the experiment and --config keys that made the set (its plan.json is unreadable)")
+    return shlex.join([*words, *args])
+
+
 def table_files(plan: Plan) -> dict[str, str]:
     return {name: str(path) for name, path in plan.results.table_paths().items()}
 
@@ -503,7 +550,7 @@ def compare_args(config: dict, tag: str) -> str:
         args = ["--results-dir", config["results_dir"], "--paired", config["paired"]]
         return " ".join(shlex.quote(str(a)) for a in args + _compare_flags(dict(config["compare"])))
     if not baseline:
-        raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
+        raise ConfigError("compare needs a baseline: snakemake --cores 1 compare --config baseline=<tag> "
                           "[candidate=<tag>], or paired=<tag> (tags are the folders under results/)")
     for key in ("baseline", "candidate"):
         problem = tag_problem(config.get(key), key)
