@@ -69,6 +69,15 @@ onstart:
             sys.exit(f"dpbench: {exc}")
     print(PLAN.banner(), file=sys.stderr)
 
+# The last lines of every pipeline: its runs counted (ok, failed, skipped) with the commonest
+# reasons; `--config fail_on_failed_runs=true` makes a failed run fail the pipeline (CI).
+onsuccess:
+    if pipeline.report_outcomes(PLAN, workflow.dag_settings.targets, succeeded=True):
+        sys.exit(1)
+
+onerror:
+    pipeline.report_outcomes(PLAN, workflow.dag_settings.targets, succeeded=False)
+
 wildcard_constraints:
     run_id="[A-Za-z0-9_.-]+",
     claim="C[0-9]+",

@@ -117,7 +117,7 @@ def damaged(path: Path, error: Exception) -> dict:
     target = path.parent / results.METRICS   # what the pipeline's train rule makes
     # the set's own experiment and config (plan.json): the command works as printed for this set
     command = rerun_command(path.parent.parent.parent, target, extra=("--forcerun", "train"))
-    reason = f"{path} is damaged ({error_text(error)}); rerun it: {command}"
+    reason = f"{path}{results.DAMAGED_MARK}{error_text(error)}); rerun it: {command}"
     return {"run_id": rid, "variant": parts.variant if parts else "", "gpus": parts.gpus if parts else 0,
             "repeat": parts.repeat if parts else 0, "options": {}, "status": results.STATUS_FAILED,
             "reason": reason, "damaged": True}
