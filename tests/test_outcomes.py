@@ -77,3 +77,16 @@ def test_the_option_is_in_the_schema_and_validated(tmp_path):
     assert pipeline.load_experiment({"experiment": "smoke"}, REPO)["fail_on_failed_runs"] is False
     with pytest.raises(pipeline.ConfigError):
         pipeline.load_experiment({"experiment": "smoke", "fail_on_failed_runs": "maybe"}, REPO)
+
+
+@pytest.mark.parametrize("variants, says, not_says", [
+    (["single"], "single on 1 process", "ddp"),
+    (["single", "ddp", "zero1"], "zero1 on 1 and 2 gloo processes", "dp_mean"),
+])
+def test_the_cpu_banner_says_what_the_plan_trains(variants, says, not_says):
+    cfg = pipeline.load_experiment({"experiment": "smoke", "variants": variants, "gpus": [1, 2]}, REPO)
+    plan = pipeline.make_plan(cfg)
+    if not plan.cpu:
+        pytest.skip("a CUDA device is visible: no CPU plan")
+    second = plan.banner().splitlines()[1]
+    assert says in second and not_says not in second.split(";")[0], second

@@ -152,15 +152,20 @@ def render_markdown(report: dict) -> str:
              "nothing (no --fail-on given)")
     out += ["", f"**Verdict: {report['verdict']['line']}**", "",
             f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
+    # A paired report since the geometric means: the centres its change is made of (older ones: medians).
+    paired_geo = bool(paired) and all("geomean_baseline" in r for r in report["throughput"])
     sections = [
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
-        ("Throughput within the launch (images/s, median over repeats)",
-         "`smallest`: the change this cell's test finds at 80% power; `p (Holm)`: adjusted over the cells.",
+        (f"Throughput within the launch (images/s, {'geometric mean' if paired_geo else 'median'} over repeats)",
+         ("`change`: the ratio of the geometric means - 1, the change the test judges (its mean log "
+          "change); " if paired_geo else "")
+         + "`smallest`: the change this cell's test finds at 80% power; `p (Holm)`: adjusted over the cells.",
          ["run group", "runs", "baseline", "candidate", "change", "smallest", "p (Holm)", "verdict"],
          range(1, 7),
-         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"], r["median_candidate"],
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}",
+           r.get("geomean_baseline", r["median_baseline"]), r.get("geomean_candidate", r["median_candidate"]),
            _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"])]
           for r in report["throughput"]]) if paired else
         (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
