@@ -298,16 +298,17 @@ def make_plan(config: dict, given: dict | None = None) -> Plan:
     """The plan of a loaded experiment; `given`: the config as the user gave it (plan.json keeps
     it). A paired launch's environments are checked here, before anything trains."""
     plan = Plan(config, plan_gpus(config), None if given is None else coerce(copy.deepcopy(given)))
-    problem = tag_problem(plan.tag)
-    if problem:   # a tag made from the experiment's name
-        raise ConfigError(f"{problem}; set one with --config tag=<name>")
     try:
         plan.runs
         plan.environment_versions
+        tag = plan.tag
     except envs.EnvironmentProblem as exc:
         raise ConfigError(str(exc)) from None
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
         raise ConfigError(f"experiment {config['experiment']!r}: {exc}") from None
+    problem = tag_problem(tag)
+    if problem:   # a tag made from the experiment's name
+        raise ConfigError(f"{problem}; set one with --config tag=<name>")
     return plan
 
 
