@@ -28,7 +28,8 @@ PLAN = pipeline.make_plan(config, GIVEN)   # a paired launch's environments chec
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
 # After `kill -9` of a pipeline its Snakemake locks stay behind: gone here when no live pipeline
 # holds the result sets they name, so that the same command with --rerun-incomplete resumes.
-if pipeline.clear_stale_snakemake_locks(config["results_dir"]):
+# (The main Snakemake process only: a cluster job's or a subprocess's Snakemake takes no lock.)
+if workflow.exec_mode.name == "DEFAULT" and pipeline.clear_stale_snakemake_locks(config["results_dir"]):
     print("dpbench: removed the Snakemake locks of a pipeline that is no longer running", file=sys.stderr)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
