@@ -97,3 +97,14 @@ def test_the_compare_command_as_printed_runs(planned_set):
 def test_the_paired_banner_prints_cores():
     source = (REPO / "src/dpbench/plan/matrix.py").read_text()
     assert "snakemake --cores 1 compare --config paired=" in source
+
+
+def test_a_changed_config_plans_the_runs_and_the_tables_too(planned_set):
+    """plan.json rewritten (another config) must not leave collect and the runs out of the DAG."""
+    proc = run_snakemake(planned_set, "-n", "results/hint/summary.csv", "--config", "experiment=smoke", "tag=hint",
+                         "repeats=1", "gpus=[1,2]", "train={max_steps: 4, global_batch: 32}", cores=1, env=ENV,
+                         timeout=300)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-TAIL:]
+    for rule in ("plan", "train", "collect"):
+        assert re.search(rf"^{rule}\s+\d+$", proc.stdout, re.M), text[-TAIL:]

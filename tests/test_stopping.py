@@ -159,7 +159,8 @@ def test_after_kill_9_the_same_command_with_rerun_incomplete_resumes(workflow):
         text = proc.stdout + proc.stderr
         assert proc.returncode == 0, text[-TAIL:]
         assert "LockException" not in text and "cannot be locked" not in text
-        assert results.read_metrics(rs.run_dir("single-g1-r0"))["status"] == results.STATUS_OK
+        rec = results.read_metrics(rs.run_dir("single-g1-r0"))
+        assert rec is not None and rec["status"] == results.STATUS_OK, text[:TAIL]
     finally:
         kill_left(snk, marker)
 
