@@ -3,9 +3,9 @@
 #   snakemake --cores all --config experiment=smoke    another one (experiments/*.yaml)
 #   snakemake --cores all results/<tag>/runs/<run_id>/metrics.json --forcerun train   one run
 #   dpbench report <tag>                               its HTML report (snakemake --report, the set's config)
-#   snakemake compare --config baseline=<tag> candidate=<tag>
+#   snakemake --cores 1 compare --config baseline=<tag> candidate=<tag>
 #   snakemake --cores all --config experiment=upgrade base=/venv-a/bin/python cand=/venv-b/bin/python
-#   snakemake compare --config paired=<tag>            the environments of one paired launch
+#   snakemake --cores 1 compare --config paired=<tag>            the environments of one paired launch
 # The logic lives in the dpbench package (src/dpbench); rules only call it.
 import shlex
 import sys
@@ -16,6 +16,7 @@ from snakemake.utils import min_version
 from dpbench.plan import pipeline
 
 pipeline.name_the_pipeline()   # a run stops when this Snakemake process is gone
+pipeline.stop_runs_on_interrupt()   # SIGINT to Snakemake stops the running trainings too
 
 min_version("8.0")
 
@@ -25,14 +26,21 @@ GIVEN = dict(config)   # config.yaml, --configfile, --config: plan.json keeps it
 config.update(pipeline.load_experiment(config, workflow.basedir))
 PLAN = pipeline.make_plan(config, GIVEN)   # a paired launch's environments checked before anything trains
 RS = PLAN.results   # every path of the result set (dpbench.results.ResultSet)
+# After `kill -9` of a pipeline its Snakemake locks stay behind: gone here when no live pipeline
+# holds the result sets they name, so that the same command with --rerun-incomplete resumes.
+# (The main Snakemake process only: a cluster job's or a subprocess's Snakemake takes no lock.)
+if workflow.exec_mode.name == "DEFAULT" and pipeline.clear_stale_snakemake_locks(config["results_dir"]):
+    print("dpbench: removed the Snakemake locks of a pipeline that is no longer running", file=sys.stderr)
 TABLES = pipeline.table_files(PLAN)
 FIGURES = pipeline.figure_files(PLAN)
 ENV = pipeline.environment_fingerprint()
 # Rules run the package with the Python that runs Snakemake (the environment's own `python`
 # under --software-deployment-method conda), and find it without an install too.
 CONDA = "conda" in str(workflow.deployment_settings.deployment_method).lower()
-PYTHONPATH = f"PYTHONPATH={Path(workflow.basedir) / 'src'}${{PYTHONPATH:+:$PYTHONPATH}}"
-PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else sys.executable}")
+# Every argument of every rule's command is quoted ({x:q}, shlex.quote): a path with a space or a
+# shell character is one argument, never a command (tags are names too: see experiments/schema.yaml).
+PYTHONPATH = f"PYTHONPATH={shlex.quote(str(Path(workflow.basedir) / 'src'))}${{PYTHONPATH:+:$PYTHONPATH}}"
+PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else shlex.quote(sys.executable)}")
 # A paired launch's run is made by its environment's python (torchrun's ranks inherit it).
 RUN_PY = lambda w: f"{PYTHONPATH} {shlex.quote(PLAN.python_for(w.run_id))}" if PLAN.python_for(w.run_id) else PY["py"]
 # Where the tables are tells a rule which result set it works on.
@@ -62,6 +70,15 @@ onstart:
             sys.exit(f"dpbench: {exc}")
     print(PLAN.banner(), file=sys.stderr)
 
+# The last lines of every pipeline: its runs counted (ok, failed, skipped) with the commonest
+# reasons; `--config fail_on_failed_runs=true` makes a failed run fail the pipeline (CI).
+onsuccess:
+    if pipeline.report_outcomes(PLAN, workflow.dag_settings.targets, succeeded=True):
+        sys.exit(1)
+
+onerror:
+    pipeline.report_outcomes(PLAN, workflow.dag_settings.targets, succeeded=False)
+
 wildcard_constraints:
     run_id="[A-Za-z0-9_.-]+",
     claim="C[0-9]+",
@@ -81,7 +98,8 @@ rule train:
     params:
         run=lambda w: PLAN.run_json(w.run_id),
         env=lambda w: pipeline.run_fingerprint(PLAN, w.run_id, ENV),   # a new torch, CUDA or GPU reruns it
-        exclusive="--exclusive" if config["exclusive_timing"] else "",
+        out=lambda w, output: str(Path(output[0]).parent),
+        lease=["--lease", "--exclusive"] if config["exclusive_timing"] else ["--lease"],
         planned=PLAN.gpus_visible,   # the launcher skips what the plan skips, on any machine
         py=RUN_PY,
     priority: lambda w: PLAN.priority_for(w.run_id)   # a paired launch's runs start in ABBA order
@@ -92,8 +110,8 @@ rule train:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.run.launch --config {params.run:q} --out $(dirname {output}) "
-        "--lease {params.exclusive} --planned-gpus {params.planned} --log {log}"
+        "{params.py} -m dpbench.run.launch --config {params.run:q} --out {params.out:q} "
+        "{params.lease:q} --planned-gpus {params.planned:q} --log {log:q}"
 
 
 rule plan:
@@ -112,7 +130,11 @@ rule plan:
 
 rule collect:
     input:
-        [str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
+        runs=[str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
+        # the set's experiment and config: a damaged run's "rerun it" names them (plan.json's `given`).
+        # Not ancient(): with ancient(), a plan.json that must be rewritten (a changed config) left
+        # collect, and with it the training, out of Snakemake 9.27's DAG (tests/test_stopping.py).
+        plan=str(RS.plan_path),
     output:
         *TABLES.values(),
         provenance=str(RS.provenance_path),
@@ -124,7 +146,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.analysis.collect {params.where} --print {input} > {log} 2>&1"
+        "{params.py} -m dpbench.analysis.collect {params.where} --print {input.runs:q} > {log:q} 2>&1"
 
 
 rule plots:
@@ -141,7 +163,7 @@ rule plots:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.report.plots {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.plots {params.where} > {log:q} 2>&1"
 
 
 rule summary:
@@ -158,7 +180,7 @@ rule summary:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.report.summarize {params.where} > {log} 2>&1"
+        "{params.py} -m dpbench.report.summarize {params.where} > {log:q} 2>&1"
 
 
 if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets name its cells
@@ -178,7 +200,7 @@ if pipeline.perf_target_files(PLAN):   # the perf experiment only: its targets n
             ENVFILE
         shell:
             "{params.py} -m dpbench.cli perf-targets {params.where:q} --md {output.md:q} --json {output.json:q} "
-            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log} 2>&1"
+            "--figure {output.figure:q} --sweep-figure {output.sweep_figure:q} > {log:q} 2>&1"
 
 
 SHARDING = pipeline.sharding_files(PLAN)
@@ -200,7 +222,7 @@ if SHARDING:   # experiments with sharded runs only
             ENVFILE
         shell:
             "({params.py} -m dpbench.report.sharding_plots {params.where} && "
-            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log} 2>&1"
+            "{params.py} -m dpbench.report.sharding_tables {params.where} --out {output.md:q}) > {log:q} 2>&1"
 
 
 rule probe:
@@ -220,8 +242,8 @@ rule probe:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.probe {wildcards.claim} --out {output} --plan {input.plan} "
-        "> {log} 2>&1"
+        "{params.py} -m dpbench.claims.probe {wildcards.claim:q} --out {output:q} --plan {input.plan:q} "
+        "> {log:q} 2>&1"
 
 
 rule claims:
@@ -245,7 +267,7 @@ rule claims:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.claims.ledger {params.where} --plan {input.plan} > {log} 2>&1"
+        "{params.py} -m dpbench.claims.ledger {params.where} --plan {input.plan:q} > {log:q} 2>&1"
 
 
 rule compare:
@@ -259,4 +281,4 @@ rule compare:
     conda:
         ENVFILE
     shell:
-        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log}"
+        "set -o pipefail; {params.py} -m dpbench.compare_cli {params.args} 2>&1 | tee {log:q}"

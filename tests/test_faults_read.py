@@ -140,10 +140,11 @@ def test_a_cut_steps_csv_is_a_failed_row_naming_the_file_and_the_rerun(tmp_path,
     assert str(bad) in reason and f"{rs.metrics_path('single-g1-r1')} --forcerun train" in reason
     steps = rs.table("steps")
     assert set(steps["run_id"]) == {"single-g1-r0"}     # no half row read as data
-    code, report, _, _ = compare_json(tmp_path, "base", "cut", capsys)
-    assert code == 0
-    status = {r["run_id"]: (r["baseline"], r["candidate"]) for r in report["status"]}
-    assert status["single-g1-r1"] == ("ok", "failed")
+    # compare reads a damaged run as a broken input (exit 2, naming it), never as a failed run
+    capsys.readouterr()
+    code = compare_cli.main(["--results-dir", str(tmp_path), "--baseline", "base", "--candidate", "cut"])
+    err = capsys.readouterr().err
+    assert code == 2 and "single-g1-r1" in err and "damaged" in err
 
 
 def test_an_intact_steps_csv_and_a_run_without_one_are_read(tmp_path):

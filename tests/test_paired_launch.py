@@ -26,9 +26,20 @@ OLD_TORCH = "2.13.0"
 
 
 def env_python(where: Path) -> str:
-    """A venv on this machine's packages (this torch); dpbench comes from the rule's PYTHONPATH."""
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(where)
-    return str(where / "bin" / "python")
+    """A venv on the packages of the python running these tests (this torch), whether that is
+    a venv or not: a .pth file adds its site-packages after the new venv's own (so a torch
+    installed into the new venv wins). `system_site_packages=True` would see the base
+    interpreter's packages instead, which in a user's venv has no torch at all. dpbench comes
+    from the rule's PYTHONPATH."""
+    venv.EnvBuilder(system_site_packages=False, with_pip=False).create(where)
+    python = where / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    running = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+    # site.addsitedir, not a bare path: the .pth files there (editable installs) count too
+    line = "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in running)
+    Path(own, "_dpbench_test_running_python.pth").write_text(line + "\n")
+    return str(python)
 
 
 def paired_launch(wd: Path, tag: str, base: str, cand: str, *config: str) -> dict:

@@ -75,11 +75,13 @@ def report_config(results_dir: str, tag: str, workflow: Path) -> tuple[dict, str
         doc = json.loads(rs.plan_path.read_text())
         experiment, planned_tag, gpus = doc["experiment"], doc["tag"], doc["gpus_planned"]
     except FileNotFoundError:
-        raise ReportError(f"{rs.plan_path}: not found; the report is built from the set's plan: run its "
-                          f"pipeline first (snakemake --cores all --config tag={tag} ...)") from None
+        raise ReportError(f"{rs.plan_path}: not found; the report is built from the set's plan: make it "
+                          f"with the command that made the set (its --config or --configfile, tag={tag}) "
+                          f"and the target {rs.plan_path}") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ReportError(f"{rs.plan_path}: unreadable ({type(exc).__name__}: {exc}); rebuild it with "
-                          f"snakemake --cores all {rs.plan_path} --config tag={tag} ...") from None
+        raise ReportError(f"{rs.plan_path}: unreadable ({type(exc).__name__}: {exc}); rebuild it with the "
+                          f"command that made the set (its --config or --configfile, tag={tag}) and the "
+                          f"target {rs.plan_path}") from None
     given, note = doc.get("given"), None
     if not isinstance(given, dict):
         given, note = {}, (f"{rs.plan_path} predates the config it was given: the report plans experiment "

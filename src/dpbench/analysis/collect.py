@@ -131,9 +131,12 @@ def damaged(path: Path, error: Exception) -> dict:
     says which file and how to remake it, so the rest of the matrix is still collected."""
     rid = path.parent.name
     parts = results.parse_run_id(rid)
+    from dpbench.plan.pipeline import rerun_command
+
     target = path.parent / results.METRICS   # what the pipeline's train rule makes
-    reason = (f"{path} is damaged ({error_text(error)}); "
-              f"rerun it: snakemake --cores all {target} --forcerun train")
+    # the set's own experiment and config (plan.json): the command works as printed for this set
+    command = rerun_command(path.parent.parent.parent, target, extra=("--forcerun", "train"))
+    reason = f"{path}{results.DAMAGED_MARK}{error_text(error)}); rerun it: {command}"
     return {"run_id": rid, "variant": parts.variant if parts else "", "gpus": parts.gpus if parts else 0,
             "repeat": parts.repeat if parts else 0, "options": {}, "status": results.STATUS_FAILED,
             "reason": reason, "damaged": True}

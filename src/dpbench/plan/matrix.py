@@ -27,7 +27,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from dpbench import DISTRIBUTED_VARIANTS, results
+from dpbench import DISTRIBUTED_VARIANTS, VARIANTS, results
 from dpbench.plan import environments as envs
 from dpbench.plan import variant_options
 from dpbench.plan.config import RunConfig, factory_problem, train_schema
@@ -350,7 +350,26 @@ class Plan:
             return self._banner()
         sides = ", ".join(f"{k} (torch {v}: {self.environments[k]})" for k, v in self.environment_versions.items())
         return (self._banner() + f"\ndpbench: a paired launch of {sides}, their runs interleaved "
-                f"per cell and repeat (ABBA); compare them with: snakemake compare --config paired={self.tag}")
+                f"per cell and repeat (ABBA); compare them with: snakemake --cores 1 compare --config paired={self.tag}"
+                + (f" results_dir={self.config['results_dir']}" if self.config.get("results_dir", "results") != "results" else ""))
+
+    def cpu_ran_words(self) -> str:
+        """What the CPU plan trains, from its runs that are not skipped: 'single on 1 process, ddp
+        on 1 and 2 gloo processes'."""
+        counts: dict[str, set[int]] = {}
+        for rc in self.runs.values():
+            if not self.skipped(rc):
+                counts.setdefault(rc.variant, set()).add(rc.gpus)
+        if not counts:
+            return "nothing to train (every run is skipped)"
+        parts = []
+        for variant in sorted(counts, key=lambda v: (VARIANTS.index(v) if v in VARIANTS else 99, v)):
+            ranks = sorted(counts[variant])
+            listed = (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}") if len(ranks) > 1 else str(ranks[0])
+            many = len(ranks) > 1 or ranks[0] > 1
+            parts.append(f"{variant} on {listed} {'gloo ' if variant != 'single' else ''}"
+                         f"process{'es' if many else ''}")
+        return ", ".join(parts)
 
     def _banner(self) -> str:
         n = len(self.runs)
@@ -366,7 +385,7 @@ class Plan:
                      if skipped else "")
             return (f"dpbench: no CUDA device visible: running the CPU plan ({n} runs, {repeats} "
                     f"repeat(s) each) on {datasets} data with cpu_plan.train's budget{what}.\n"
-                    f"dpbench: single and ddp on gloo, one timed run at a time{extra}. Results: {where}")
+                    f"dpbench: {self.cpu_ran_words()}, one timed run at a time{extra}. Results: {where}")
         short = sorted({rc.gpus for rc in skipped if rc.gpus > self.gpus_visible})
         other = [rc for rc in skipped if rc.gpus <= self.gpus_visible]
         extra = f"; runs on {short} GPUs are recorded as skipped" if short else ""

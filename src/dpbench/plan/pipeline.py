@@ -10,6 +10,8 @@ import copy
 import difflib
 import os
 import re
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -133,18 +135,28 @@ def _validation_message(merged: dict) -> str | None:
             f"Allowed values: {SCHEMA}; on the command line: {CLI_FORMS}")
 
 
+TAG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._+-")
+TAG_MAX = 100   # one folder's name, with room under the file system's 255 for what dpbench adds
+TAG_RULE = f"letters, digits and ._+- only, at most {TAG_MAX} characters, no leading '.' and no '..'"
+
+
 def tag_problem(tag: Any, key: str = "tag") -> str | None:
-    """Why `tag` is not a result set's name (one folder under results_dir), or None. A path
-    (a separator, '..') would nest the set or leave results_dir; a leading dot hides it."""
+    """Why `tag` is not a result set's name (one folder under results_dir), or None. A tag is
+    letters, digits and `._+-` (it reaches file names, logs and the rules' command lines), at
+    most TAG_MAX characters; a leading dot would hide it, '..' would leave results_dir."""
     if not isinstance(tag, str) or tag == "":
         return None   # not a string: the schema says so; empty: the default tag
-    bad = ("a path separator" if "/" in tag or "\\" in tag else "'..'" if ".." in tag
-           else "a leading '.'" if tag.startswith(".") else "white space" if any(c.isspace() for c in tag)
-           else None)
+    bad_char = next((c for c in tag if c not in TAG_CHARS), None)
+    bad = (f"{len(tag)} characters" if len(tag) > TAG_MAX
+           else "a path separator" if bad_char in ("/", "\\")
+           else "white space" if bad_char is not None and bad_char.isspace()
+           else f"the character {bad_char!r}" if bad_char is not None
+           else "'..'" if ".." in tag else "a leading '.'" if tag.startswith(".") else None)
     if bad is None:
         return None
-    return (f"config key {key}: {tag!r} has {bad}; a tag is a name, one folder under results_dir "
-            f"(e.g. {key}=quick or {key}=torch-2.14.1)")
+    shown = tag if len(tag) <= 40 else tag[:37] + "..."
+    return (f"config key {key}: {shown!r} has {bad}; a tag is one folder's name under results_dir: "
+            f"{TAG_RULE} (e.g. {key}=quick or {key}=torch-2.14.1)")
 
 
 def fill_defaults(value: dict, spec: dict | None = None) -> dict:
@@ -164,6 +176,72 @@ def name_the_pipeline() -> None:
     """Tell every run this process starts which process is the pipeline: its watchdog
     (dpbench.run.watchdog) stops the run when that process is gone."""
     os.environ[PIPELINE_PID_ENV] = str(os.getpid())
+
+
+LAUNCHER = "dpbench.run.launch"   # a run's launcher names its module in its command line
+
+
+def _children() -> dict[int, list[int]]:
+    """Each live process's children, from /proc (empty where there is no /proc)."""
+    kids: dict[int, list[int]] = {}
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+            ppid = int(text[text.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(entry.name))
+    return kids
+
+
+def launchers_below(root: int) -> list[int]:
+    """The run launchers started below `root` (through its job shells): the top launcher of
+    each run, not the ranks under its torchrun (the launcher stops those)."""
+    kids, found, todo = _children(), [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if f"-m {LAUNCHER} " in f"{cmd} ":
+                found.append(pid)   # its torchrun and ranks are its own to stop
+            else:
+                todo.append(pid)
+    return found
+
+
+def stop_runs_on_interrupt() -> None:
+    """SIGINT to Snakemake (Ctrl-C, `kill -INT`) stops the running trainings within seconds.
+
+    Snakemake's own SIGINT handling ("Terminating processes on user request") only waits for
+    its running jobs: a SIGINT sent to Snakemake's pid alone (not to the terminal's whole
+    process group, as Ctrl-C does) left a training running to its last step. This handler
+    passes the SIGINT on to every run launcher below this process (each stops its torchrun and
+    ranks and writes a failed record, "stopped by SIGINT") and then lets Snakemake handle it as
+    before (KeyboardInterrupt). Installed from the Snakefile, in its main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if getattr(previous, "dpbench_stops_runs", False):
+        return
+
+    def interrupt(signum, frame):
+        for pid in launchers_below(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    interrupt.dpbench_stops_runs = True   # type: ignore[attr-defined]
+    signal.signal(signal.SIGINT, interrupt)
 
 
 def load_experiment(config: dict, basedir: str | Path) -> dict:
@@ -223,10 +301,14 @@ def make_plan(config: dict, given: dict | None = None) -> Plan:
     try:
         plan.runs
         plan.environment_versions
+        tag = plan.tag
     except envs.EnvironmentProblem as exc:
         raise ConfigError(str(exc)) from None
     except ValueError as exc:   # an impossible combination (e.g. batchnorm=sync with dp)
         raise ConfigError(f"experiment {config['experiment']!r}: {exc}") from None
+    problem = tag_problem(tag)
+    if problem:   # a tag made from the experiment's name
+        raise ConfigError(f"{problem}; set one with --config tag=<name>")
     return plan
 
 
@@ -288,6 +370,170 @@ def hold_pipeline_lock(set_dir: Path | str, tag: str) -> Path:
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _HELD[str(path)] = fd
     return path
+
+
+def pipeline_alive(set_dir: Path | str) -> bool:
+    """Whether a live pipeline holds results/<tag>/.pipeline.lock (see `hold_pipeline_lock`):
+    the kernel lets the lock go when its holder dies, however it dies."""
+    import fcntl
+
+    path = Path(set_dir) / PIPELINE_LOCK
+    if str(path) in _HELD:
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False   # no lock file: no pipeline ever got as far as taking it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _set_dir_of(path: str, results_dir: Path) -> Path | None:
+    """results_dir/<tag> for a file under it (None: elsewhere)."""
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(results_dir)))
+    except ValueError:
+        return None
+    return Path(results_dir) / rel.parts[0] if len(rel.parts) >= 2 and rel.parts[0] != "compare" else None
+
+
+def clear_stale_snakemake_locks(results_dir: Path | str, workdir: Path | str = ".") -> list[Path]:
+    """Removes the lock files a killed Snakemake left in <workdir>/.snakemake/locks (its default
+    file backend) when every file a lock names lies in a result set that no live pipeline holds
+    (`pipeline_alive`): after `kill -9` of a pipeline, the same command with
+    `--rerun-incomplete` runs instead of stopping at Snakemake's LockException. A lock naming
+    any other file (another workflow's, a compare's) is left for `snakemake --unlock`.
+    Returns the lock files removed."""
+    lockdir = Path(workdir) / ".snakemake" / "locks"
+    removed = []
+    for lock in sorted(lockdir.glob("*.*put.lock")) if lockdir.is_dir() else []:
+        try:
+            files = [line.strip() for line in lock.read_text().splitlines() if line.strip()]
+        except OSError:
+            continue
+        sets = {_set_dir_of(f, Path(results_dir)) for f in files}
+        if not files or None in sets or any(pipeline_alive(d) for d in sets):
+            continue
+        try:
+            lock.unlink()
+        except OSError:
+            continue
+        removed.append(lock)
+    return removed
+
+
+def _config_word(key: str, value: Any) -> str:
+    """One `--config` entry as Snakemake reads it back: scalars bare, lists and mappings as
+    YAML flow (JSON), which `coerce` types again by the schema."""
+    import json
+
+    if isinstance(value, (dict, list)):
+        return f"{key}={json.dumps(value, sort_keys=True)}"
+    if isinstance(value, bool):
+        return f"{key}={'true' if value else 'false'}"
+    return f"{key}={'' if value is None else value}"
+
+
+def set_config_args(set_dir: Path | str) -> list[str] | None:
+    """`--config` and the entries that plan the result set in `set_dir` again, from its plan.json
+    (what was given, its experiment and its tag pinned: a default tag names another torch once
+    torch is upgraded); None where plan.json is missing, unreadable or predates `given`."""
+    import json
+
+    path = results.ResultSet.at(Path(set_dir)).plan_path
+    try:
+        doc = json.loads(path.read_text())
+        given, experiment, tag = doc["given"], doc["experiment"], doc["tag"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(given, dict):
+        return None
+    config = {**given, "experiment": experiment, "tag": tag}
+    results_dir = Path(set_dir).parent
+    if str(results_dir) != str(config.get("results_dir", "results")):
+        config["results_dir"] = str(results_dir)
+    return ["--config", *(_config_word(k, v) for k, v in config.items())]
+
+
+def rerun_command(set_dir: Path | str, *targets: str | Path, extra: tuple[str, ...] = ()) -> str:
+    """The Snakemake command, shell-quoted, that makes `targets` of the result set in `set_dir`
+    with the set's own experiment and config (see `set_config_args`). Without a readable
+    plan.json: the command with its tag and a note that the set's other keys are needed."""
+    import shlex
+
+    words = ["snakemake", "--cores", "all", *map(str, targets), *extra]
+    args = set_config_args(set_dir)
+    if args is None:
+        return (shlex.join([*words, "--config", f"tag={Path(set_dir).name}"])
+                + " plus the experiment and --config keys that made the set (its plan.json is unreadable)")
+    return shlex.join([*words, *args])
+
+
+def run_outcomes(plan: Plan) -> dict[str, Any]:
+    """What the plan's runs came to, from their records: counts per status (`not run` where no
+    record is there) and, per status, (reason, count) from the commonest down."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    reasons: dict[str, Counter] = {}
+    for run_id in plan.runs:
+        try:
+            rec = results.read_metrics(plan.results.run_dir(run_id))
+        except (OSError, ValueError):
+            rec = {"status": results.STATUS_FAILED, "reason": "its metrics.json cannot be read"}
+        status = rec.get("status", "?") if isinstance(rec, dict) else "not run"
+        counts[status] += 1
+        if isinstance(rec, dict) and status != results.STATUS_OK:
+            reason = str(rec.get("reason") or "no reason recorded").strip().splitlines()
+            line = reason[0] if reason else "no reason recorded"
+            reasons.setdefault(status, Counter())[line if len(line) <= 160 else line[:157] + "..."] += 1
+    return {"counts": dict(counts), "reasons": {k: v.most_common() for k, v in reasons.items()}}
+
+
+def outcome_lines(plan: Plan, top: int = 3) -> list[str]:
+    """The pipeline's last words: how many runs are ok, failed, skipped (and not run), with the
+    commonest reasons, and where the rest is written."""
+    out = run_outcomes(plan)
+    counts = out["counts"]
+    order = [results.STATUS_OK, results.STATUS_FAILED, results.STATUS_SKIPPED, "not run"]
+    parts = [f"{counts.get(k, 0)} {k}" for k in order if counts.get(k) or k != "not run"]
+    parts += [f"{n} {k}" for k, n in counts.items() if k not in order]
+    lines = [f"dpbench: {len(plan.runs)} runs in {plan.results.dir}: {', '.join(parts)}"]
+    for status in (results.STATUS_FAILED, results.STATUS_SKIPPED):
+        for reason, n in out["reasons"].get(status, [])[:top]:
+            lines.append(f"dpbench:   {status} ({n}): {reason}")
+        rest = len(out["reasons"].get(status, [])) - top
+        if rest > 0:
+            lines.append(f"dpbench:   {status}: {rest} other reason(s)")
+    if counts.get(results.STATUS_FAILED) or counts.get(results.STATUS_SKIPPED):
+        lines.append(f"dpbench: every run and its reason: {plan.results.summary_md}")
+    return lines
+
+
+def report_outcomes(plan: Plan, targets: Any, succeeded: bool) -> int:
+    """Prints `outcome_lines` (Snakemake's onsuccess and onerror) where the pipeline made or
+    needs runs of this set; returns the exit status the pipeline should end with: 1 when
+    `fail_on_failed_runs` is set and a run failed, else 0."""
+    import sys
+
+    if not needs_pipeline_lock(targets):   # compare: no runs of this set
+        return 0
+    try:
+        lines = outcome_lines(plan)
+        failed = run_outcomes(plan)["counts"].get(results.STATUS_FAILED, 0)
+    except OSError as exc:
+        print(f"dpbench: cannot count the runs of {plan.results.dir} ({exc})", file=sys.stderr)
+        return 0
+    if plan.config.get("fail_on_failed_runs") and failed:
+        lines.append(f"dpbench: {failed} run(s) failed and fail_on_failed_runs is set: the pipeline fails"
+                     + ("" if succeeded else " (it failed anyway)"))
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return 1 if plan.config.get("fail_on_failed_runs") and failed else 0
 
 
 def table_files(plan: Plan) -> dict[str, str]:
@@ -367,7 +613,7 @@ def compare_args(config: dict, tag: str) -> str:
         args = ["--results-dir", config["results_dir"], "--paired", config["paired"]]
         return " ".join(shlex.quote(str(a)) for a in args + _compare_flags(dict(config["compare"])))
     if not baseline:
-        raise ConfigError("compare needs a baseline: snakemake compare --config baseline=<tag> "
+        raise ConfigError("compare needs a baseline: snakemake --cores 1 compare --config baseline=<tag> "
                           "[candidate=<tag>], or paired=<tag> (tags are the folders under results/)")
     for key in ("baseline", "candidate"):
         problem = tag_problem(config.get(key), key)

@@ -152,18 +152,23 @@ def render_markdown(report: dict) -> str:
              "nothing (no --fail-on given)")
     out += ["", f"**Verdict: {report['verdict']['line']}**", "",
             f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
+    # A paired report since the geometric means: the centres its change is made of (older ones: medians).
+    paired_geo = bool(paired) and all("geomean_baseline" in r for r in report["throughput"])
     sections = [
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
-        ("Throughput within the launch (images/s, median over repeats)",
-         "`smallest`: the change this cell's test finds at 80% power (noncentral t); `p (Holm)`: adjusted "
+        (f"Throughput within the launch (images/s, {'geometric mean' if paired_geo else 'median'} over repeats)",
+         ("`change`: the ratio of the geometric means - 1, the change the test judges (its mean log "
+          "change); " if paired_geo else "")
+         + "`smallest`: the change this cell's test finds at 80% power (noncentral t); `p (Holm)`: adjusted "
          "over the cells; `equivalence`: two one-sided tests of the change against the margin (`within` "
          "when both reject at alpha: a change that large is ruled out), with their p.",
          ["run group", "runs", "baseline", "candidate", "change", "smallest", "p (Holm)", "verdict", "equivalence",
           "TOST p"],
          [1, 2, 3, 4, 5, 6, 9],
-         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}", r["median_baseline"], r["median_candidate"],
+         [[_run_group(r), f"{r['n_baseline']}/{r['n_candidate']}",
+           r.get("geomean_baseline", r["median_baseline"]), r.get("geomean_candidate", r["median_candidate"]),
            _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"]),
            _within(r), r.get("tost_p")]
           for r in report["throughput"]]) if paired else

@@ -25,7 +25,7 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import NullFormatter, StrMethodFormatter
+from matplotlib.ticker import Formatter, NullFormatter, StrMethodFormatter
 
 from dpbench import VARIANTS, results
 
@@ -257,10 +257,24 @@ def fit_y(axes: Sequence[Axes], tops: Sequence[float], bottoms: Sequence[float] 
             ax.set_ylim(lo - (margin * span if lo < 0 else 0), hi + margin * span)
 
 
+class _Thousands(Formatter):
+    """Thousands separators, and as many decimals as the ticks need to differ (0.25, 0.5, ...
+    on a small axis: never 0, 0, 0, 1, 1)."""
+
+    def set_locs(self, locs):
+        self.ticks = [float(v) for v in locs]
+
+    def __call__(self, x, pos=None):
+        locs = getattr(self, "ticks", None) or [float(x)]
+        digits = next((d for d in range(7) if all(abs(round(v, d) - v) <= 1e-9 * max(1.0, abs(v)) for v in locs)), 6)
+        return f"{x:,.{digits}f}"
+
+
 def thousands(ax: Axes) -> None:
-    """y tick labels with thousands separators (12,000 rather than 12000)."""
+    """y tick labels with thousands separators (12,000 rather than 12000), and decimals where
+    the ticks are fractions."""
     if ax.get_yscale() == "linear":
-        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.yaxis.set_major_formatter(_Thousands())
 
 
 @contextmanager

@@ -86,6 +86,13 @@ IDEAL_LABEL = {STRONG: "ideal, strong:\nGPUs × single at the\nsame global batch
 NO_IDEAL = "no single run at this batch:\nno ideal line"
 
 
+def on_cpu_words(text: str, cpu: bool) -> str:
+    """A label written for GPUs, as it reads for a set made on the CPU (gloo processes)."""
+    if not cpu:
+        return text
+    return text.replace("per-GPU", "per-process").replace("GPU count", "process count").replace("GPUs", "processes")
+
+
 # -- shared pieces --------------------------------------------------------------------------
 
 def why_empty(summary: pd.DataFrame, detail: str) -> str:
@@ -283,7 +290,7 @@ def plot_throughput(t: Tables) -> Figure:
         unit = str(ok.loc[ok["label"] == lab, "rate_unit"].iloc[0])
         ax.set_ylabel(f"{unit} (log scale)" if is_log else unit)
         thousands(ax)
-    add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=IDEAL_LABEL[k])
+    add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=on_cpu_words(IDEAL_LABEL[k], on_cpu(ok)))
                                      for k in (STRONG, WEAK) if k in kinds_drawn])
     figure_title(fig, f"{title} (points: repeats; line: medians; "
                  f"{interval_words(pd.concat(meds), 'rate')})")
@@ -324,8 +331,8 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     panels = efficiency_panels(with_efficiency(ok), single_pools(ok))
     if not panels:
-        return placeholder(title, "no run has a single run to compare with\n(at its global batch "
-                                  "or at its per-GPU batch)")
+        return placeholder(title, on_cpu_words("no run has a single run to compare with\n(at its global batch "
+                                               "or at its per-GPU batch)", on_cpu(ok)))
     variants = variant_order(pd.concat([p[2] for p in panels])["variant"])
     first_weak = next((i for i, p in enumerate(panels) if p[0] == WEAK), None)
     n_cols = max(sum(p[0] == STRONG for p in panels), sum(p[0] == WEAK for p in panels))
@@ -338,14 +345,14 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
         ax.axhline(1.0, **{k: v for k, v in IDEAL_STYLE[kind].items() if k not in ("marker", "ms")},
                    gid=reference_gid(f"1.0 {kind}"))
         gpu_ticks(ax, runs["gpus"], on_cpu(ok))
-        ax.set_ylabel("throughput ÷ (GPUs × single)")
+        ax.set_ylabel(on_cpu_words("throughput ÷ (GPUs × single)", on_cpu(ok)))
         panel_title(ax, head)
         tops.append(max(values + [1.0]))
     fit_y(axes, [max(1.1, t) for t in tops])
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=f"1.0 = ideal ({k})")
                                      for k in (STRONG, WEAK) if any(p[0] == k for p in panels)])
     against = {STRONG: "strong: against single at the same global batch",
-               WEAK: "weak: against single at the per-GPU batch"}
+               WEAK: on_cpu_words("weak: against single at the per-GPU batch", on_cpu(ok))}
     kinds = [k for k in (STRONG, WEAK) if any(p[0] == k for p in panels)]
     bars = interval_words(pd.concat([p[3].rename(columns=lambda c: c.replace(f"_{p[0]}", ""))
                                      for p in panels]), "efficiency", at_least=True)
@@ -602,7 +609,7 @@ def plot_accuracy(t: Tables) -> Figure:
 # -- warnings -------------------------------------------------------------------------------
 
 def plot_warnings(t: Tables) -> Figure:
-    title = "Warnings per variant and GPU count"
+    title = on_cpu_words("Warnings per variant and GPU count", on_cpu(t["summary"]))
     w = t["warnings"]
     if w.empty:
         return placeholder(title, "no warnings recorded")

@@ -65,12 +65,23 @@ def base_variant(name: str) -> str:
     return name.removesuffix(KEEP)
 
 
-def gpu_words(gpus: int) -> str:
+def gpu_words(gpus: int, cpu: bool = False) -> str:
+    """'2 GPUs', or on a set made on the CPU '2 processes' (gloo)."""
+    if cpu:
+        return f"{gpus} process{'es' if gpus > 1 else ''}"
     return f"{gpus} GPU{'s' if gpus > 1 else ''}"
 
 
 def size_words(parameters: float) -> str:
-    return f"{parameters / 1e9:.1f}B" if parameters >= 1e9 else f"{parameters / 1e6:.0f}M"
+    """1.1B, 12M, 1.5M, 350K, 900: a small model's count is not '0M'."""
+    p = float(parameters)
+    if p >= 1e9:
+        return f"{p / 1e9:.1f}B"
+    if p >= 1e6:
+        return f"{p / 1e6:.0f}M" if p >= 9.95e6 else f"{p / 1e6:.1f}M"
+    if p >= 1e3:
+        return f"{p / 1e3:.0f}K" if p >= 9.95e3 else f"{p / 1e3:.1f}K"
+    return f"{p:.0f}"
 
 
 def name_order(names) -> list[str]:
@@ -104,6 +115,7 @@ def plot_memory_components(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no run recorded memory by component"))
     panels = list(bars.groupby(["workload", "parameters", "precision"], dropna=False, sort=True))
     fig, axes = panel_grid(len(panels), n_cols=2)
+    cpu = plots.on_cpu(t["summary"])
     if max(len(panel.groupby(["name", "gpus"])) for _, panel in panels) > 6:   # room for upright labels
         fig.set_figheight(fig.get_figheight() + 1.4 * -(-len(panels) // 2))   # per row of panels
     for ax, ((workload, parameters, precision), panel) in zip(axes, panels):
@@ -122,7 +134,7 @@ def plot_memory_components(t: Tables) -> Figure:
         ax.scatter(x, predicted, marker="_", s=400, linewidths=2, color=REFERENCE_COLOR, zorder=3,
                    gid=reference_gid("closed form"))
         crowded = len(order) > 6
-        ax.set_xticks(x, [f"{n}{' · ' if crowded else chr(10)}{gpu_words(g)}" for n, g in order],
+        ax.set_xticks(x, [f"{n}{' · ' if crowded else chr(10)}{gpu_words(g, cpu)}" for n, g in order],
                       rotation=90 if crowded else 0, fontsize="x-small" if len(order) > 4 else "small")
         ax.set(ylabel="MiB per device", xlim=(-0.6, len(order) - 0.4),
                ylim=(0, 1.08 * max(float(bottom.max()), float(np.nanmax(predicted, initial=0)))))
@@ -277,7 +289,7 @@ def plot_sharding_vs_size(t: Tables) -> Figure:
                ylim=(panel["value"].min() / 1.6, panel["value"].max() * 1.6))
         ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
-        panel_title(ax, f"{workload} · {gpu_words(gpus)} · {precision} · {quantity}")
+        panel_title(ax, f"{workload} · {gpu_words(gpus, plots.on_cpu(t['summary']))} · {precision} · {quantity}")
     handles = [Line2D([], [], color=color(base_variant(n)), marker="o", ls="--" if n.endswith(KEEP) else "-",
                       label=n) for n in names]
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="variant")

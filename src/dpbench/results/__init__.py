@@ -62,6 +62,9 @@ SHARDING_FIGURE_NAMES = ("memory_components", "sharding_vs_size")
 CLAIM_FIGURE_KEYS = ("C1", "C6", "C7", "C8", "C8_dp_step", "C9")
 
 STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
+# In a failed row's reason: collect could not read the run's metrics.json or steps.csv (the file
+# is named before it). Compare reads such a row as a broken input (exit 2), never as a result.
+DAMAGED_MARK = " is damaged ("
 
 def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None = None) -> str:
     """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options

@@ -23,16 +23,22 @@ STOP_GRACE_S = 10.0   # from the stop's SIGTERM to SIGKILL of whatever of the ru
 
 class forward_signals:
     """While a child runs: SIGTERM, SIGINT and SIGHUP to this process go to the child's whole
-    process group (torchrun then stops its ranks); a SIGKILL of this process reaches torchrun
-    through PR_SET_PDEATHSIG (see `die_with_parent`)."""
+    process group (torchrun then stops its ranks), the first one only: a Ctrl-C reaches the
+    launcher twice (from the terminal and from the pipeline's handler, see
+    `dpbench.plan.pipeline.stop_runs_on_interrupt`), and a second signal would cut torchrun's
+    own shutdown short. A SIGKILL of this process reaches torchrun through PR_SET_PDEATHSIG
+    (see `die_with_parent`); `stop_run` kills what is left after its grace."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
     def __init__(self, proc: subprocess.Popen):
-        self.proc, self.saved = proc, {}
+        self.proc, self.saved, self.forwarded = proc, {}, False
 
     def _forward(self, signum, _frame):
         STOP.reason = STOP.reason or f"stopped by {signal.Signals(signum).name}"
+        if self.forwarded:
+            return
+        self.forwarded = True
         try:
             os.killpg(self.proc.pid, signum)
         except ProcessLookupError:

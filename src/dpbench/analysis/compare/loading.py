@@ -83,6 +83,14 @@ def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
     summary = tables["summary"]
     if summary.empty:
         raise InputError(f"{R.table_path(root, tag, 'summary')} has a header but no runs")
+    damaged = summary[(summary["status"] == R.STATUS_FAILED)
+                      & summary["reason"].fillna("").astype(str).str.contains(R.DAMAGED_MARK, regex=False)]
+    if len(damaged):   # not a failed run: a file collect could not read, so no verdict on it
+        rid, reason = damaged.iloc[0]["run_id"], str(damaged.iloc[0]["reason"])
+        more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        raise InputError(f"{role} result set {tag!r}: run {rid}{more} is damaged, not failed: "
+                         f"{reason.split('; rerun it: ')[0]}; remake it and collect again"
+                         + (f" ({reason.split('; rerun it: ')[1]})" if "; rerun it: " in reason else ""))
     # Memory, warnings and curves of runs that did not finish are partial: status reports those.
     ok_ids = set(summary.loc[summary["status"] == R.STATUS_OK, "run_id"])
     for name in ("memory", "warnings", "steps"):

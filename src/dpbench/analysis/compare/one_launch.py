@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dpbench import results as R
@@ -109,9 +110,14 @@ def paired_throughput_rows(frame: pd.DataFrame, base: str, cand: str, th: Thresh
     for r in verdict.cells:
         mine = frame[frame["cell"] == r.cell]
         med = mine.groupby("environment")["samples_per_s"].median()
+        # the centre the test's change is made of (ratio of geometric means - 1): its sign agrees
+        geo = mine[mine["samples_per_s"] > 0].groupby("environment")["samples_per_s"].agg(
+            lambda v: float(np.exp(np.log(v.to_numpy(float)).mean())))
         rows.append({**cell_fields(r.cell), "n_baseline": r.n_base, "n_candidate": r.n_cand,
                      "median_baseline": float(med.get(base, float("nan"))),
                      "median_candidate": float(med.get(cand, float("nan"))),
+                     "geomean_baseline": float(geo.get(base, float("nan"))),
+                     "geomean_candidate": float(geo.get(cand, float("nan"))),
                      "change": r.change, "smallest_detectable": r.smallest_detectable,
                      "p_holm": r.p_holm, "verdict": r.verdict, "severity": SEVERITY.get(r.verdict, "info"),
                      "tost_p": r.tost_p, "within": r.within, "equivalence": verdict.delta})

@@ -1,0 +1,68 @@
+"""A run that collect marked damaged (its steps.csv or metrics.json unreadable) is a broken
+input to compare: named as damaged, exit 2, never 1, with --fail-on-regression too; in two
+launches and in one paired launch (docs/compare.md)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "results" / "reference"
+ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+BASELINE, CANDIDATE = "cpu_check-torch-2.13.0+cpu", "cpu_check-torch-2.14.1+cu130"
+PAIRED = "cpu-paired-213-vs-2141-43b8177"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+
+
+def copy_set(root: Path, tag: str) -> Path:
+    shutil.copytree(REFERENCE / tag, root / tag, ignore=shutil.ignore_patterns("figures", "logs", "*.md"))
+    return root / tag
+
+
+def damage_and_collect(root: Path, tag: str, run_id: str) -> None:
+    steps = root / tag / "runs" / run_id / "steps.csv"
+    if steps.exists():
+        text = steps.read_text()
+        steps.write_text(text[: len(text) // 2])   # cut short mid-line
+    else:   # the older reference kept no curves: one with no header
+        steps.write_text("1,2,3\n")
+    proc = cli("dpbench.analysis.collect", "--results-dir", str(root), "--tag", tag)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = (root / tag / "summary.csv").read_text()
+    assert "is damaged" in summary
+
+
+def _says_damaged(proc: subprocess.CompletedProcess, run_id: str) -> None:
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert run_id in lines[0] and "damaged" in lines[0]
+
+
+@pytest.mark.parametrize("flags", [[], ["--fail-on-regression"], ["--fail-on", "regressions,new-failures"]])
+def test_a_damaged_run_in_the_candidate_is_exit_2(tmp_path, flags):
+    if flags[-1:] == ["regressions,new-failures"]:
+        from dpbench.analysis import compare
+        flags = ["--fail-on", ",".join(compare.FAIL_ON)]
+    for tag in (BASELINE, CANDIDATE):
+        copy_set(tmp_path, tag)
+    damage_and_collect(tmp_path, CANDIDATE, "ddp-g1-r0")
+    proc = cli("dpbench.compare_cli", "--results-dir", str(tmp_path), "--baseline", BASELINE,
+               "--candidate", CANDIDATE, *flags)
+    _says_damaged(proc, "ddp-g1-r0")
+
+
+def test_a_damaged_run_in_a_paired_launch_is_exit_2(tmp_path):
+    copy_set(tmp_path, PAIRED)
+    damage_and_collect(tmp_path, PAIRED, "ddp-g1-envcand-r1")
+    proc = cli("dpbench.compare_cli", "--results-dir", str(tmp_path), "--paired", PAIRED, "--fail-on-regression")
+    _says_damaged(proc, "ddp-g1-envcand-r1")
