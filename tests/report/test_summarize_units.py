@@ -32,3 +32,18 @@ def test_a_token_workload_is_summarised_in_tokens_per_second(tmp_path):
     assert "tokens/s" in headline and "images/s" not in headline
     fig = plots.plot_throughput(plots.load_tables(tmp_path, tag))
     assert [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()] == ["tokens/s"]
+
+
+def test_compare_judges_a_token_workloads_throughput_in_tokens_per_second(tmp_path):
+    from dpbench.analysis import compare
+    from dpbench.report import compare_report
+    for tag in ("a", "b"):
+        runs = results.runs_dir(tmp_path, tag)
+        for repeat in (0, 1):
+            run_engine(runs / f"single-g1-r{repeat}", variant="single", repeat=repeat, workload=LM,
+                       global_batch=4, synthetic_size=16, max_steps=3, warmup_steps=1)
+        collect.collect(tmp_path, tag)
+    report = compare.compare(tmp_path, "a", "b")
+    assert report["throughput_unit"] == "tokens/s"
+    assert len(report["throughput"]) == 1   # before, a token workload had no images/s to compare
+    assert "Throughput (tokens/s" in compare_report.render_markdown(report)

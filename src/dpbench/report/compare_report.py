@@ -154,11 +154,12 @@ def render_markdown(report: dict) -> str:
             f"Fails the job: {fails}. Counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "."]
     # A paired report since the geometric means: the centres its change is made of (older ones: medians).
     paired_geo = bool(paired) and all("geomean_baseline" in r for r in report["throughput"])
+    unit = report.get("throughput_unit", "images/s")   # reports before the workload's unit: images
     sections = [
         ("Run status", "", ["run", "baseline", "candidate", "change", "reason"], [],
          [[r["run_id"], r["baseline"], r["candidate"], _mark(r, r["change"]), r["reason"]]
           for r in report["status"]]),
-        (f"Throughput within the launch (images/s, {'geometric mean' if paired_geo else 'median'} over repeats)",
+        (f"Throughput within the launch ({unit}, {'geometric mean' if paired_geo else 'median'} over repeats)",
          ("`change`: the ratio of the geometric means - 1, the change the test judges (its mean log "
           "change); " if paired_geo else "")
          + "`smallest`: the change this cell's test finds at 80% power (noncentral t); `p (Holm)`: adjusted "
@@ -172,10 +173,10 @@ def render_markdown(report: dict) -> str:
            _signed(r["change"], "%", 100), _pct(r["smallest_detectable"]), r["p_holm"], _mark(r, r["verdict"]),
            _within(r), r.get("tost_p")]
           for r in report["throughput"]]) if paired else
-        (f"Throughput (images/s, {'geometric mean' if geo else 'median'} over repeats)",
+        (f"Throughput ({unit}, {'geometric mean' if geo else 'median'} over repeats)",
          ("`vs others`: the change beyond the median change of the other cells; `floor`: the "
           "departure a verdict needs; " if launch else "`floor`: the change a verdict needs; ")
-         + f"`p (Holm)`: Welch's p{' on log images/s,' if geo else ''} adjusted over the cells.",
+         + f"`p (Holm)`: Welch's p{' on log throughput,' if geo else ''} adjusted over the cells.",
          ["run group", "repeats", "baseline", "candidate", "change"] + (["vs others"] if launch else [])
          + ["floor", "p", "p (Holm)", "verdict", "note"],
          range(1, 9 if launch else 8),

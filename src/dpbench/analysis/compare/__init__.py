@@ -13,7 +13,7 @@ so a nightly job cannot read it as "regression found".
 
 A change counts only beyond the noise measured for it:
 
-- Throughput, per (variant, gpus, options) cell, one images_per_s per ok repeat:
+- Throughput, per (variant, gpus, options) cell, one rate (the workload's unit) per ok repeat:
       change = geometric mean(candidate) / geometric mean(baseline) - 1
       |change| <= max(threshold, noise_floor)                   -> "no change"
       |change| <= k_spread x pooled CV of the repeats, or
@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dpbench.analysis.cells import cell_fields
 from dpbench.analysis.compare.mechanisms import compare_mechanisms
@@ -105,6 +106,15 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
                     **({"noise_unfitted": fitted["unfitted"]} if "unfitted" in fitted else {}))
 
 
+def throughput_unit(base: dict, cand: dict) -> str:
+    """The unit the throughput rows are in: the workloads' (images/s, tokens/s), or, where the
+    sets mix workloads of different units, each cell its own."""
+    units = set()
+    for side in (base, cand):
+        units |= set(side["tables"]["ok_summary"].get("rate_unit", pd.Series(["images/s"])).dropna())
+    return units.pop() if len(units) == 1 else "each workload's unit"
+
+
 def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Thresholds, sets: dict,
              prov: dict, throughput: list[dict], noise_row: dict | None, aa_curves: dict | None = None,
              report_format: int = REPORT_FORMAT, aa_sides: list[dict] | None = None,
@@ -122,6 +132,7 @@ def assemble(baseline: str, candidate: str, base: dict, cand: dict, th: Threshol
         "status": [asdict(r) for r in compare_status(base, cand, sets)],
         "noise": noise_row,
         "throughput": throughput,
+        "throughput_unit": throughput_unit(base, cand),
         "memory": [asdict(r) for r in compare_memory(base, cand, th)],
         "warnings": {kind: [asdict(r) for r in rows] for kind, rows in compare_warnings(base, cand).items()},
         "loss": compare_loss(base, cand, th, prov, aa_curves, aa_sides, seed_paired=report_format >= 3,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dpbench import results as R
 from dpbench.analysis.cells import CELL_KEY
@@ -81,6 +82,12 @@ def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
         raise MissingInput(f"{role} result set {tag!r} is incomplete, missing: {', '.join(missing)}")
     tables = {n: _read_table(root, tag, n) for n in COLUMNS}
     summary = tables["summary"]
+    # a set collected before the workload's unit has no rate: its throughput was images/s
+    rate = summary["rate"] if "rate" in summary.columns else pd.Series(float("nan"), index=summary.index)
+    unit = summary["rate_unit"] if "rate_unit" in summary.columns else pd.Series(None, index=summary.index, dtype=object)
+    older = rate.isna() & summary["images_per_s"].notna()
+    summary = tables["summary"] = summary.assign(rate=rate.where(~older, summary["images_per_s"]),
+                                                 rate_unit=unit.where(~older, "images/s"))
     if summary.empty:
         raise InputError(f"{R.table_path(root, tag, 'summary')} has a header but no runs")
     damaged = summary[(summary["status"] == R.STATUS_FAILED)

@@ -78,12 +78,12 @@ def samples(rs: dict, base: str, cand: str) -> pd.DataFrame:
     ok = rs["tables"]["ok_summary"]
     for rec_row in ok.to_dict("records"):
         env = rs["records"][rec_row["run_id"]].config.get("environment") if rec_row["run_id"] in rs["records"] else None
-        if env not in (base, cand) or pd.isna(rec_row["images_per_s"]):
+        if env not in (base, cand) or pd.isna(rec_row["rate"]):
             continue
         variant, gpus, options = cell_key(rec_row)
         rows.append({"cell": (variant, gpus, _without(options, env)), "environment": env,
                      "order": order.get(rec_row["run_id"], len(order) + len(rows)),
-                     "samples_per_s": float(rec_row["images_per_s"])})
+                     "samples_per_s": float(rec_row["rate"])})   # in the workload's unit
     return pd.DataFrame(rows, columns=["cell", "environment", "order", "samples_per_s"])
 
 

@@ -142,8 +142,9 @@ def compare_throughput(base: dict, cand: dict, th: Thresholds, launch_noise: noi
                        report_format: int = 2) -> tuple[dict[tuple, ThroughputVerdict], dict | None]:
     """Per cell (CELL_KEY) in both sets, its verdict; and the launch-noise judgement (as
     throughput_verdicts)."""
-    a = ok_values(base["tables"]["summary"], "images_per_s")
-    b = ok_values(cand["tables"]["summary"], "images_per_s")
+    # throughput in the workload's unit (images/s, tokens/s): the same ratio either way
+    a = ok_values(base["tables"]["summary"], "rate")
+    b = ok_values(cand["tables"]["summary"], "rate")
     verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th,
                                            launch_noise, report_format)
     if launch_noise is not None:
@@ -182,7 +183,7 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict,
                 raise InputError(f"A/A launch {t!r} ran on other hardware than the baseline ({k}: "
                                  f"{prov_value(s, k)} vs {prov_value(baseline, k)}); its noise says "
                                  f"nothing here: pass launches made on the baseline's machine")
-    medians = {t: {k: float(np.median(v)) for k, v in ok_values(s["tables"]["summary"], "images_per_s").items()}
+    medians = {t: {k: float(np.median(v)) for k, v in ok_values(s["tables"]["summary"], "rate").items()}
                for t, s in sets.items()}
     cells = sorted(set.intersection(*(set(m) for m in medians.values())))
     try:
