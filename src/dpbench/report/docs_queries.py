@@ -320,6 +320,50 @@ def parity_host_bound(ref: Path) -> str:
     return f"{_range(min(r['ratio_low'] for r in rows), max(r['ratio_high'] for r in rows), '{:.2f}')} over {len(rows)} cells"
 
 
+def _activation_peak(ref: Path, cell: str, variant: str) -> float:
+    rows = memory_component_rows(_record(ref, cell, variant))
+    return float(rows[0]["activation_peak_mib"])
+
+
+@query("one_rank_fsdp_activations", SHARDING)
+def one_rank_fsdp_activations(ref: Path) -> str:
+    """One rank's activation peak under fsdp against single's, at 12M and 110M."""
+    parts = [f"{_activation_peak(ref, cell, 'fsdp'):.1f} vs {_activation_peak(ref, cell, 'single'):.1f} MiB at {size}"
+             for cell, size in (("lm-12m", "12M"), ("lm-125m", "110M"))]
+    return ", ".join(parts)
+
+
+# -- rehearsed ranks on one H200 (issue 38) -------------------------------------------------------
+
+REHEARSAL = "h200-rehearsal-525c3e7"
+
+
+@query("rehearsal_memory_table", REHEARSAL)
+def rehearsal_memory_table(ref: Path) -> str:
+    """Per variant and N, the 236M model's per-rank components: measured (model, error)."""
+    m = pd.read_csv(ref / REHEARSAL / "memory_per_rank.csv")
+    m = m[m["size"] == "1024x16"]
+    comps = ["parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak"]
+    lines = ["| variant | N | " + " | ".join(c.replace("_", " ") for c in comps) + " |",
+             "|---|--:|" + "--:|" * len(comps)]
+    for (variant, gpus), g in m.groupby(["variant", "gpus"], sort=False):
+        by = g.set_index("component")
+        cells = []
+        for c in comps:
+            r = by.loc[c]
+            err = "" if pd.isna(r["relative_difference"]) else f" ({100 * r['relative_difference']:+.1f}%)"
+            cells.append(f"{r['measured_mib']:,.0f} / {r['predicted_mib']:,.0f}{err}")
+        lines.append(f"| {variant} | {gpus} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@query("rehearsal_c9", REHEARSAL)
+def rehearsal_c9(ref: Path) -> str:
+    """C9 as the ledger words it from the rehearsed searches (the bold verdict line)."""
+    text = (ref / REHEARSAL / "rehearsal.md").read_text()
+    return next(line for line in text.splitlines() if line.startswith("**C9"))
+
+
 # -- committed comparisons ------------------------------------------------------------------------
 
 def _change_range(ref: Path, report: str) -> str:
