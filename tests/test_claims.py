@@ -425,7 +425,7 @@ def test_probe_cli_reads_the_plan_the_pipeline_writes(tmp_path, monkeypatch):
     probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--plan", str(path)])
     assert got == {"batches": [512, 8192]}
     rule = (ROOT / "Snakefile").read_text().split("rule probe:")[1].split("rule ")[0]
-    assert "--plan {input.plan}" in rule and "RS.plan_path" in rule
+    assert "--plan {input.plan:q}" in rule and "RS.plan_path" in rule   # quoted, as every rule argument
 
 
 def test_observation_ids_are_unique_in_a_record():
