@@ -36,7 +36,7 @@ COMMANDS = {
     "probe": ("dpbench.claims.probe", "one claim probe's record"),
     "compare": ("dpbench.compare_cli", "the regression check of two result sets"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
-    "check-workload": ("dpbench.workloads.check", "a workload's factory: one CPU forward and backward, its sizes"),
+    "check-workload": ("dpbench.run.check_workload", "a workload on the CPU: its factory, a forward and backward, two engine steps"),
 }
 
 

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpbench.run.step import train_step
 from dpbench.run.variants import StepLosses, Variant
+from dpbench.workloads.calls import Inputs, first_tensor
 
 MIB = 2 ** 20
 PHASES = ("forward", "backward", "step")
@@ -164,13 +165,13 @@ def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhaseP
             **(peaks or PhasePeaks(torch.device("cpu"))).row()}
 
 
-def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y: torch.Tensor,
                   n_global: int, autocast, distributed: bool) -> tuple[StepLosses, dict[str, Any], list[dict]]:
     """One training step (the engine's train_step) with its memory by phase and, in a
     distributed run, its collectives: (losses, this rank's memory row, collective rows).
     A compiled module runs without the counter (a dispatch mode around a compiled graph would
     change what runs): its collectives are DDP's buckets alone."""
-    peaks = PhasePeaks(x.device)
+    peaks = PhasePeaks(first_tensor(x).device)
     compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule)
     counter = CollectiveCounter() if distributed and not compiled else None
     peaks.begin()

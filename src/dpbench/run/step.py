@@ -9,12 +9,14 @@ from typing import Callable
 import torch
 
 from dpbench.run.variants import StepLosses, Variant
+from dpbench.workloads.calls import Inputs
 
 
-def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y: torch.Tensor,
                n_global: int, autocast: Callable[[], AbstractContextManager] = nullcontext,
                zero_grad: bool = True, mark: Callable[[str], None] | None = None) -> StepLosses:
-    """One step on the batch (x, y) of n_global images in all. zero_grad=False leaves the
+    """One step on the batch (x, y) of n_global samples in all (x: a tensor, or a tuple or dict
+    of tensors, workloads.calls). zero_grad=False leaves the
     gradients to the backward (a CUDA graph's capture writes them anew into its pool). mark:
     called with "forward", "backward" and "step" as each phase ends (the profiled step's
     memory by phase, run.components)."""
