@@ -6,7 +6,6 @@ replica in-process (its scatter needs GPUs: tools/device/models_io.py)."""
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
