@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dpbench.workloads import registry
-from dpbench.workloads.check import main as check_main
+from dpbench.run.check_workload import main as check_main
 from dpbench.workloads.registry import WorkloadError
 from dpbench.workloads.spec import build as spec_build
 

@@ -38,7 +38,7 @@ COMMANDS = {
     "compare": ("dpbench.compare_cli", "the regression check of two result sets"),
     "bisect": ("dpbench.bisect_cli", "which of an ordered list of environments first made a cell slower"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
-    "check-workload": ("dpbench.workloads.check", "a workload's factory: one CPU forward and backward, its sizes"),
+    "check-workload": ("dpbench.run.check_workload", "a workload on the CPU: its factory, a forward and backward, two engine steps"),
 }
 
 

@@ -84,6 +84,7 @@ def bare_loop(cfg: dict) -> dict:
 
     from dpbench.plan.config import RunConfig
     from dpbench.run.engine import build_workload, set_numerics
+    from dpbench.workloads.calls import map_tensors, model_output
 
     rc = RunConfig.from_dict({k: v for k, v in cfg.items() if k != "options"})
     set_numerics(rc)
@@ -96,16 +97,16 @@ def bare_loop(cfg: dict) -> dict:
         model = model.to(memory_format=torch.channels_last)
     model.train()
     x, y = spec.batch(torch.Generator().manual_seed(rc.seed), rc.global_batch)
-    x, y = x.to(device), y.to(device)
-    if rc.channels_last and x.dim() == 4:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x, y = map_tensors(x, lambda t: t.to(device)), y.to(device)
+    if rc.channels_last:
+        x = map_tensors(x, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t)
     opt = torch.optim.SGD(model.parameters(), lr=rc.lr, momentum=rc.momentum, weight_decay=rc.weight_decay)
     autocast = ((lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if rc.precision == "bf16"
                 else nullcontext)
 
     def step():
         with autocast():
-            loss = spec.loss(model(x).float(), y).mean()
+            loss = spec.loss(model_output(model, x, spec.output).float(), y).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

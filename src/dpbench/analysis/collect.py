@@ -22,7 +22,7 @@ from dpbench.results.errors import error_text
 # weak scaling vary) and DistributedDataParallel's and the sharded variants' knobs, which single
 # runs ignore.
 NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
-             "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers",
+             "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "find_unused_parameters",
              "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s", "max_cpu_ranks"}
 
 

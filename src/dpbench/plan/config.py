@@ -125,7 +125,7 @@ def factory_problem(workload: Any) -> str | None:
 
 # Options added after records existed: absent from a run's config while at their defaults.
 QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s",
-                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload", "rehearse")
+                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload", "rehearse", "find_unused_parameters")
 
 
 @dataclass
@@ -172,6 +172,7 @@ class RunConfig:
     gradient_as_bucket_view: bool = _option("gradient_as_bucket_view")
     static_graph: bool = _option("static_graph")
     broadcast_buffers: bool = _option("broadcast_buffers")
+    find_unused_parameters: bool = _option("find_unused_parameters")   # ddp/zero1: parameters some forward leaves unused
     # the sharded variants' knobs (fsdp/hsdp), and every distributed variant's bounded wait
     reshard_after_forward: bool = _option("reshard_after_forward")
     hsdp_shard_size: int | None = _option("hsdp_shard_size")   # None: the ranks of one node

@@ -23,6 +23,7 @@ from dpbench.host import PIPELINE_PID_ENV
 from dpbench.plan import environments as envs
 from dpbench.plan.config import schema
 from dpbench.plan.matrix import Plan, environment_fingerprint, plan_gpus
+from dpbench.workloads.registry import typed_args, yaml_scalars
 
 SCHEMA = "experiments/schema.yaml"   # where a user reads the keys (the package ships the same file)
 # The working forms of command-line values, shown when one does not validate.
@@ -75,11 +76,19 @@ def _from_text(text: str, types: list[str]) -> Any:
 def coerce(value: Any, spec: dict | None = None) -> Any:
     """`value` with every string the schema wants as a number, boolean, null or list item
     converted. Snakemake passes `gpus=[1,2]`'s items and the numbers inside `train={...}` as
-    strings; YAML files are typed already and pass through unchanged."""
+    strings; YAML files are typed already and pass through unchanged. A workload's args (a
+    `workload`'s, and cpu_plan.workload_args'), which the schema leaves to the factory, have
+    their strings read as YAML scalars (registry.typed_args), so `args: {width: 64}` reaches the factory
+    as 64 from the command line as from a file."""
     spec = _resolve(spec if spec is not None else schema())
     if isinstance(value, dict):
         props = spec.get("properties", {})
-        return {k: coerce(v, props[k]) if k in props else v for k, v in value.items()}
+        out = {k: coerce(v, props[k]) if k in props else v for k, v in value.items()}
+        if "workload" in props and "workload" in out:
+            out["workload"] = typed_args(out["workload"])
+        if "workload_args" in props and isinstance(out.get("workload_args"), dict):
+            out["workload_args"] = {k: yaml_scalars(v) for k, v in out["workload_args"].items()}
+        return out
     if isinstance(value, list) and "items" in spec:
         return [coerce(v, spec["items"]) for v in value]
     if isinstance(value, str):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 # DistributedDataParallel's knobs: ddp's, and zero1's (DDP beside ZeroRedundancyOptimizer).
-DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers")
+DDP_KNOBS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "find_unused_parameters")
 # A bounded wait on peers, and ranks rehearsed on one GPU: every variant with a process group.
 PROCESS_GROUP = ("collective_timeout_s", "rehearse")
 # FSDP2's own: resharding after the forward, and parameters and optimizer state on the host.

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpbench.run.step import train_step
 from dpbench.run.variants import StepLosses, Variant
+from dpbench.workloads.calls import Inputs, first_tensor
 
 MIB = 2 ** 20
 PHASES = ("forward", "backward", "step")
@@ -302,7 +303,7 @@ def _now() -> float:
     return time.perf_counter()
 
 
-def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y: torch.Tensor,
                   n_global: int, autocast, distributed: bool, accumulate: int = 1,
                   probe: StepProbe | None = None) -> tuple[StepLosses, dict[str, Any], list[dict]]:
     """One training step (the engine's train_step, with its micro-batches) with its memory by
@@ -311,7 +312,7 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.T
     module (or compiled units) runs without the counter and the saved-activation hooks (a
     dispatch mode around a compiled graph would change what runs): its collectives are DDP's
     buckets alone."""
-    peaks = PhasePeaks(x.device)
+    peaks = PhasePeaks(first_tensor(x).device)
     compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule) or variant.compiled_units
     counter = CollectiveCounter() if distributed and not compiled else None
     probe = probe or StepProbe()

@@ -22,6 +22,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from dpbench.workloads.calls import batch_size, map_tensors, nbytes
+
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 PAD = 4
@@ -440,11 +442,13 @@ class FixedBatchFeed(DeviceFeed):
 class WorkloadFeed:
     """A workload's synthetic batches (WorkloadSpec.batch): global step i's batch drawn whole by a
     generator seeded by (seed, i), then split as every feed splits a global batch (`shard`), so
-    single, dp* and ddp on any number of ranks see the same global batches. An epoch is
-    `samples` samples in global batches (the last may be short); its batches are drawn and
-    copied to the device when epoch() is called, before its step clock starts, and no more of
-    them than the run's `total` steps take. fixed=True: global step 0's batch every step, the
-    same device tensors (one batch resident, as a bare loop holds it)."""
+    single, dp* and ddp on any number of ranks see the same global batches. Inputs may be a
+    tensor or a tuple or dict of tensors (workloads.calls): each is sliced alike, and the global
+    batch's size is the first tensor's. An epoch is `samples` samples in global batches (the last
+    may be short); its batches are drawn and copied to the device when epoch() is called, before
+    its step clock starts, and no more of them than the run's `total` steps take. fixed=True:
+    global step 0's batch every step, the same device tensors (one batch resident, as a bare loop
+    holds it)."""
 
     def __init__(self, make_batch, samples: int, batch: int, seed: int, device: torch.device,
                  world: int = 1, rank: int = 0, total: int | None = None, fixed: bool = False):
@@ -456,31 +460,33 @@ class WorkloadFeed:
     def __len__(self) -> int:
         return steps_per_epoch(self.samples, self.batch)
 
-    def global_batch(self, step: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def global_batch(self, step: int, n: int):
         """Global step `step`'s batch of n samples, on the CPU, whole."""
         return self.make_batch(torch.Generator().manual_seed(self.seed * 1_000_003 + step), n)
 
-    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, int]]:
+    def _part(self, step: int, n: int):
+        """This rank's part of global step `step`'s batch, on the device, and the global size."""
+        x, y = self.global_batch(step, n)
+        n_global = batch_size(x)
+        part = shard(n_global, self.world, self.rank)
+        return map_tensors(x, lambda t: t[part].to(self.device)), y[part].to(self.device), n_global
+
+    def epoch(self, epoch: int) -> Iterator[tuple]:
         first = epoch * len(self)
         out = []
         if self.fixed:
             steps = len(self) if self.total is None else max(0, min(len(self), self.total - first))
             if not hasattr(self, "_fixed"):
-                x, y = self.global_batch(0, self.batch)
-                part = shard(len(x), self.world, self.rank)
-                self._fixed = (x[part].to(self.device), y[part].to(self.device), len(x))
+                self._fixed = self._part(0, self.batch)
             out = [self._fixed] * steps
-            self.resident_bytes = max(self.resident_bytes, self._fixed[0].nbytes + self._fixed[1].nbytes)
+            self.resident_bytes = max(self.resident_bytes, nbytes(self._fixed[0]) + self._fixed[1].nbytes)
             return iter(out)
         for i, pos in enumerate(global_batches(self.samples, self.batch)):
             step = first + i
             if self.total is not None and step >= self.total:
                 break
-            n = pos.stop - pos.start
-            x, y = self.global_batch(step, n)
-            part = shard(len(x), self.world, self.rank)
-            out.append((x[part].to(self.device), y[part].to(self.device), len(x)))
-        self.resident_bytes = max(self.resident_bytes, sum(x.nbytes + y.nbytes for x, y, _ in out))
+            out.append(self._part(step, pos.stop - pos.start))
+        self.resident_bytes = max(self.resident_bytes, sum(nbytes(x) + y.nbytes for x, y, _ in out))
         return iter(out)
 
 

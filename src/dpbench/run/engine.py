@@ -32,6 +32,7 @@ from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 from dpbench.run.waits import Waits
 from dpbench.workloads import registry
+from dpbench.workloads.calls import map_tensors, model_output
 from dpbench.workloads.spec import build as spec_build
 
 FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP[:hang]": raise (or sleep for ever) at that step on that rank
@@ -198,6 +199,8 @@ def ddp_options(cfg: RunConfig) -> dict:
     """DistributedDataParallel's knobs as the run sets them (PyTorch's defaults otherwise)."""
     opts = {"gradient_as_bucket_view": cfg.gradient_as_bucket_view, "static_graph": cfg.static_graph,
             "broadcast_buffers": cfg.broadcast_buffers}
+    if cfg.find_unused_parameters:   # only when asked: PyTorch warns when it finds none unused
+        opts["find_unused_parameters"] = True
     if cfg.bucket_cap_mb is not None:
         opts["bucket_cap_mb"] = cfg.bucket_cap_mb
     return opts
@@ -254,13 +257,13 @@ def build_model(cfg: RunConfig, ctx: Context, spec) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def evaluate(model, feed, ctx: Context, autocast) -> tuple[float, float]:
+def evaluate(model, feed, ctx: Context, autocast, output=None) -> tuple[float, float]:
     was_training = [m.training for m in model.modules()]
     model.eval()
     totals = torch.zeros(3, device=ctx.device, dtype=torch.float64)
     for x, y, _ in feed.epoch(0):
         with autocast():
-            logits = model(x).float()
+            logits = model_output(model, x, output).float()
         totals += torch.stack([(logits.argmax(1) == y).sum().double(),
                                torch.nn.functional.cross_entropy(logits, y, reduction="sum").double(),
                                torch.tensor(len(y), device=ctx.device, dtype=torch.float64)])
@@ -314,7 +317,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                       autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
                       shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size,
                                                  checkpoint=cfg.checkpoint == "units", compile=cfg.compile,
-                                                 offload=cfg.offload))
+                                                 offload=cfg.offload),
+                      output=spec.output)
     # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
                                  cfg.fused_sgd)
@@ -383,8 +387,9 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         lr = lr_at(cfg, step, total)
                         for group in opt.param_groups:
                             group["lr"] = lr
-                        if cfg.channels_last and x.dim() == 4:
-                            x = x.contiguous(memory_format=torch.channels_last)
+                        if cfg.channels_last:   # images: the 4-d tensors of the inputs
+                            x = map_tensors(x, lambda t: t.contiguous(memory_format=torch.channels_last)
+                                            if t.dim() == 4 else t)
                         if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
                             ctx.waits.arm(2 * cfg.collective_timeout_s)
                         if step == profile_at:
@@ -421,7 +426,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                 if test_feed is not None and (cfg.eval_each_epoch or epoch == epochs - 1):
                     ctx.waits.at(f"evaluation after epoch {epoch + 1}")
                     with peaks.left_out() if peaks else nullcontext():
-                        acc, loss = evaluate(model, test_feed, ctx, autocast)
+                        acc, loss = evaluate(model, test_feed, ctx, autocast, spec.output)
                     rec.accuracy.append({"epoch": epoch + 1, "test_acc": acc, "test_loss": loss})
                     log(f"epoch {epoch + 1}/{epochs}: test accuracy {acc:.4f}, test loss {loss:.4f}")
         if cfg.save_checkpoint:   # fsdp/hsdp gather the whole weights: every rank takes part

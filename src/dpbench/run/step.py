@@ -12,23 +12,26 @@ import torch
 
 from dpbench.run.knobs import deferred_sync
 from dpbench.run.variants import StepLosses, Variant
+from dpbench.workloads.calls import Inputs, batch_size, map_tensors
 
 
-def micro_batches(x: torch.Tensor, y: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's batch in k micro-batches, in order (sizes differing by at most one)."""
+def micro_batches(x: Inputs, y: torch.Tensor, k: int) -> list[tuple[Inputs, torch.Tensor]]:
+    """This rank's batch in k micro-batches, in order (sizes differing by at most one); inputs
+    that are a tuple or dict of tensors are split tensor by tensor."""
     if k == 1:
         return [(x, y)]
-    if len(x) < k:
-        raise ValueError(f"accumulate={k} micro-batches from a batch of {len(x)} on this rank: "
+    if (n := batch_size(x)) < k:
+        raise ValueError(f"accumulate={k} micro-batches from a batch of {n} on this rank: "
                          "each micro-batch needs a sample")
-    return list(zip(x.tensor_split(k), y.tensor_split(k)))
+    return [(map_tensors(x, lambda t, i=i: t.tensor_split(k)[i]), part) for i, part in enumerate(y.tensor_split(k))]
 
 
-def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y: torch.Tensor,
                n_global: int, autocast: Callable[[], AbstractContextManager] = nullcontext,
                zero_grad: bool = True, mark: Callable[[str], None] | None = None,
                accumulate: int = 1) -> StepLosses:
-    """One optimizer step on the batch (x, y) of n_global samples in all. zero_grad=False
+    """One optimizer step on the batch (x, y) of n_global samples in all (x: a tensor, or a tuple
+    or dict of tensors, workloads.calls). zero_grad=False
     leaves the gradients to the backward (a CUDA graph's capture writes them anew into its
     pool). mark: called with "forward" and "backward" as each micro-batch's phases end and
     "step" after the optimizer's (the profiled step's memory and collectives by phase,

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from dpbench import DISTRIBUTED_VARIANTS, FSDP_VARIANTS
 from dpbench.run.sharded import ShardOptions, shard_model
+from dpbench.workloads.calls import Inputs, Output, first_tensor, model_output
 from dpbench.workloads.resnet_cifar import per_sample_cross_entropy   # a Variant's loss without one
 
 
@@ -39,12 +40,14 @@ class ReplicaLoss(nn.Module):
     that it adds no second warning per step.
     """
 
-    def __init__(self, model: nn.Module, reduction: str, loss: "PerSampleLoss | None" = None):
+    def __init__(self, model: nn.Module, reduction: str, loss: "PerSampleLoss | None" = None,
+                 output: Output = None):
         super().__init__()
         self.model, self.reduction, self.loss = model, reduction, loss or per_sample_cross_entropy
+        self.output = output
 
     def forward(self, x, y):
-        per_sample = self.loss(self.model(x).float(), y)
+        per_sample = self.loss(model_output(self.model, x, self.output).float(), y)
         total = per_sample.sum()
         return (per_sample.mean() if self.reduction == "mean" else total), total.detach().unsqueeze(0)
 
@@ -84,9 +87,23 @@ class Autocast(nn.Module):
         super().__init__()
         self.module, self.dtype = module, dtype
 
-    def forward(self, x, *args):
-        with torch.autocast(x.device.type, dtype=self.dtype):
-            return self.module(x, *args)
+    def forward(self, *args, **kwargs):
+        device = first_tensor(args if args else kwargs).device
+        with torch.autocast(device.type, dtype=self.dtype):
+            return self.module(*args, **kwargs)
+
+
+class Replica(nn.Module):
+    """What each replica of the dp variant runs: the model on its part of the inputs, and the
+    tensor the loss takes out of its result (workloads.calls.model_output), so DataParallel
+    gathers one tensor whatever forward returns (a dict, a tuple, a ModelOutput)."""
+
+    def __init__(self, model: nn.Module, output: Output = None):
+        super().__init__()
+        self.model, self.output = model, output
+
+    def forward(self, x):
+        return model_output(self.model, x, self.output)
 
 
 class Variant:
@@ -95,15 +112,17 @@ class Variant:
     DataParallel replicas must be told themselves (fsdp/hsdp take it as MixedPrecisionPolicy's
     param_dtype instead: the engine then runs them without autocast). `loss`: the workload's
     per-sample loss (outputs, targets) -> one loss per sample (cross-entropy when not given).
-    `shard`: how fsdp/hsdp wrap (their units and knobs); zero1 wraps as ddp does (its sharding
+    `output`: which tensor of forward's result the loss takes (WorkloadSpec.output). The inputs
+    `losses` takes are a tensor, or a tuple or dict of tensors (forward(*x), forward(**x)):
+    DataParallel scatters each tensor, DDP and FSDP2 pass them on. `shard`: how fsdp/hsdp wrap (their units and knobs); zero1 wraps as ddp does (its sharding
     is the optimizer's)."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
                  world: int = 1, ddp_options: dict | None = None,
                  autocast_dtype: torch.dtype | None = None, loss: PerSampleLoss | None = None,
-                 shard: ShardOptions | None = None):
+                 shard: ShardOptions | None = None, output: Output = None):
         self.name, self.bare, self.devices, self.world = name, model, devices, world
-        self.loss = loss or per_sample_cross_entropy
+        self.loss, self.output = loss or per_sample_cross_entropy, output
         self.units: list[nn.Module] = []   # fsdp/hsdp: the fully_shard units, the root last
         self.checkpointed: list[nn.Module] = []   # the units whose activations are recomputed
         self.compiled_units = bool(shard and shard.compile != "none" and name in FSDP_VARIANTS)
@@ -113,9 +132,9 @@ class Variant:
         ids = [d.index for d in devices]
         replica = Autocast(model, autocast_dtype) if autocast_dtype is not None else model
         if name == "dp":
-            self.module = nn.DataParallel(replica, device_ids=ids)
+            self.module = nn.DataParallel(Replica(replica, output), device_ids=ids)
         elif name in ("dp_mean", "dp_sum"):
-            self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_"), self.loss),
+            self.module = nn.DataParallel(ReplicaLoss(replica, name.removeprefix("dp_"), self.loss, output),
                                           device_ids=ids)
         elif name in ("ddp", "zero1"):
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -144,13 +163,15 @@ class Variant:
         self.module = torch.compile(self.module, dynamic=False,
                                     **({} if mode == "default" else {"mode": mode}))
 
-    def losses(self, x: torch.Tensor, y: torch.Tensor, global_batch: int) -> StepLosses:
+    def losses(self, x: Inputs, y: torch.Tensor, global_batch: int) -> StepLosses:
         if self.name in ("dp_mean", "dp_sum"):
             reduced, sums = self.module(x, y)
             loss = reduce_replica_losses(self.name, reduced, global_batch)
             return StepLosses(loss, loss.detach(), sums.sum())
 
-        per_sample = self.loss(self.module(x).float(), y)
+        # dp's replicas take their tensors out (Replica): DataParallel gathers one tensor
+        outputs = self.module(x) if self.name == "dp" else model_output(self.module, x, self.output)
+        per_sample = self.loss(outputs.float(), y)
         total = per_sample.sum()
         if self.name in DISTRIBUTED_VARIANTS:
             # DDP (and FSDP2, over its replicate x shard ranks) averages gradients over ranks;

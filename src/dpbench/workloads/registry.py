@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+import yaml
+
 from dpbench.results.errors import error_text
 
 ENTRY_POINT_GROUP = "dpbench.workloads"
@@ -71,6 +73,32 @@ def resolve(spec: str | Mapping[str, Any] | None) -> tuple[str, str, dict]:
         raise WorkloadError(f"workload factory {ref!r}: write it as 'pkg.module:function' or "
                             "'path/to/file.py:function'")
     return ref, ref, dict(args)
+
+
+def yaml_scalars(value: Any) -> Any:
+    """Every string in `value` (nested) read as a YAML file reads a plain scalar: '64' -> 64,
+    'true' -> True, '1.5e-3' -> 0.0015, 'null' -> None; other strings unchanged."""
+    if isinstance(value, Mapping):
+        return {k: yaml_scalars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [yaml_scalars(v) for v in value]
+    if isinstance(value, str) and value.strip():
+        try:
+            read = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return read if read is None or isinstance(read, (bool, int, float)) else value
+    return value
+
+
+def typed_args(spec: Any) -> Any:
+    """A workload with its args' strings read as YAML scalars (yaml_scalars). Snakemake's
+    `--config 'train={workload: {..., args: {width: 64}}}'` hands every scalar over as a string;
+    so typed, args reach the factory as they would from a file or from check-workload (a string
+    that reads as a number or a boolean cannot be passed as a string so)."""
+    if isinstance(spec, Mapping) and isinstance(spec.get("args"), Mapping):
+        return {**spec, "args": yaml_scalars(spec["args"])}
+    return spec
 
 
 def _is_file(target: str) -> bool:

@@ -12,6 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from dpbench.results.errors import error_text
+from dpbench.workloads.calls import Inputs, Output, call, first_tensor, map_tensors
 from dpbench.workloads.registry import WorkloadError, load_factory, resolve
 
 # Optimizer state per trainable parameter, in parameter-sized buffers: SGD with momentum (the
@@ -25,7 +26,10 @@ class WorkloadSpec:
     """model: trains in place. loss(outputs, targets) -> per-sample losses, a 1-D tensor of the
     batch's length: the engine reduces them (mean, or DataParallel's sum), so the loss stays out
     of forward. batch(generator, n) -> (inputs, targets), CPU tensors with the batch first,
-    drawn only from the generator (same seed, same batch). dataset: a real dataset's name the
+    drawn only from the generator (same seed, same batch); inputs a tensor, or a tuple or dict
+    of tensors that forward takes as *x or **x (dpbench.workloads.calls). output: which tensor
+    of forward's result the loss takes (a key or attribute name such as "logits", a tuple index,
+    or a function of the result); None takes it by calls.output_tensor's rule. dataset: a real dataset's name the
     engine knows ("cifar10"), or None for synthetic only. shard_modules: the submodule types a
     sharded variant wraps one by one (then the root). batch_first: forward's outputs have the
     batch first (DataParallel gathers on dim 0). units_per_sample: images or tokens in one
@@ -33,17 +37,20 @@ class WorkloadSpec:
     the factory knows it; None has flops() count it on one sample."""
     model: nn.Module
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    batch: Callable[[torch.Generator, int], tuple[torch.Tensor, torch.Tensor]]
+    batch: Callable[[torch.Generator, int], tuple[Inputs, torch.Tensor]]
     dataset: str | None = None
     shard_modules: tuple[type[nn.Module], ...] = ()
     batch_first: bool = True
     sample_unit: str = "images"
     units_per_sample: int = 1
     flops_per_sample: float | None = None
+    output: Output = None
 
     def __post_init__(self):
         if self.sample_unit not in SAMPLE_UNITS:
             raise ValueError(f"sample_unit {self.sample_unit!r}: one of {', '.join(SAMPLE_UNITS)}")
+        if not (self.output is None or callable(self.output) or isinstance(self.output, (str, int))):
+            raise ValueError(f"output {self.output!r}: a key or attribute name, a tuple index, or a function")
 
     def flops(self) -> float:
         """Model FLOPs per sample, forward + backward: the factory's, or counted once."""
@@ -76,7 +83,7 @@ class WorkloadSpec:
                 "units_per_sample": self.units_per_sample}
 
 
-def counted_flops(model: nn.Module, inputs: torch.Tensor) -> float:
+def counted_flops(model: nn.Module, inputs: Inputs) -> float:
     """Forward + backward FLOPs of one sample: the forward counted (matrix products and
     convolutions, as FlopCounterMode sees them) times 3, backward costing about twice forward.
     Counted in eval mode, so BatchNorm's running statistics stay as they were, with autograd on
@@ -86,7 +93,8 @@ def counted_flops(model: nn.Module, inputs: torch.Tensor) -> float:
     model.eval()
     try:
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-            model(inputs.to(next(model.parameters(), inputs).device))
+            device = next(model.parameters(), first_tensor(inputs)).device
+            call(model, map_tensors(inputs, lambda t: t.to(device)))
     finally:
         model.train(was_training)
     return 3.0 * counter.get_total_flops()
