@@ -281,3 +281,12 @@ def test_a_small_hugging_face_gpt2_trains(tmp_path, capsys):
     assert check_main([f"{tmp_path / 'hf_models.py'}:gpt2"]) == 0
     out = capsys.readouterr().out
     assert "ddp: 2 steps" in out and "input_ids" in out and "attention_mask" in out
+
+
+@pytest.mark.parametrize("inputs", ["tuple", "dict"])
+def test_accumulation_splits_tuple_and_dict_inputs_tensor_by_tensor(inputs, factory, tmp_path):
+    spec = workload(factory, inputs=inputs)
+    _, whole = run(tmp_path / "whole", variant="single", workload=spec, global_batch=8)
+    rec, split = run(tmp_path / "split", variant="single", workload=spec, global_batch=8, accumulate=2)
+    assert rec["status"] == "ok", rec["reason"]
+    assert split == pytest.approx(whole, rel=1e-6, abs=1e-7)   # the same global batch, the same gradient

@@ -321,7 +321,7 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
 
     def mark(phase: str) -> None:
         peaks.mark(phase)
-        probe.mark(phase, variant, x.device)
+        probe.mark(phase, variant, first_tensor(x).device)
 
     peaks.begin()
     probe.start(counter)
