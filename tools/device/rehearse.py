@@ -22,6 +22,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -39,6 +40,7 @@ MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1)}
 TINY = {"tiny": ((32, 2), 2)}
 PARTS = {"1": (1, 2, 4), "2": (8,)}
 HSDP_SHARD = 2
+LAUNCH_GRACE_S = 150   # past the budget: the case under way, its collectives' timeout (env below) included
 # what each rank runs: name, variant, options, fewest ranks where it differs from another case
 VARIANTS = (("ddp", "ddp", {}, 1), ("zero1", "zero1", {}, 1), ("fsdp", "fsdp", {}, 1),
             ("fsdp-keep", "fsdp", {"reshard_after_forward": False}, 2),
@@ -96,7 +98,7 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s)}
+           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s), "DPBENCH_REHEARSAL_TIMEOUT_S": "120"}
     if part == "1" and not ranks_list:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
         records.append(launched_run(work, tiny, env))
     for ranks in ranks_list or PARTS[part]:
@@ -115,10 +117,20 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
         t = time.time()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                "-m", "dpbench.claims.c9.rehearsal", "--plan", str(plan_file), "--out", str(lines)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        print(f"N={ranks}: {len(cases)} cases, exit {done.returncode}, {time.time() - t:.0f} s", flush=True)
-        if done.returncode:
-            print(done.stderr[-3000:], flush=True)
+        # bounded: the budget, plus one case's worst (a collective's timeout), then the whole
+        # process group goes (a rank left alive holds its GPU memory for whatever runs next)
+        limit = max(60.0, started + budget_s + LAUNCH_GRACE_S - time.time())
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            err = f"N={ranks}: killed after {limit:.0f} s (the budget and a collective's timeout spent)\n{err}"
+        print(f"N={ranks}: {len(cases)} cases, exit {proc.returncode}, {time.time() - t:.0f} s", flush=True)
+        if proc.returncode:
+            print(err[-3000:], flush=True)
         if lines.exists():
             records += [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
     (out / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
