@@ -14,6 +14,7 @@
     dpbench tag [EXPERIMENT]                             (the default results tag here)
     dpbench report TAG                                   (results/TAG/report.html, from the set's plan.json)
     dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
+    dpbench advise transformer-lm --gpus 8 --gpu-memory 80 (which setup: predicted, ranked, --check)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
 its exit status is the command's (2, with one line naming the folder, where a result set's folder
@@ -39,6 +40,7 @@ COMMANDS = {
     "bisect": ("dpbench.bisect_cli", "which of an ordered list of environments first made a cell slower"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
     "check-workload": ("dpbench.run.check_workload", "a workload on the CPU: its factory, a forward and backward, two engine steps"),
+    "advise": ("dpbench.advise.command", "which data-parallel setup for a workload on N GPUs: predicted, ranked, checked"),
 }
 
 
