@@ -110,14 +110,15 @@ def compare(record: dict[str, Any], facts: ProbeFacts, setup: Setup, gpus: int, 
 
 
 def check(advice: Advice, workload: Any, facts: ProbeFacts, precision: str, gpus_per_node: int | None = None,
-          steps: int = 3, run=launch) -> list[dict[str, Any]]:
-    """Run the recommended setup and its runners-up; predicted against measured per quantity."""
-    visible, device_mib = visible_gpus()
+          steps: int = 3, run=launch, runners_up: int = RUNNERS_UP, cpu: bool = False) -> list[dict[str, Any]]:
+    """Run the recommended setup and its runners-up (on the CPU's gloo ranks where `cpu`);
+    predicted against measured per quantity."""
+    visible, device_mib = (0, 0.0) if cpu else visible_gpus()
     cuda = visible > 0
     rehearsed = cuda and visible < advice.gpus
     here = -(-advice.gpus // visible) if cuda else 1
     out: list[dict[str, Any]] = []
-    for row in chosen_setups(advice):
+    for row in chosen_setups(advice, runners_up):
         setup = Setup(**_setup_fields(row["options"]))
         b = check_batch(facts, setup, row, advice.gpus, here, device_mib if cuda else 0.0, gpus_per_node)
         rec = run(run_config(workload, setup, advice.gpus, b, precision, steps, rehearsed, cuda, gpus_per_node))

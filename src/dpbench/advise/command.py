@@ -35,14 +35,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--probe-batches", type=int, nargs=2, default=[2, 8], metavar=("B1", "B2"))
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the probe runs")
     ap.add_argument("--check", action="store_true", help="run the recommended setup and runners-up")
+    ap.add_argument("--runners-up", type=int, default=2, help="--check: setups run after the recommended one")
     ap.add_argument("--check-steps", type=int, default=3)
     ap.add_argument("--json", action="store_true", help="print the advice as JSON")
+    ap.add_argument("--json-out", metavar="FILE", help="also write the advice as JSON to FILE")
     return ap
 
 
 def validate(args: argparse.Namespace):
     """The parsed workload; BadInput or WorkloadError naming the first bad argument."""
     from dpbench.workloads.check import parse
+    if args.runners_up < 0 or args.check_steps < 2:
+        raise BadInput("--runners-up at least 0 and --check-steps at least 2")
     if args.gpus < 1:
         raise BadInput(f"--gpus {args.gpus}: at least 1")
     if not args.gpu_memory > 0 or args.gpu_memory != args.gpu_memory:
@@ -83,11 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     checked = None
     if args.check:
         from dpbench.advise.check import check, check_table
-        checked = check(advice, workload, facts, args.precision, args.gpus_per_node, steps=args.check_steps)
+        checked = check(advice, workload, facts, args.precision, args.gpus_per_node, steps=args.check_steps,
+                        runners_up=args.runners_up, cpu=facts.device == "cpu")
+    doc = {k: v for k, v in asdict(advice).items() if k != "facts"}
+    doc["probe"] = {k: v for k, v in advice.facts.items() if k != "measured"}
+    text = json.dumps({**doc, "check": checked}, default=str)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text + "\n")
     if args.json:
-        doc = {k: v for k, v in asdict(advice).items() if k != "facts"}
-        doc["probe"] = {k: v for k, v in advice.facts.items() if k != "measured"}
-        print(json.dumps({**doc, "check": checked}, default=str))
+        print(text)
         return 0
     print(f"{advice.workload}: {facts.parameters:,} parameters, probed on {facts.device_name} "
           f"at batches {facts.batches[0]} and {facts.batches[1]}; {args.gpus} GPU(s) of {args.gpu_memory:g} GiB, "
