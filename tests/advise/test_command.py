@@ -117,5 +117,5 @@ def test_check_compares_gloo_ranks_counted_tensors_with_the_memory_model(capsys)
     assert all(r["what"] in C.COMPONENTS for r in rows)      # no allocator on the CPU
     assert len(rows) == 3 * len(C.COMPONENTS)
     for r in rows:
-        assert r["status"] == "ok" and r["measured_mib"] > 0
+        assert r["status"] == "ok" and r["measured"] > 0
         assert r["error"] == pytest.approx(0, abs=1e-9), r

@@ -4,7 +4,10 @@ GPUs at hand, or as N rehearsed ranks sharing one GPU where fewer are visible (m
 speed of shared ranks is nobody's), and on the CPU as N gloo ranks. Per setup it reports the
 predicted beside the measured: the allocated and reserved peaks and NVML's memory per GPU (CUDA;
 NVML only where each rank has its GPU to itself), and the tensors each rank holds by component
-(parameters, gradients, optimizer state: counted, so also on the CPU).
+(parameters, gradients, optimizer state: counted, so also on the CPU), and samples/s against
+advise.rank's rule where each rank has its GPU. On CUDA each rank may allocate what the advised
+card leaves PyTorch (the run option memory_cap_gib), so a run that runs out of memory says the
+advice was wrong for that card.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import tempfile
 from typing import Any
 
 from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
+from dpbench.advise.rank import speed
 from dpbench.advise.recommend import Advice
 from dpbench.analysis.memory_model import MIB, is_number, predicted_bytes
 from dpbench.report.markdown import md_table
@@ -24,7 +28,7 @@ TIMEOUT_S = 300
 CPU_BATCH = 4          # the CPU measures counted tensors: a small batch says as much
 DEVICE_SHARE = 0.9     # rehearsed ranks together use at most this share of their GPU
 COMPONENTS = ("parameters", "gradients", "optimizer")
-COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted_mib", "measured_mib", "error"]
+COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "error"]   # MiB; samples/s
 
 
 def visible_gpus() -> tuple[int, float]:
@@ -52,8 +56,17 @@ def check_batch(facts: ProbeFacts, setup: Setup, row: dict[str, Any], gpus: int,
     return b
 
 
+def cap_gib(facts: ProbeFacts, gpu_memory_gib: float, here: int, device_mib: float) -> float | None:
+    """What PyTorch may allocate per rank in the check (run option memory_cap_gib): the advised
+    card less its CUDA context, so a run on a larger GPU answers for the card asked about; less
+    where `here` rehearsed ranks share one GPU. None on the CPU (nothing to cap)."""
+    if not device_mib:
+        return None
+    return (min(gpu_memory_gib * 1024, DEVICE_SHARE * device_mib / here) - facts.context_mib) / 1024
+
+
 def run_config(workload: Any, setup: Setup, gpus: int, batch: int, precision: str, steps: int,
-               rehearse: bool, cuda: bool, gpus_per_node: int | None) -> dict[str, Any]:
+               rehearse: bool, cuda: bool, gpus_per_node: int | None, cap: float | None = None) -> dict[str, Any]:
     cfg = {**setup.run_options(), "gpus": gpus, "workload": workload, "precision": precision,
            "per_gpu_batch": batch, "global_batch": batch * gpus, "dataset": "synthetic",
            "synthetic_size": batch * gpus * steps, "synthetic_test_size": gpus, "eval_samples": gpus,
@@ -61,6 +74,8 @@ def run_config(workload: Any, setup: Setup, gpus: int, batch: int, precision: st
            "device": "cuda" if cuda else "cpu", "max_cpu_ranks": max(gpus, 4)}
     if rehearse:
         cfg["rehearse"] = True
+    if cap is not None:
+        cfg["memory_cap_gib"] = round(cap, 3)
     if setup.variant == "hsdp" and gpus_per_node:
         cfg["hsdp_shard_size"] = gpus_per_node
     return cfg
@@ -87,7 +102,8 @@ def _rel(measured: Any, predicted: Any) -> float | None:
 
 def compare(record: dict[str, Any], facts: ProbeFacts, setup: Setup, gpus: int, batch: int,
             rehearsed: bool, gpus_per_node: int | None) -> list[dict[str, Any]]:
-    """Predicted beside measured, one row per quantity (the worst rank's measurement)."""
+    """Predicted beside measured, one row per quantity (the worst rank's measurement); samples/s
+    where the ranks had their GPUs to themselves (a rehearsed speed is nobody's)."""
     p = predict(facts, setup, gpus, batch, gpus_per_node)
     comp = predicted_bytes(setting(facts, setup, gpus, gpus_per_node))
     pairs: list[tuple[str, float | None, float | None]] = []
@@ -104,8 +120,12 @@ def compare(record: dict[str, Any], facts: ProbeFacts, setup: Setup, gpus: int, 
         measured = [m.get(key) for m in memory if is_number(m.get(key))]
         if measured or memory:
             pairs.append((what, pred, max(measured) if measured else None))
+    sp = speed(facts, setup, gpus, batch, gpus_per_node)
+    rate = (record.get("throughput") or {}).get("samples_per_s")
+    if not rehearsed and sp is not None and is_number(rate):
+        pairs.append(("samples_per_s", sp.samples_per_s(gpus), rate))
     return [{"setup": setup.name, "gpus": gpus, "batch": batch, "how": "rehearsed" if rehearsed else "ranks",
-             "what": w, "predicted_mib": pr, "measured_mib": me, "error": _rel(me, pr),
+             "what": w, "predicted": pr, "measured": me, "error": _rel(me, pr),
              "status": record.get("status"), "reason": record.get("reason") or ""} for w, pr, me in pairs]
 
 
@@ -121,10 +141,11 @@ def check(advice: Advice, workload: Any, facts: ProbeFacts, precision: str, gpus
     for row in chosen_setups(advice, runners_up):
         setup = Setup(**_setup_fields(row["options"]))
         b = check_batch(facts, setup, row, advice.gpus, here, device_mib if cuda else 0.0, gpus_per_node)
-        rec = run(run_config(workload, setup, advice.gpus, b, precision, steps, rehearsed, cuda, gpus_per_node))
+        cap = cap_gib(facts, advice.gpu_memory_gib, here, device_mib if cuda else 0.0)
+        rec = run(run_config(workload, setup, advice.gpus, b, precision, steps, rehearsed, cuda, gpus_per_node, cap))
         if rec.get("status") != "ok":
             out.append({"setup": setup.name, "gpus": advice.gpus, "batch": b, "how": "rehearsed" if rehearsed else "ranks",
-                        "what": "run", "predicted_mib": None, "measured_mib": None, "error": None,
+                        "what": "run", "predicted": None, "measured": None, "error": None,
                         "status": rec.get("status"), "reason": str(rec.get("reason") or "")[:300]})
             continue
         out += compare(rec, facts, setup, advice.gpus, b, rehearsed, gpus_per_node)
@@ -141,7 +162,7 @@ def check_table(rows: list[dict[str, Any]]) -> str:
     def fmt(r: dict[str, Any]) -> list[Any]:
         err = r["error"]
         return [r["setup"], r["gpus"], r["batch"], r["how"], r["what"] if r["what"] != "run" else f"run {r['status']}",
-                None if r["predicted_mib"] is None else round(r["predicted_mib"], 1),
-                None if r["measured_mib"] is None else round(r["measured_mib"], 1),
+                None if r["predicted"] is None else round(r["predicted"], 1),
+                None if r["measured"] is None else round(r["measured"], 1),
                 r["reason"] if r["what"] == "run" else (None if err is None else f"{err:+.1%}")]
     return "Predicted against measured (--check)\n\n" + md_table(COLUMNS, [fmt(r) for r in rows], right=(1, 2, 5, 6))

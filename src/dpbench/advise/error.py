@@ -121,8 +121,8 @@ def sharding_facts(single: Mapping[str, Any], unit_mib: float | None) -> ProbeFa
 
 # -- the cells ------------------------------------------------------------------------------------
 
-def _cell(source: str, model: str, record: Mapping[str, Any], quantity: str, batch: int, measured: float | None,
-          predicted: float | None, probe: bool, **extra: Any) -> dict[str, Any]:
+def _cell(source: str, model: str, record: Mapping[str, Any], quantity: str, batch: int, measured: Any,
+          predicted: Any, probe: bool, **extra: Any) -> dict[str, Any]:
     err = measured / predicted - 1.0 if is_number(measured) and is_number(predicted) and predicted else None
     if quantity == "largest_batch" and is_number(measured) and is_number(predicted):
         err = predicted - measured    # in batches; judged against the bisection step

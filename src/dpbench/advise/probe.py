@@ -104,7 +104,8 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
     cfg = _config(workload, precision, device)
     rank = _Rank(cfg, device, checkpoint=False)
     rows = [rank.profiled(b) for b in batches]
-    times = tuple(rank.step_s(b) for b in batches) if timed else None
+    b1, b2 = batches
+    times = (rank.step_s(b1), rank.step_s(b2)) if timed else None
     sizes, units, largest = rank.sizes, bool(rank.units), rank.largest_unit
     del rank
     _release(device)
@@ -124,8 +125,8 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
     allocated_peak = max(last[f"{p}_peak_mib"] for p in ("forward", "backward", "step")) if cuda else None
     return ProbeFacts(
         workload=str(workload), parameters=P, param_bytes=sizes["parameter_bytes"] / P, largest_unit_bytes=largest,
-        batches=tuple(batches), activation_mib=tuple(activations(r) for r in rows),
-        checkpoint_activation_mib=tuple(activations(r) for r in ck_rows) if ck_rows else None,
+        batches=(b1, b2), activation_mib=(activations(rows[0]), activations(rows[1])),
+        checkpoint_activation_mib=(activations(ck_rows[0]), activations(ck_rows[1])) if ck_rows else None,
         fixed_mib=max(0.0, start - modelled) if start is not None else 0.0,
         step_extra_mib=max(0.0, last["step_peak_mib"] - start) if start is not None else 0.0,
         reserved_extra_mib=last["reserved_peak_mib"] - allocated_peak if cuda else 0.0,
