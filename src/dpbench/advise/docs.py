@@ -33,3 +33,14 @@ def advise_error_references(ref: Path) -> str:
 def advise_estimator_versions(ref: Path) -> str:
     v = error.cached_versions()
     return f"DeepSpeed {v['deepspeed']}, accelerate {v['accelerate']}"
+
+
+@query("advise_error_verdict")
+def advise_error_verdict(ref: Path) -> str:
+    """Each quantity's share within its target, and whether that meets the issue's 90%."""
+    parts = []
+    for s in error.summary(_rows(ref)):
+        share = s["within_target"]
+        met = "met" if share is not None and share >= error.SHARE else "missed"
+        parts.append(f"{s['quantity'].replace('_', ' ')} {share:.0%} of {s['cells']} cells ({met})")
+    return "; ".join(parts)

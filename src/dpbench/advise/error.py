@@ -59,8 +59,15 @@ def sharding_records(folder: Path) -> list[dict[str, Any]]:
     for path in sorted(glob.glob(str(folder / "records" / "*" / "metrics.json"))):
         r = json.loads(Path(path).read_text())
         if r.get("status") == "ok" and r.get("memory_components"):
-            out.append(r)
+            out.append({**r, "folder": Path(path).parent.name})
     return out
+
+
+def model_name(folder_name: str) -> str:
+    """The model part of a sharding bench's run folder: lm-125m-fsdp-bf16 -> lm-125m."""
+    variants = {"single", "ddp", "zero1", "fsdp", "hsdp"}
+    parts = folder_name.split("-")
+    return "-".join(parts[:next((i for i, p in enumerate(parts) if p in variants), len(parts))])
 
 
 def setup_of(record: Mapping[str, Any]) -> Setup:
@@ -217,8 +224,7 @@ def sharding_cells(folder: Path, estimates: Estimates = live_estimates) -> list[
         if probe_rec is None or r["config"].get("precision") != probe_rec["config"].get("precision"):
             continue
         facts = sharding_facts(probe_rec, units.get(model(r)))
-        name = str(r["run_id"]).rsplit("-", 2)[0] if "-g" in str(r["run_id"]) else str(r["run_id"])
-        name = "-".join(p for p in name.split("-") if p not in ("ddp", "zero1", "fsdp", "single", "keep", "r0", "g1"))
+        name = model_name(r["folder"])
         setup = setup_of(r) if r["variant"] != "single" else Setup("ddp")
         b = int(r["config"].get("per_gpu_batch") or r["config"]["global_batch"])
         p = predict(facts, setup, int(r["gpus"]), b)
