@@ -40,7 +40,6 @@ COMMANDS = {
     "bisect": ("dpbench.bisect_cli", "which of an ordered list of environments first made a cell slower"),
     "reference": ("dpbench.results.reference", "a finished result set -> a committed reference (clean commits only)"),
     "check-workload": ("dpbench.run.check_workload", "a workload on the CPU: its factory, a forward and backward, two engine steps"),
-    "advise": ("dpbench.advise.command", "which data-parallel setup for a workload on N GPUs: predicted, ranked, checked"),
 }
 
 
@@ -166,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("report", help="the HTML report of one result set, with the set's own config", add_help=False)
     sub.add_parser("perf-targets", help="the perf experiment's targets (targets.md, targets.json, figures)",
                    add_help=False)
+    sub.add_parser("advise", help="which data-parallel setup for a workload on N GPUs: predicted, ranked, checked",
+                   add_help=False)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -176,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         return perf_targets_main(rest)
     if command == "report":
         return report_main(rest)
+    if command == "advise":   # its own prog name; torch loads only once its arguments are good
+        from dpbench.advise.command import main as advise_main
+        return advise_main(rest)
     if command not in COMMANDS:
         parser.parse_args([command])   # argparse's own message and exit status 2
     from dpbench.results.files import NotWritable

@@ -100,6 +100,10 @@ def test_advise_a_users_factory_prints_a_table_and_a_recommendation(tmp_path, ca
     [TINY_LM, "--gpus", "2", "--gpu-memory", "8", "--batch", "0"],
     [TINY_LM, "--gpus", "4", "--gpu-memory", "8", "--gpus-per-node", "3"],
     [TINY_LM, "--gpus", "2", "--gpu-memory", "8", "--probe-batches", "4", "2"],
+    [TINY_LM, "--gpus", "two", "--gpu-memory", "8"],
+    [TINY_LM, "--gpu-memory", "8"],
+    [TINY_LM, "--gpus", "2", "--gpu-memory", "inf"],
+    ["{name: [unclosed", "--gpus", "2", "--gpu-memory", "8"],
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, capsys):
     assert cli_main(["advise", *args]) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict
 
@@ -22,8 +23,16 @@ class BadInput(ValueError):
     """An argument advise cannot work with: its one-line message."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as one line and exit status 2 (not the usage and the message)."""
+
+    def error(self, message: str):   # type: ignore[override]
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    ap = OneLineParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("workload", help="a name (transformer-lm), a factory (pkg.mod:build, file.py:build), "
                                      "or a mapping '{name|factory: ..., args: {...}}'")
     ap.add_argument("--gpus", type=int, required=True, help="GPUs to train on (one node)")
@@ -49,7 +58,7 @@ def validate(args: argparse.Namespace):
         raise BadInput("--runners-up at least 0 and --check-steps at least 2")
     if args.gpus < 1:
         raise BadInput(f"--gpus {args.gpus}: at least 1")
-    if not args.gpu_memory > 0 or args.gpu_memory != args.gpu_memory:
+    if not (args.gpu_memory > 0 and math.isfinite(args.gpu_memory)):
         raise BadInput(f"--gpu-memory {args.gpu_memory:g}: a positive number of GiB")
     if args.batch is not None and args.batch < 1:
         raise BadInput(f"--batch {args.batch}: at least 1")
@@ -66,7 +75,10 @@ def validate(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:   # --help (0) or a malformed argument (2, one line already printed)
+        return int(exc.code or 0)
     try:
         workload = validate(args)
         import torch   # the probe's: only once the arguments are known good
