@@ -35,3 +35,10 @@ def test_the_tool_reads_a_rehearsal_folder_given_and_works_without_the_others(mo
     rows = error.cells([REHEARSAL])
     assert all(c.get("deepspeed_mib") is None and c.get("accelerate_mib") is None for c in rows)
     assert error.main([str(REF / "no-such-folder")]) == 2
+
+
+def test_c1s_resnet18_batches_are_predicted_from_the_sharding_benchs_resnet18():
+    rows = error.cells([REF / name for name in error.REFERENCES], error.cached_estimates())
+    c1 = [c for c in rows if c["source"] == "h200-c1-probe-550c3a7"]
+    assert {(c["setup"], c["measured"]) for c in c1} == {("single", 1728), ("ddp", 1728)}   # ddp: 3456 / 2
+    assert all(c["quantity"] == "largest_batch" and c["predicted"] > 0 for c in c1)

@@ -30,7 +30,8 @@ from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, is_numbe
 from dpbench.claims.c9.rehearsed import line
 
 ROOT = Path(__file__).resolve().parents[3]
-REFERENCES = ("h200-rehearsal-525c3e7", "h200-sharding-f611959")
+REFERENCES = ("h200-rehearsal-525c3e7", "h200-sharding-f611959", "h200-c1-probe-550c3a7")
+C1_MODEL = "resnet18"   # C1's largest batches are of ResNet18 at 10 outputs: the sharding bench's resnet18
 TARGETS = {"allocated": 0.10, "reserved": 0.10, "nvml": 0.15}   # issue 42: within, in >= 90% of cells
 SHARE = 0.90
 ESTIMATES = Path(__file__).with_name("estimates.json")   # the others' estimates of the cells, saved
@@ -240,11 +241,41 @@ def sharding_cells(folder: Path, estimates: Estimates = live_estimates) -> list[
     return out
 
 
+def c1_cells(folder: Path, facts: ProbeFacts) -> list[dict[str, Any]]:
+    """C1's largest batches of ResNet18 at 10 outputs within its cap (single; ddp as one rank of a
+    one-process group), predicted from the sharding bench's ResNet18 `single` probe."""
+    doc = json.loads((folder / "C1.json").read_text())
+    out = []
+    for variant, per_rank in (("single", 1), ("ddp", 2)):   # ddp's global batch is 2 x the rank's
+        o = (doc.get("observations") or {}).get(f"c1.max_batch.{variant}.out10")
+        if not o:
+            continue
+        largest, failing = o["global_batch"] // per_rank, (o.get("smallest_failing") or 0) // per_rank
+        record = {"variant": variant, "gpus": 1, "config": {"precision": "fp32"}}
+        pred = largest_batch(facts, Setup(variant), 1, o["cap_gib"] * 1024, "allocated")
+        out.append(_cell(folder.name, C1_MODEL, record, "largest_batch", 0, largest, pred, False,
+                         budget=f"{o['cap_gib']:g} GiB", bisection_step=max(1, failing - largest)))
+    return out
+
+
 def cells(folders: Iterable[Path], estimates: Estimates = live_estimates) -> list[dict[str, Any]]:
-    """The cells of every reference folder given (a rehearsal's or a sharding bench's)."""
+    """The cells of every reference folder given (a rehearsal's, a sharding bench's, C1's probe:
+    the last with a sharding bench's ResNet18 among the folders)."""
     out: list[dict[str, Any]] = []
+    c1 = []
     for folder in folders:
-        out += sharding_cells(folder, estimates) if (folder / "records").is_dir() else rehearsal_cells(folder, estimates)
+        if (folder / "C1.json").is_file():
+            c1.append(folder)
+        elif (folder / "records").is_dir():
+            out += sharding_cells(folder, estimates)
+        else:
+            out += rehearsal_cells(folder, estimates)
+    resnet = [r for f in folders if (f / "records").is_dir() for r in sharding_records(f)
+              if r["variant"] == "single" and model_name(r["folder"]) == C1_MODEL]
+    units = [r["memory_components"][0].get("largest_unit_mib") for f in folders if (f / "records").is_dir()
+             for r in sharding_records(f) if r["variant"] == "fsdp" and model_name(r["folder"]) == C1_MODEL]
+    for folder in c1 if resnet else []:
+        out += c1_cells(folder, sharding_facts(resnet[0], units[0] if units else None))
     return out
 
 
