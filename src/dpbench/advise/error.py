@@ -30,7 +30,7 @@ from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, is_numbe
 from dpbench.claims.c9.rehearsed import line
 
 ROOT = Path(__file__).resolve().parents[3]
-REFERENCES = ("h200-rehearsal-525c3e7", "h200-sharding-f611959", "h200-c1-probe-550c3a7")
+REFERENCES = ("h200-rehearsal-525c3e7", "h200-rehearsal-n4-522758d", "h200-sharding-f611959", "h200-c1-probe-550c3a7")
 C1_MODEL = "resnet18"   # C1's largest batches are of ResNet18 at 10 outputs: the sharding bench's resnet18
 TARGETS = {"allocated": 0.10, "reserved": 0.10, "nvml": 0.15}   # issue 42: within, in >= 90% of cells
 SHARE = 0.90
@@ -170,12 +170,18 @@ def cached_versions(path: Path = ESTIMATES) -> dict[str, str]:
 Estimates = Callable[[str], "dict[str, float | None]"]
 
 
-def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates) -> list[dict[str, Any]]:
-    """Every measured cell of a rehearsal reference, predicted from its one-rank ddp probe."""
+def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates,
+                    beside: Iterable[Path] = ()) -> list[dict[str, Any]]:
+    """Every measured cell of a rehearsal reference, predicted from its one-rank ddp probe (or,
+    for a reference of larger N only, the probe of a rehearsal folder `beside` it)."""
     recs, source = rehearsal_records(folder), folder.name
-    units = {r["size"]: r["memory_components"][0].get("largest_unit_mib") for r in recs
+    pool = recs + [r for f in beside if f != folder for r in rehearsal_records(f)]
+    units = {r["size"]: r["memory_components"][0].get("largest_unit_mib") for r in pool
              if r["variant"] == "fsdp" and r.get("memory_components")}
     probes = {r["size"]: r for r in recs if r["variant"] == "ddp" and int(r["gpus"]) == 1 and r.get("search_trials")}
+    for r in pool:   # this folder's own probe first
+        if r["variant"] == "ddp" and int(r["gpus"]) == 1 and r.get("search_trials"):
+            probes.setdefault(r["size"], r)
     out = []
     for r in recs:
         size, probe_rec = r["size"], probes.get(r["size"])
@@ -263,13 +269,15 @@ def cells(folders: Iterable[Path], estimates: Estimates = live_estimates) -> lis
     the last with a sharding bench's ResNet18 among the folders)."""
     out: list[dict[str, Any]] = []
     c1 = []
+    folders = list(folders)
+    rehearsals = [f for f in folders if not (f / "C1.json").is_file() and not (f / "records").is_dir()]
     for folder in folders:
         if (folder / "C1.json").is_file():
             c1.append(folder)
         elif (folder / "records").is_dir():
             out += sharding_cells(folder, estimates)
         else:
-            out += rehearsal_cells(folder, estimates)
+            out += rehearsal_cells(folder, estimates, rehearsals)
     resnet = [r for f in folders if (f / "records").is_dir() for r in sharding_records(f)
               if r["variant"] == "single" and model_name(r["folder"]) == C1_MODEL]
     units = [r["memory_components"][0].get("largest_unit_mib") for f in folders if (f / "records").is_dir()
