@@ -19,10 +19,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS, FSDP_VARIANTS, results
+from dpbench import results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
-from dpbench.plan.skips import skip_reason, world_mismatch
+from dpbench.plan import variants
+from dpbench.plan.skips import refused, skip_reason, world_mismatch
+from dpbench.plan.variants.spec import ALL_DEVICES_ONE_PROCESS, AUTOCAST
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
 from dpbench.run import components, device_facts, measure, mechanisms, provenance, sharded
@@ -134,7 +136,7 @@ class Context:
         if self.distributed and (mismatch := world_mismatch(cfg, self.world)):
             raise ValueError(mismatch)
         cuda = uses_cuda(cfg)
-        if cfg.variant in DP_VARIANTS:
+        if variants.spec(cfg.variant).layout == ALL_DEVICES_ONE_PROCESS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
         elif cuda:   # rehearsed ranks share the visible GPU(s), round-robin
             self.devices = [torch.device("cuda", local % torch.cuda.device_count() if cfg.rehearse else local)]
@@ -221,20 +223,12 @@ def build_workload(cfg: RunConfig, device: torch.device | None = None):
         return spec_build(cfg.workload, **extra)
 
 
-def refused(cfg: RunConfig) -> str | None:
-    """Why this variant cannot run with these options, whatever the workload (None when it can)."""
-    if cfg.variant in FSDP_VARIANTS and cfg.channels_last:
-        # seen on an H200 (torch 2.11): fully_shard raises NotImplementedError on a conv weight
-        return (f"{cfg.variant} with channels_last: FSDP2 shards only contiguous parameters, and channels_last "
-                "makes conv weights non-contiguous; run it without channels_last")
-    return None
-
-
 def unsupported(cfg: RunConfig, spec) -> str | None:
-    """Why the workload cannot run this variant (None when it can)."""
+    """Why the workload cannot run this variant (None when it can); what the variant refuses
+    whatever the workload is its spec's (plan.skips.refused)."""
     if reason := refused(cfg):
         return reason
-    if cfg.variant in DP_VARIANTS and not spec.batch_first:
+    if variants.spec(cfg.variant).wrapper == "nn.DataParallel" and not spec.batch_first:
         return (f"nn.DataParallel gathers outputs on dim 0, and workload {registry.resolve(cfg.workload)[0]!r} "
                 "says its outputs are not batch-first (batch_first=False); use single or ddp")
     if cfg.checkpoint == "units" and not spec.shard_modules:
@@ -293,6 +287,7 @@ def _inject_fault(ctx: Context, step: int) -> None:
 
 
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
+    variant_spec = variants.spec(cfg.variant)
     set_numerics(cfg)
     ctx.waits.at("building the workload (its factory)")
     spec = build_workload(cfg, ctx.device)   # a factory that fails is a failed record naming it (WorkloadError)
@@ -349,7 +344,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     epochs = math.ceil(total / len(feed))
     # fsdp/hsdp compute in bf16 through MixedPrecisionPolicy (the Variant's), not autocast
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \
-        if bf16 and cfg.variant not in FSDP_VARIANTS else nullcontext
+        if bf16 and variant_spec.mixed_precision == AUTOCAST else nullcontext
     # One untimed step after the first (the first where warm-up leaves only one) is profiled.
     untimed = range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps)
     profile_at = untimed[min(1, len(untimed) - 1)] if untimed else None
@@ -359,7 +354,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     fault = _fault_step(ctx)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
-    log(f"{rec.cfg.variant} on {len(ctx.devices) if cfg.variant in DP_VARIANTS else ctx.world} "
+    log(f"{rec.cfg.variant} on {ctx.world if variant_spec.distributed else len(ctx.devices)} "
         f"{ctx.device.type} device(s) {[str(d) for d in ctx.devices]}: {total} steps, "
         f"{epochs} epoch(s) of {len(feed)}, global batch {cfg.global_batch}")
 
@@ -438,7 +433,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
         if peaks:
             rec.memory = measure.memory_rows(peaks, nvml)
             for row in rec.memory:
-                row["data_mib"] = data_mib.get(row["device"] if cfg.variant in DP_VARIANTS else 0, 0.0)
+                one_process = variant_spec.devices_per_process(cfg.gpus) > 1   # the data sits on each device
+                row["data_mib"] = data_mib.get(row["device"] if one_process else 0, 0.0)
 
 
 class EpochLog:
@@ -467,7 +463,9 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
     # The slowest rank sets the pace of a synchronous step.
     step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
     loss_global = (sums.cpu() / torch.tensor(sizes, dtype=torch.float64)).tolist()
-    loss_reported = loss_global if cfg.variant in DISTRIBUTED_VARIANTS else torch.stack(reported).double().cpu().tolist()
+    # A rank's reported loss is its part of the global one: what the ranks report together is the global.
+    ranked = variants.spec(cfg.variant).distributed
+    loss_reported = loss_global if ranked else torch.stack(reported).double().cpu().tolist()
     first, timed_before = len(rec.steps), len(rec.timed_ms)
     for i, n in enumerate(sizes):
         step = first + i

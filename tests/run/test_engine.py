@@ -76,10 +76,10 @@ def test_replica_reductions_on_an_uneven_split():
     means = torch.stack([replica(c, y[c])[0] for c in chunks])
     replica.reduction = "sum"
     sums = torch.stack([replica(c, y[c])[0] for c in chunks])
-    assert reduce_replica_losses("dp_mean", means, 3).item() == pytest.approx(0.525)
-    assert reduce_replica_losses("dp_sum", sums, 3).item() == pytest.approx(0.43333333)
+    assert reduce_replica_losses("mean", means, 3).item() == pytest.approx(0.525)
+    assert reduce_replica_losses("sum", sums, 3).item() == pytest.approx(0.43333333)
     one_device = torch.stack([replica(torch.arange(3), y)[0]])
-    assert reduce_replica_losses("dp_sum", one_device, 3).item() == pytest.approx(0.43333333)
+    assert reduce_replica_losses("sum", one_device, 3).item() == pytest.approx(0.43333333)
 
 
 def test_warnings_are_captured_always_and_counted_with_their_first_step():

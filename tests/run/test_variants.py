@@ -155,7 +155,7 @@ def test_a_cuda_graph_mode_keeps_the_graph_recording_out_of_the_timed_steps(tmp_
 
 def test_every_compile_mode_of_the_schema_has_its_untimed_steps():
     import yaml
-    schema = yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments" / "schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2] / "experiments" / "schema.yaml").read_text())
     modes = schema["definitions"]["train"]["properties"]["compile"]["enum"]
     assert set(modes) == set(train.COMPILE_STEPS)
 
