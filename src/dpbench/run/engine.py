@@ -1,15 +1,14 @@
 """The engine of one run: set-up, the training loop, evaluation and what goes into its record.
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
-in `dpbench.run.launch`; `python -m dpbench.run.engine ...` is the same command (it forwards there).
-One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
+in `dpbench.run.launch` (`python -m dpbench.run.launch ...`), which calls run_process here; the
+engine never imports the launcher. One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
 because set-up, loop, evaluation and the record's measured parts are one run's life in order.
 """
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 import traceback
 from contextlib import nullcontext, suppress
@@ -562,11 +561,3 @@ def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distri
     # this rank exits, and the launcher completes the record.
     return 1
 
-
-def main(argv: list[str] | None = None) -> int:
-    from dpbench.run.launch import main as launch_main
-    return launch_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
