@@ -20,23 +20,22 @@ import torch.distributed as dist
 
 from dpbench import results
 from dpbench.host import gpu_lease
-from dpbench.plan.config import RunConfig
 from dpbench.plan import variants
+from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import refused, skip_reason, world_mismatch
 from dpbench.plan.variants.spec import ALL_DEVICES_ONE_PROCESS, AUTOCAST
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
-from dpbench.run import components, device_facts, measure, mechanisms, provenance, sharded
+from dpbench.run import device_facts, measure, provenance, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.hooks import FaultInjection, StallGuard, WarmupProbes
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
-from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 from dpbench.run.waits import Waits
 from dpbench.workloads import registry
 from dpbench.workloads.calls import map_tensors, model_output
 from dpbench.workloads.spec import build as spec_build
 
-FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP[:hang]": raise (or sleep for ever) at that step on that rank
 EVAL_BATCH = 1000
 # The steps a torch.compile mode spends before it runs what it will run from then on: the
 # compilation (step 0), and in the modes that use CUDA graphs a warm-up run and the graph's
@@ -267,24 +266,6 @@ def evaluate(model, feed, ctx: Context, autocast, output=None) -> tuple[float, f
     return correct / n, loss_sum / n
 
 
-def _fault_step(ctx: Context) -> int | None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    rank, step = (int(v) for v in spec.split(":")[:2])
-    return step if rank == ctx.rank else None
-
-
-def _inject_fault(ctx: Context, step: int) -> None:
-    """The failure FAULT_ENV asks for: an exception, or (":hang") a rank that never joins its
-    peers' next collective, which the collective timeout must end."""
-    if os.environ[FAULT_ENV].endswith(":hang"):
-        ctx.waits.at(f"a hang injected by {FAULT_ENV} at step {step}")
-        while True:
-            time.sleep(60)
-    raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
-
-
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
     variant_spec = variants.spec(cfg.variant)
     set_numerics(cfg)
@@ -344,13 +325,11 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     # fsdp/hsdp compute in bf16 through MixedPrecisionPolicy (the Variant's), not autocast
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \
         if bf16 and variant_spec.mixed_precision == AUTOCAST else nullcontext
-    # One untimed step after the first (the first where warm-up leaves only one) is profiled.
-    untimed = range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps)
-    profile_at = untimed[min(1, len(untimed) - 1)] if untimed else None
-    # Up to three later warm-up steps start from an idle device: how long the host takes to issue
-    # a step, against the device's step time, says whether the host or the device sets the pace.
-    host_probes = set([s for s in untimed if s not in (0, profile_at)][-3:]) if ctx.device.type == "cuda" else set()
-    fault = _fault_step(ctx)
+    # Beside the step: the probes of warm-up steps, an injected fault, the stall guard.
+    probes = WarmupProbes(rec, cfg, variant, opt, autocast, ctx.device, ctx.rank, ctx.distributed,
+                          untimed=range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps))
+    fault = FaultInjection(ctx.rank, ctx.waits)
+    stall = StallGuard(ctx.waits, COMPILE_STEPS[cfg.compile], cfg.collective_timeout_s)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
     log(f"{rec.cfg.variant} on {ctx.world if variant_spec.distributed else len(ctx.devices)} "
@@ -376,32 +355,18 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             if rec.start_s is not None and ctx.is_main:
                                 log(f"first step {rec.start_s:.1f} s after the launch (imports, "
                                     f"{'torchrun, ' if ctx.distributed else ''}devices, data, model)")
-                        if step == fault:
-                            _inject_fault(ctx, step)
+                        fault.before_step(step)
                         lr = lr_at(cfg, step, total)
                         for group in opt.param_groups:
                             group["lr"] = lr
                         if cfg.channels_last:   # images: the 4-d tensors of the inputs
                             x = map_tensors(x, lambda t: t.contiguous(memory_format=torch.channels_last)
                                             if t.dim() == 4 else t)
-                        if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
-                            ctx.waits.arm(2 * cfg.collective_timeout_s)
-                        if step == profile_at:
-                            probe = components.StepProbe()
-                            losses, row, rec.collectives = components.profiled_step(
-                                variant, opt, x, y, n_global, autocast, ctx.distributed, cfg.accumulate, probe)
-                            rec.memory_components = [dict(row, device=ctx.rank)]
-                            rec.mechanisms = mechanisms.check(cfg, variant, opt, probe, row, ctx.device)
-                        elif step in host_probes:
-                            torch.cuda.synchronize(ctx.device)
-                            issued = time.perf_counter()
-                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
-                            rec.host_ms.append((time.perf_counter() - issued) * 1e3)
-                        else:
-                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
+                        stall.before_step(step)
+                        losses = probes.step(step, x, y, n_global)
                         ep.add(losses, n_global, lr)
                         step += 1
-                        ctx.waits.beat()
+                        stall.after_step()
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
                             # end logs the global loss.
@@ -412,7 +377,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         with suppress(Exception):
                             _close_epoch(cfg, ctx, rec, epoch, ep)
                     raise
-                ctx.waits.disarm()   # evaluation and the rest wait only in timed-out collectives
+                stall.after_epoch()
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
