@@ -458,10 +458,6 @@ def test_each_epoch_is_set_up_before_its_step_clock_starts(tmp_path, monkeypatch
     assert segments[0].strip() == "", "the first epoch's clock started before the epoch was set up"
     assert [seg.split().count("mark") for seg in segments[1:]] == [5, 5]   # the start mark and one a step
 
-def test_compiled_dataparallel_is_a_skipped_record_with_the_reason(tmp_path):
-    rec = run_engine(tmp_path / "r", variant="dp", gpus=2, compile="default")
-    assert rec["status"] == "skipped" and "torch.compile" in rec["reason"]
-
 
 def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):
     """kill -9 of the pipeline leaves the job's shell behind; the run must not train on."""
