@@ -2,7 +2,7 @@
 cause and the way out, and a crash never reads as a finding.
 
 Each case plants one fault (a damaged file, a wrong install, a mistyped option, a killed
-pipeline) and runs what a user runs: `python -m dpbench.run.engine`, `dpbench.analysis.collect`,
+pipeline) and runs what a user runs: `python -m dpbench.run.launch`, `dpbench.analysis.collect`,
 `dpbench.compare_cli`, `dpbench.run.cifar_pack`, and Snakemake (dry runs, and tiny synthetic runs).
 """
 from __future__ import annotations
@@ -41,10 +41,10 @@ def cli(module: str, *args: str, cwd: Path | None = None, env: dict | None = Non
 
 
 def train(out: Path, env: dict | None = None, **overrides) -> tuple[subprocess.CompletedProcess, dict]:
-    """One run through `python -m dpbench.run.engine`; its process and its metrics.json."""
+    """One run through `python -m dpbench.run.launch`; its process and its metrics.json."""
     cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
     cfg.update(overrides)
-    proc = cli("dpbench.run.engine", "--config", json.dumps(cfg), "--out", str(out), env=env)
+    proc = cli("dpbench.run.launch", "--config", json.dumps(cfg), "--out", str(out), env=env)
     assert proc.returncode == 0, proc.stdout[-TAIL:] + proc.stderr[-TAIL:]
     return proc, results.read_json(out / results.METRICS)
 
@@ -244,7 +244,7 @@ def test_collected_tables_are_readable_by_the_group(fake_results):
 def test_a_runs_files_are_readable_by_the_group(tmp_path):
     out = tmp_path / "run"
     cfg = dict(TINY, max_steps=2, eval_each_epoch=False)
-    proc = subprocess.run([sys.executable, "-m", "dpbench.run.engine", "--config", json.dumps(cfg),
+    proc = subprocess.run([sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg),
                            "--out", str(out)], env=ENV, capture_output=True, text=True,
                           preexec_fn=_umask(0o022), timeout=300)
     assert proc.returncode == 0, proc.stderr[-TAIL:]

@@ -1,7 +1,12 @@
-"""dpbench: single-device, DataParallel and DistributedDataParallel training, measured side by side."""
+"""dpbench: single-device, DataParallel and DistributedDataParallel training, measured side by side.
 
-VARIANTS = ("single", "dp", "dp_mean", "dp_sum", "ddp", "zero1", "fsdp", "hsdp")
-DP_VARIANTS = ("dp", "dp_mean", "dp_sum")
-DISTRIBUTED_VARIANTS = ("ddp", "zero1", "fsdp", "hsdp")   # one process per rank, under torchrun
-SHARDED_VARIANTS = ("zero1", "fsdp", "hsdp")               # ZeRO-1's optimizer state, FSDP2's everything
-FSDP_VARIANTS = ("fsdp", "hsdp")                           # torch.distributed.fsdp.fully_shard
+The variant lists below are read off the variant registry (dpbench.plan.variants), for the
+modules that only need a name's group; a question about one variant is its spec's.
+"""
+from dpbench.plan.variants import all_specs as _specs
+
+VARIANTS = tuple(s.name for s in _specs())
+DP_VARIANTS = tuple(s.name for s in _specs() if s.wrapper == "nn.DataParallel")
+DISTRIBUTED_VARIANTS = tuple(s.name for s in _specs() if s.distributed)   # one process per rank, under torchrun
+SHARDED_VARIANTS = tuple(s.name for s in _specs() if s.sharded)           # ZeRO-1's optimizer state, FSDP2's everything
+FSDP_VARIANTS = tuple(s.name for s in _specs() if s.shards_parameters)   # torch.distributed.fsdp.fully_shard

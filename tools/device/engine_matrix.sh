@@ -12,7 +12,7 @@ mkdir -p "$out"
 run() {  # run ID JSON
   local id=$1 cfg=$2
   echo "=== $id $cfg"
-  "$py" -m dpbench.run.engine --config "$cfg" --out "$out/$id" > "$out/$id.log" 2>&1 || echo "exit $? for $id"
+  "$py" -m dpbench.run.launch --config "$cfg" --out "$out/$id" > "$out/$id.log" 2>&1 || echo "exit $? for $id"
   tail -n 2 "$out/$id.log"
 }
 for ds in cifar10 synthetic; do

@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from dpbench.plan.config import RunConfig  # noqa: E402
-from dpbench.run import components, engine, measure, waits  # noqa: E402
+from dpbench.run import components, engine, hooks, measure, waits  # noqa: E402
 
 STEPS, WARMUP = 40, 10
 
@@ -157,7 +157,7 @@ class NoNvml:
 
 def dpbench_run(variant: str, cfg: RunConfig, out: Path, off: set[str], profile: bool) -> dict:
     saved = (measure.NvmlSampler, waits.Waits.arm, measure.WarningRecorder.__enter__, components.profiled_step,
-             engine.train_step)
+             hooks.train_step)
     if "nvml" in off:
         engine.measure.NvmlSampler = NoNvml
     if "guard" in off:
@@ -171,20 +171,20 @@ def dpbench_run(variant: str, cfg: RunConfig, out: Path, off: set[str], profile:
         measure.WarningRecorder.__enter__ = enter
     if "profiled" in off:
         def plain(variant_, opt, x, y, n, autocast, distributed):
-            return engine.train_step(variant_, opt, x, y, n, autocast), {}, []
-        engine.components.profiled_step = plain
+            return hooks.train_step(variant_, opt, x, y, n, autocast), {}, []
+        hooks.components.profiled_step = plain
     name = f"{variant}-{'-'.join(sorted(off)) or 'asis'}{'-prof' if profile else ''}"
     timer = StepTimes(saved[4], range(20, 25) if profile else None, out / f"dpbench-{name}.prof.json")
-    engine.train_step = timer
+    hooks.train_step = timer
     run_out = out / "runs" / name
     run_out.mkdir(parents=True, exist_ok=True)
     try:
         engine.run_process(cfg, run_out)
     finally:
         measure.NvmlSampler, waits.Waits.arm, measure.WarningRecorder.__enter__, components.profiled_step, \
-            engine.train_step = saved
+            hooks.train_step = saved
         engine.measure.NvmlSampler = saved[0]
-        engine.components.profiled_step = saved[3]
+        hooks.components.profiled_step = saved[3]
     rec = json.loads((run_out / "metrics.json").read_text())
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -1,7 +1,8 @@
 """The resolved configuration of one training run, and the schema that defines its keys.
 
 The experiment schema (experiments/schema.yaml, shipped in the package as dpbench/plan/schema.yaml)
-is the one source of the run options, their defaults, allowed values and limits: the pipeline
+is the one source of the run options, their defaults, allowed values and limits (the variants'
+names excepted: the registry, dpbench.plan.variants, fills in their enum as it loads): the pipeline
 validates experiment files against it, RunConfig takes its field defaults from its `train`
 properties, and RunConfig.validate checks a run with jsonschema against that definition plus
 the keys the plan sets.
@@ -21,7 +22,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from dpbench import DISTRIBUTED_VARIANTS
+from dpbench.plan import variants as variant_registry
 from dpbench.workloads.registry import WorkloadError, _is_file, resolve
 
 SCHEMA_FILE = "schema.yaml"
@@ -29,8 +30,11 @@ SCHEMA_FILE = "schema.yaml"
 
 @functools.lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    """The experiment schema, as shipped in the package."""
-    return yaml.safe_load((resources.files("dpbench.plan") / SCHEMA_FILE).read_text())
+    """The experiment schema, as shipped in the package, with the registry's variant names as
+    the variant's enum (the file leaves them to the registry: one list, not two in step)."""
+    loaded = yaml.safe_load((resources.files("dpbench.plan") / SCHEMA_FILE).read_text())
+    loaded["definitions"]["variant"]["enum"] = list(variant_registry.names())
+    return loaded
 
 
 def train_schema() -> dict[str, dict[str, Any]]:
@@ -123,9 +127,10 @@ def factory_problem(workload: Any) -> str | None:
             f"or put the folder above it on PYTHONPATH (docs/your-model.md)")
 
 
-# Options added after records existed: absent from a run's config while at their defaults.
-QUIET_AT_DEFAULT = ("workload", "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s",
-                    "memory_cap_gib", "environment", "accumulate", "checkpoint", "offload", "rehearse", "find_unused_parameters")
+# Options added after records existed: absent from a run's config while at their defaults. The
+# variants' own keys say so in their specs (Knob.quiet_at_default); these are every variant's.
+QUIET_AT_DEFAULT = ("workload", "memory_cap_gib", "environment", "accumulate", "checkpoint",
+                    *variant_registry.quiet_keys())
 
 
 @dataclass
@@ -202,20 +207,23 @@ class RunConfig:
             path = list(error.absolute_path)
             value = error.instance if path else None
             bad(".".join(map(str, path)) or "(top level)", value, _allowed(error))
-        if self.variant == "single" and self.gpus != 1:
-            bad("gpus", self.gpus, "1 for the single variant")
+        spec = variant_registry.spec(self.variant)   # a known name: the schema's enum checked it
+        if spec.processes(self.gpus) == spec.devices_per_process(self.gpus) == 1 and self.gpus != 1:
+            bad("gpus", self.gpus, f"1 for the {self.variant} variant")
         if self.global_batch < self.gpus:
             bad("global_batch", self.global_batch, f"at least gpus={self.gpus} (one sample per device)")
         if self.per_gpu_batch is not None and self.global_batch != self.per_gpu_batch * self.gpus:
             bad("global_batch", self.global_batch,
                 f"per_gpu_batch x gpus = {self.per_gpu_batch * self.gpus} (weak scaling), or drop per_gpu_batch")
-        if self.batchnorm == "sync" and self.variant != "ddp":
-            bad("batchnorm", "sync", "train or eval: SyncBatchNorm works only under ddp")
-        if self.variant == "hsdp" and self.hsdp_shard_size is not None and self.gpus % self.hsdp_shard_size:
+        if self.batchnorm == "sync" and not spec.sync_batchnorm:
+            takers = [s.name for s in variant_registry.all_specs() if s.sync_batchnorm]
+            bad("batchnorm", "sync", f"train or eval: SyncBatchNorm works only under {' and '.join(takers)}")
+        if spec.takes("hsdp_shard_size") and self.hsdp_shard_size is not None and self.gpus % self.hsdp_shard_size:
             bad("hsdp_shard_size", self.hsdp_shard_size,
                 f"a divisor of gpus={self.gpus} (the mesh is replicas x shard size), or null for one node")
-        if self.rehearse and self.variant not in DISTRIBUTED_VARIANTS:
-            bad("rehearse", True, f"false for {self.variant}: only {', '.join(DISTRIBUTED_VARIANTS)} rehearse ranks")
+        if self.rehearse and not spec.distributed:
+            ranked = [s.name for s in variant_registry.all_specs() if s.distributed]
+            bad("rehearse", True, f"false for {self.variant}: only {', '.join(ranked)} rehearse ranks")
         try:   # torch-free: the factory is found, not imported (the run builds it)
             resolve(self.workload)
         except WorkloadError as exc:

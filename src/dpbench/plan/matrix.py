@@ -2,7 +2,7 @@
 
 Groups in `matrix` expand to variants x gpus x repeats; `options` are per-group overrides that
 also label the runs (with `train`'s workload where it is not the default: what trains names the
-run). Options a variant ignores (plan.variant_options) and factories that are not there are
+run). Options a variant ignores (plan.variants) and factories that are not there are
 refused before anything runs. Without CUDA the CPU plan applies: its `train` settings (synthetic
 data, a small step and evaluation budget) and `repeats` replace the experiment's, except keys the
 user gave (pipeline.load_experiment keeps those) and a group's batch or step budget within
@@ -29,7 +29,7 @@ from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, VARIANTS, results
 from dpbench.plan import environments as envs
-from dpbench.plan import variant_options
+from dpbench.plan import variants as variant_registry
 from dpbench.plan.config import RunConfig, factory_problem, train_schema
 from dpbench.plan.skips import skip_reason
 from dpbench.workloads.registry import DEFAULT as DEFAULT_WORKLOAD, resolve
@@ -190,26 +190,26 @@ class Plan:
         """Refuses (ValueError, one line) what no run could honour as written: an option a variant
         ignores, set to other than its default in a group's options for that variant (it would
         name runs that differ by nothing), or in `train` where no variant of the experiment takes
-        it (plan/variant_options.py); and a workload factory that cannot be found here."""
+        it (plan/variants/); and a workload factory that cannot be found here."""
         cfg = self.config
         defaults = {k: spec.get("default") for k, spec in train_schema().items()}
         groups = [(g, g.get("options", {}), g.get("variants", cfg["variants"])) for g in cfg["matrix"]]
         for group, options, variants in groups:
-            for option in variant_options.SPECIFIC:
-                ignoring = [v for v in variants if option in variant_options.ignored(v, options, defaults)]
+            for option in variant_registry.specific_options():
+                ignoring = [v for v in variants if option in variant_registry.ignored(v, options, defaults)]
                 if ignoring:
-                    raise ValueError(variant_options.refusal(f"group {group['name']!r}", option,
+                    raise ValueError(variant_registry.refusal(f"group {group['name']!r}", option,
                                                              options[option], ignoring))
         # train (an experiment's or a recipe's settings of every run) only needs a variant of the
         # experiment that takes it: a recipe's DDP knobs over perf's single groups and its DDP
         # groups, which name the knobs themselves, are fine.
         train = cfg.get("train", {})
         every = list(dict.fromkeys(v for _, _, variants in groups for v in variants))
-        for option in variant_options.SPECIFIC:
+        for option in variant_registry.specific_options():
             if option not in train or train[option] == defaults.get(option):
                 continue
-            if not any(variant_options.takes(v, option) for v in every):
-                raise ValueError(variant_options.refusal("train", option, train[option], every))
+            if not any(variant_registry.takes(v, option) for v in every):
+                raise ValueError(variant_registry.refusal("train", option, train[option], every))
         for workload in [train.get("workload")] + [o.get("workload") for _, o, _ in groups]:
             if workload is not None and (problem := factory_problem(workload)):
                 raise ValueError(problem)

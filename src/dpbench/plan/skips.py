@@ -1,13 +1,14 @@
 """Which runs cannot run with a given number of visible CUDA devices, and why: the one rule,
 asked by the plan (with the GPUs it is made for, without torch), by the launcher (with the GPUs
 its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted).
+What a variant needs and refuses is its spec's (plan.variants); the rules here ask it.
 torch-free: the torch release it knows is read from torch's version file (plan.matrix.torch_version)."""
 from __future__ import annotations
 
 import re
 
-from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS, FSDP_VARIANTS
-from dpbench.plan.config import RunConfig
+from dpbench.plan import variants
+from dpbench.plan.config import RunConfig, train_schema
 
 FULLY_SHARD_SINCE = (2, 4)   # torch.distributed._composable.fsdp (public as torch.distributed.fsdp from 2.6)
 FSDP_ON_GLOO_SINCE = (2, 9)
@@ -22,24 +23,26 @@ def torch_release() -> tuple[int, ...]:
     return tuple(int(p or 0) for p in found.groups()) if found else ()
 
 
-def sharded_reason(cfg: RunConfig, cuda: bool) -> str | None:
-    """Why PyTorch cannot run this fsdp/hsdp run (None when it can): too old a torch, FSDP2 on
-    gloo before its fix, or what fully_shard refuses."""
+def fully_shard_reason(cuda: bool) -> str | None:
+    """Why this torch cannot run fully_shard (FSDP2) here (None when it can): too old a torch,
+    or FSDP2 on gloo before its fix."""
     release = torch_release()
     if release and release[:2] < FULLY_SHARD_SINCE:
         return f"fully_shard (FSDP2) needs torch >= 2.4; this is torch {'.'.join(map(str, release))}"
     if not cuda and release and release[:2] < FSDP_ON_GLOO_SINCE:
         return FSDP_ON_GLOO
-    if cfg.channels_last:
-        return ("FSDP2 refuses non-contiguous parameters (NotImplementedError for channels_last "
-                "weights); run fsdp/hsdp with channels_last: false")
     return None
+
+
+def refused(cfg: RunConfig) -> str | None:
+    """Why the variant refuses the run's options (its spec's refusals; None when it takes them)."""
+    return variants.spec(cfg.variant).refusal(cfg, {k: v.get("default") for k, v in train_schema().items()})
 
 
 def knob_reason(cfg: RunConfig) -> str | None:
     """Why the run's knobs (accumulate, offload) cannot run as asked (None when they can)."""
-    if cfg.offload and cfg.variant not in FSDP_VARIANTS:
-        return (f"offload is FSDP2's CPUOffloadPolicy (fsdp, hsdp); {cfg.variant} keeps its parameters and "
+    if cfg.offload and not variants.spec(cfg.variant).takes("offload"):
+        return (f"offload is FSDP2's CPUOffloadPolicy ({', '.join(variants.takers('offload'))}); {cfg.variant} keeps its parameters and "
                 "optimizer state on the device: run it with offload: false")
     if cfg.accumulate > 1 and cfg.global_batch % (cfg.gpus * cfg.accumulate):
         return (f"accumulate={cfg.accumulate} does not divide the per-rank batch (global_batch="
@@ -50,12 +53,12 @@ def knob_reason(cfg: RunConfig) -> str | None:
 
 def skip_reason(cfg: RunConfig, visible: int) -> str | None:
     """Why this run cannot run with `visible` CUDA devices (None when it can)."""
+    spec = variants.spec(cfg.variant)
     if reason := knob_reason(cfg):
         return reason
-    if cfg.compile != "none" and cfg.variant in DP_VARIANTS:
-        return ("torch.compile does not support nn.DataParallel (its replicas are made anew every "
-                "step, outside the compiled graph); use compile with single or ddp")
-    if cfg.variant in FSDP_VARIANTS and (reason := sharded_reason(cfg, visible > 0 and cfg.device != "cpu")):
+    if spec.wrapper == "fully_shard" and (reason := fully_shard_reason(visible > 0 and cfg.device != "cpu")):
+        return reason
+    if reason := refused(cfg):
         return reason
     if cfg.batchnorm == "sync" and (visible == 0 or cfg.device == "cpu"):
         return "SyncBatchNorm needs CUDA devices (PyTorch has no CPU implementation)"
@@ -66,15 +69,16 @@ def skip_reason(cfg: RunConfig, visible: int) -> str | None:
                 "would cap it, so the run would not answer what it asks: run it on a GPU, or set "
                 "memory_cap_gib: null")
     if cfg.device == "cpu":
-        if cfg.variant in DP_VARIANTS:
-            return "nn.DataParallel needs CUDA devices; device=cpu was asked for"
+        if spec.needs_cuda:
+            return f"{spec.wrapper or cfg.variant} needs CUDA devices; device=cpu was asked for"
         return None
     if visible == 0:
-        if cfg.variant in DP_VARIANTS:
-            return "nn.DataParallel needs CUDA devices and none is visible: DP variants run only on GPUs"
+        if spec.needs_cuda:
+            return (f"{spec.wrapper or cfg.variant} needs CUDA devices and none is visible: "
+                    f"{cfg.variant} runs only on GPUs")
         if cfg.device == "cuda":
             return "device=cuda was asked for but no CUDA device is visible"
-        if cfg.variant in DISTRIBUTED_VARIANTS and cfg.gpus > cfg.max_cpu_ranks:
+        if spec.distributed and cfg.gpus > cfg.max_cpu_ranks:
             return (f"needs {cfg.gpus} GPUs, 0 visible; without CUDA, {cfg.variant} runs on at most "
                     f"max_cpu_ranks={cfg.max_cpu_ranks} gloo processes")
         return None

@@ -29,6 +29,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
     import torch
     import torch.distributed as dist
 
+    from dpbench.plan import variants
     from dpbench.plan.config import RunConfig
     from dpbench.run import engine, sharded
     from dpbench.run.data import WorkloadFeed
@@ -38,7 +39,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
     cfg = RunConfig(variant=variant, workload=spec, seed=seed, device="cpu", global_batch=BATCH,
                     find_unused_parameters=find_unused_parameters, lr=0.01)
     opened = None
-    if variant != "single" and not dist.is_initialized():
+    if variants.spec(variant).distributed and not dist.is_initialized():
         opened = tempfile.TemporaryDirectory()
         dist.init_process_group("gloo", init_method=f"file://{Path(opened.name) / 'store'}", rank=0, world_size=1)
     try:

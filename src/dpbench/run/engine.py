@@ -1,15 +1,14 @@
 """The engine of one run: set-up, the training loop, evaluation and what goes into its record.
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
-in `dpbench.run.launch`; `python -m dpbench.run.engine ...` is the same command (it forwards there).
-One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
+in `dpbench.run.launch` (`python -m dpbench.run.launch ...`), which calls run_process here; the
+engine never imports the launcher. One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
 because set-up, loop, evaluation and the record's measured parts are one run's life in order.
 """
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 import traceback
 from contextlib import nullcontext, suppress
@@ -19,23 +18,24 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from dpbench import DISTRIBUTED_VARIANTS, DP_VARIANTS, FSDP_VARIANTS, results
+from dpbench import results
 from dpbench.host import gpu_lease
+from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
-from dpbench.plan.skips import skip_reason, world_mismatch
+from dpbench.plan.skips import refused, skip_reason, world_mismatch
+from dpbench.plan.variants.spec import ALL_DEVICES_ONE_PROCESS, AUTOCAST
 from dpbench.results.errors import error_text
 from dpbench.results.record import Record
-from dpbench.run import components, device_facts, measure, mechanisms, provenance, sharded
+from dpbench.run import device_facts, measure, provenance, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.hooks import FaultInjection, StallGuard, WarmupProbes
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
-from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 from dpbench.run.waits import Waits
 from dpbench.workloads import registry
 from dpbench.workloads.calls import map_tensors, model_output
 from dpbench.workloads.spec import build as spec_build
 
-FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP[:hang]": raise (or sleep for ever) at that step on that rank
 EVAL_BATCH = 1000
 # The steps a torch.compile mode spends before it runs what it will run from then on: the
 # compilation (step 0), and in the modes that use CUDA graphs a warm-up run and the graph's
@@ -134,7 +134,7 @@ class Context:
         if self.distributed and (mismatch := world_mismatch(cfg, self.world)):
             raise ValueError(mismatch)
         cuda = uses_cuda(cfg)
-        if cfg.variant in DP_VARIANTS:
+        if variants.spec(cfg.variant).layout == ALL_DEVICES_ONE_PROCESS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
         elif cuda:   # rehearsed ranks share the visible GPU(s), round-robin
             self.devices = [torch.device("cuda", local % torch.cuda.device_count() if cfg.rehearse else local)]
@@ -221,20 +221,12 @@ def build_workload(cfg: RunConfig, device: torch.device | None = None):
         return spec_build(cfg.workload, **extra)
 
 
-def refused(cfg: RunConfig) -> str | None:
-    """Why this variant cannot run with these options, whatever the workload (None when it can)."""
-    if cfg.variant in FSDP_VARIANTS and cfg.channels_last:
-        # seen on an H200 (torch 2.11): fully_shard raises NotImplementedError on a conv weight
-        return (f"{cfg.variant} with channels_last: FSDP2 shards only contiguous parameters, and channels_last "
-                "makes conv weights non-contiguous; run it without channels_last")
-    return None
-
-
 def unsupported(cfg: RunConfig, spec) -> str | None:
-    """Why the workload cannot run this variant (None when it can)."""
+    """Why the workload cannot run this variant (None when it can); what the variant refuses
+    whatever the workload is its spec's (plan.skips.refused)."""
     if reason := refused(cfg):
         return reason
-    if cfg.variant in DP_VARIANTS and not spec.batch_first:
+    if variants.spec(cfg.variant).wrapper == "nn.DataParallel" and not spec.batch_first:
         return (f"nn.DataParallel gathers outputs on dim 0, and workload {registry.resolve(cfg.workload)[0]!r} "
                 "says its outputs are not batch-first (batch_first=False); use single or ddp")
     if cfg.checkpoint == "units" and not spec.shard_modules:
@@ -274,25 +266,8 @@ def evaluate(model, feed, ctx: Context, autocast, output=None) -> tuple[float, f
     return correct / n, loss_sum / n
 
 
-def _fault_step(ctx: Context) -> int | None:
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return None
-    rank, step = (int(v) for v in spec.split(":")[:2])
-    return step if rank == ctx.rank else None
-
-
-def _inject_fault(ctx: Context, step: int) -> None:
-    """The failure FAULT_ENV asks for: an exception, or (":hang") a rank that never joins its
-    peers' next collective, which the collective timeout must end."""
-    if os.environ[FAULT_ENV].endswith(":hang"):
-        ctx.waits.at(f"a hang injected by {FAULT_ENV} at step {step}")
-        while True:
-            time.sleep(60)
-    raise RuntimeError(f"fault injected by {FAULT_ENV} at step {step} on rank {ctx.rank}")
-
-
 def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningRecorder) -> None:
+    variant_spec = variants.spec(cfg.variant)
     set_numerics(cfg)
     ctx.waits.at("building the workload (its factory)")
     spec = build_workload(cfg, ctx.device)   # a factory that fails is a failed record naming it (WorkloadError)
@@ -349,17 +324,15 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     epochs = math.ceil(total / len(feed))
     # fsdp/hsdp compute in bf16 through MixedPrecisionPolicy (the Variant's), not autocast
     autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \
-        if bf16 and cfg.variant not in FSDP_VARIANTS else nullcontext
-    # One untimed step after the first (the first where warm-up leaves only one) is profiled.
-    untimed = range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps)
-    profile_at = untimed[min(1, len(untimed) - 1)] if untimed else None
-    # Up to three later warm-up steps start from an idle device: how long the host takes to issue
-    # a step, against the device's step time, says whether the host or the device sets the pace.
-    host_probes = set([s for s in untimed if s not in (0, profile_at)][-3:]) if ctx.device.type == "cuda" else set()
-    fault = _fault_step(ctx)
+        if bf16 and variant_spec.mixed_precision == AUTOCAST else nullcontext
+    # Beside the step: the probes of warm-up steps, an injected fault, the stall guard.
+    probes = WarmupProbes(rec, cfg, variant, opt, autocast, ctx.device, ctx.rank, ctx.distributed,
+                          untimed=range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps))
+    fault = FaultInjection(ctx.rank, ctx.waits)
+    stall = StallGuard(ctx.waits, COMPILE_STEPS[cfg.compile], cfg.collective_timeout_s)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None
-    log(f"{rec.cfg.variant} on {len(ctx.devices) if cfg.variant in DP_VARIANTS else ctx.world} "
+    log(f"{rec.cfg.variant} on {ctx.world if variant_spec.distributed else len(ctx.devices)} "
         f"{ctx.device.type} device(s) {[str(d) for d in ctx.devices]}: {total} steps, "
         f"{epochs} epoch(s) of {len(feed)}, global batch {cfg.global_batch}")
 
@@ -382,32 +355,18 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                             if rec.start_s is not None and ctx.is_main:
                                 log(f"first step {rec.start_s:.1f} s after the launch (imports, "
                                     f"{'torchrun, ' if ctx.distributed else ''}devices, data, model)")
-                        if step == fault:
-                            _inject_fault(ctx, step)
+                        fault.before_step(step)
                         lr = lr_at(cfg, step, total)
                         for group in opt.param_groups:
                             group["lr"] = lr
                         if cfg.channels_last:   # images: the 4-d tensors of the inputs
                             x = map_tensors(x, lambda t: t.contiguous(memory_format=torch.channels_last)
                                             if t.dim() == 4 else t)
-                        if step >= COMPILE_STEPS[cfg.compile]:   # compiling is not a stall
-                            ctx.waits.arm(2 * cfg.collective_timeout_s)
-                        if step == profile_at:
-                            probe = components.StepProbe()
-                            losses, row, rec.collectives = components.profiled_step(
-                                variant, opt, x, y, n_global, autocast, ctx.distributed, cfg.accumulate, probe)
-                            rec.memory_components = [dict(row, device=ctx.rank)]
-                            rec.mechanisms = mechanisms.check(cfg, variant, opt, probe, row, ctx.device)
-                        elif step in host_probes:
-                            torch.cuda.synchronize(ctx.device)
-                            issued = time.perf_counter()
-                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
-                            rec.host_ms.append((time.perf_counter() - issued) * 1e3)
-                        else:
-                            losses = train_step(variant, opt, x, y, n_global, autocast, accumulate=cfg.accumulate)
+                        stall.before_step(step)
+                        losses = probes.step(step, x, y, n_global)
                         ep.add(losses, n_global, lr)
                         step += 1
-                        ctx.waits.beat()
+                        stall.after_step()
                         if step % cfg.log_every == 0:
                             # No loss here: reading it would synchronise the host; the epoch's
                             # end logs the global loss.
@@ -418,7 +377,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                         with suppress(Exception):
                             _close_epoch(cfg, ctx, rec, epoch, ep)
                     raise
-                ctx.waits.disarm()   # evaluation and the rest wait only in timed-out collectives
+                stall.after_epoch()
                 _close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
@@ -438,7 +397,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
         if peaks:
             rec.memory = measure.memory_rows(peaks, nvml)
             for row in rec.memory:
-                row["data_mib"] = data_mib.get(row["device"] if cfg.variant in DP_VARIANTS else 0, 0.0)
+                one_process = variant_spec.devices_per_process(cfg.gpus) > 1   # the data sits on each device
+                row["data_mib"] = data_mib.get(row["device"] if one_process else 0, 0.0)
 
 
 class EpochLog:
@@ -467,7 +427,9 @@ def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
     # The slowest rank sets the pace of a synchronous step.
     step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
     loss_global = (sums.cpu() / torch.tensor(sizes, dtype=torch.float64)).tolist()
-    loss_reported = loss_global if cfg.variant in DISTRIBUTED_VARIANTS else torch.stack(reported).double().cpu().tolist()
+    # A rank's reported loss is its part of the global one: what the ranks report together is the global.
+    ranked = variants.spec(cfg.variant).distributed
+    loss_reported = loss_global if ranked else torch.stack(reported).double().cpu().tolist()
     first, timed_before = len(rec.steps), len(rec.timed_ms)
     for i, n in enumerate(sizes):
         step = first + i
@@ -564,11 +526,3 @@ def _failed(rec: Measured, warn: measure.WarningRecorder, exc: Exception, distri
     # this rank exits, and the launcher completes the record.
     return 1
 
-
-def main(argv: list[str] | None = None) -> int:
-    from dpbench.run.launch import main as launch_main
-    return launch_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,7 +65,7 @@ def deferred_sync(variant, last: bool) -> AbstractContextManager:
         return nullcontext()
     if (ddp := _ddp(variant.module)) is not None:   # ddp, zero1 (ZeroRedundancyOptimizer beside DDP)
         return ddp.no_sync()
-    if variant.name in ("fsdp", "hsdp"):
+    if variant.spec.wrapper == "fully_shard":
         return _fsdp_deferred(variant.bare)
     return nullcontext()   # single, dp*: nothing to synchronise (DataParallel reduces in its backward)
 

@@ -179,8 +179,7 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         die_with_parent()
         if reason := world_mismatch(cfg, int(os.environ.get("WORLD_SIZE", 1))):
             return record_world_mismatch(cfg, out, reason)
-        from dpbench.run.engine import run_process
-        return run_process(cfg, out)
+        return train_here(cfg, out)
     clear_stale(out)
     mark_launch()   # with its GPUs held: what follows is the run's own start-up
     if planned is not None and (reason := skip_reason(cfg, planned)):
@@ -192,6 +191,13 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         return record_skip(cfg, out, reason, planned, visible)
     if cfg.variant in DISTRIBUTED_VARIANTS:
         return launch_ddp(cfg, out, visible, counted)
+    return train_here(cfg, out)
+
+
+def train_here(cfg: RunConfig, out: Path) -> int:
+    """Train in this process (a one-process variant, or a rank under torchrun)."""
+    # Imported here, not at the top: the engine imports torch, which the launcher of a skipped
+    # run or of torchrun's ranks never needs (seconds each); the engine never imports this module.
     from dpbench.run.engine import run_process
     return run_process(cfg, out)
 

@@ -52,18 +52,18 @@ def reductions(variant: Variant, micro: dict[str, Any]) -> int | None:
     reduce-scatters and all-reduces, HSDP's all-reduces across replicas (its reduce-scatters
     within a shard group run every micro-batch by design); None where nothing counted them."""
     counts = micro["collectives"]
-    if variant.name in ("ddp", "zero1"):
+    if variant.spec.wrapper == "DistributedDataParallel":
         ops = micro["backward_group_ops"]
         return ops if ops is not None else counts.get("all_reduce", 0)
-    if variant.name == "hsdp" and replicas(variant) > 1:
+    if replicas(variant) > 1:   # hsdp across replicas
         return counts.get("all_reduce", 0)
     return counts.get("reduce_scatter", 0) + counts.get("all_reduce", 0)
 
 
 def sync_verdict(variant: Variant, probe: StepProbe, k: int) -> dict[str, Any]:
-    op = {"ddp": "all-reduce", "zero1": "all-reduce", "fsdp": "reduce-scatter"}.get(
-        variant.name, "all-reduce" if replicas(variant) > 1 else "reduce-scatter")
-    if variant.name in ("fsdp", "hsdp") and not probe.counted:
+    ddp = variant.spec.wrapper == "DistributedDataParallel"
+    op = "all-reduce" if ddp or replicas(variant) > 1 else "reduce-scatter"
+    if variant.spec.shards_parameters and not probe.counted:
         return verdict("accumulate", "sync", 1, None, None,
                        "deferred sync: not counted (compiled units run without the collective counter)")
     per_micro = [reductions(variant, m) for m in probe.micro]
@@ -86,9 +86,9 @@ def sync_verdict(variant: Variant, probe: StepProbe, k: int) -> dict[str, Any]:
 def gradient_verdict(variant: Variant, probe: StepProbe) -> dict[str, Any]:
     """The gradient bytes held mid-accumulation against what the deferral keeps."""
     params = list(variant.bare.parameters())
-    sharded = variant.name in ("fsdp", "hsdp")
+    sharded = variant.spec.shards_parameters
     whole = sum(p.numel() * (4 if sharded else p.element_size()) for p in params)   # FSDP2 reduces in fp32
-    keep_shards = variant.name == "hsdp" and replicas(variant) > 1
+    keep_shards = replicas(variant) > 1   # hsdp across replicas
     expected = whole / mesh_shape(variant)[-1] if keep_shards else whole
     measured = probe.micro[0]["gradient_bytes"]
     held = abs(measured - expected) <= GRADIENT_TOLERANCE * expected
@@ -149,7 +149,7 @@ def check(cfg: RunConfig, variant: Variant, optimizer: torch.optim.Optimizer, pr
           row: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
     """The verdicts of every knob the run turned ([] where it turned none)."""
     out = []
-    if cfg.accumulate > 1 and variant.name in ("ddp", "zero1", "fsdp", "hsdp"):
+    if cfg.accumulate > 1 and variant.spec.distributed:
         out += [sync_verdict(variant, probe, cfg.accumulate), gradient_verdict(variant, probe)]
     if cfg.checkpoint == "units":
         out.append(checkpoint_verdict(variant, probe, row))

@@ -1,7 +1,8 @@
 """The sharded variants' pieces: FSDP2's wrapping (fsdp, hsdp), the optimizer of every variant
 (ZeRO-1's sharded one for zero1, the plain one built after fully_shard for FSDP2), and a full
 state dict for the checkpoint. The loss scaling is the DDP variant's (`variants.Variant`): FSDP2
-averages gradients over its replicate x shard ranks as DDP does over its ranks.
+averages gradients over its replicate x shard ranks as DDP does over its ranks. Which variant
+shards what, on which mesh, with which optimizer, is its spec's (dpbench.plan.variants).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from dpbench import FSDP_VARIANTS
+from dpbench.plan import variants
 
 try:   # public from torch 2.6; torch 2.4 and 2.5 have it under _composable
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -37,9 +38,9 @@ class ShardOptions:
 
 
 def mesh_shape(variant: str, world: int, shard_size: int | None) -> tuple[int, ...]:
-    """fsdp: one dimension of all ranks; hsdp: (replicas, shard size), the shard group being the
-    ranks of one node unless given."""
-    if variant == "fsdp":
+    """A 1-D mesh (fsdp): every rank; a 2-D one (hsdp: replicate, shard): (replicas, shard size),
+    the shard group being the ranks of one node unless given."""
+    if len(variants.spec(variant).mesh) == 1:
         return (world,)
     shard = shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if world % shard:
@@ -56,8 +57,7 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
 
     from dpbench.run.knobs import compile_units
     shape = mesh_shape(variant, world, options.shard_size)
-    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
-    mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=variants.spec(variant).mesh)
     policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
               if options.param_dtype is not None else MixedPrecisionPolicy())
     kwargs = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward, "mp_policy": policy}
@@ -107,7 +107,7 @@ def make_optimizer(variant: str, params, lr: float, momentum: float, weight_deca
     (ZeroRedundancyOptimizer), fsdp/hsdp get it over their DTensor shards (built after
     fully_shard). fused needs the parameters on a device with the fused kernel."""
     kwargs = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, **({"fused": True} if fused else {}))
-    if variant == "zero1":
+    if variants.spec(variant).optimizer == "ZeroRedundancyOptimizer":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.SGD, **kwargs)
     return torch.optim.SGD(params, **kwargs)
@@ -116,7 +116,7 @@ def make_optimizer(variant: str, params, lr: float, momentum: float, weight_deca
 def full_state_dict(variant: str, model: nn.Module) -> dict | None:
     """The model's weights as whole tensors on the CPU, for the checkpoint. Called on every rank:
     under fsdp/hsdp gathering the shards is a collective; the dict is rank 0's (None elsewhere)."""
-    if variant not in FSDP_VARIANTS:
+    if not variants.spec(variant).shards_parameters:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) or None

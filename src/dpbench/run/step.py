@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from dpbench.plan.variants.spec import REPLICA_MEANS_MEAN
 from dpbench.run.knobs import deferred_sync
 from dpbench.run.variants import StepLosses, Variant
 from dpbench.workloads.calls import Inputs, batch_size, map_tensors
@@ -47,7 +48,7 @@ def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y:
         with deferred_sync(variant, last=i == len(chunks) - 1):
             with autocast():
                 losses = variant.losses(xm, ym, n_global)
-            if len(chunks) > 1 and variant.name == "dp_mean":
+            if len(chunks) > 1 and variant.spec.loss == REPLICA_MEANS_MEAN:   # a mean of means per micro-batch
                 losses = StepLosses(losses.optimised / len(chunks), losses.reported / len(chunks),
                                     losses.global_sum)
             mark("forward")

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 from torch.autograd.profiler import record_function
 
-from dpbench import DISTRIBUTED_VARIANTS, FSDP_VARIANTS
+from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.run import engine, sharded
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
 from dpbench.run.intervals import exposed, length, union
@@ -130,7 +131,7 @@ def breakdown(cfg: RunConfig, warmup: int, steps: int) -> dict | None:
         if cfg.compile != "none":
             variant.compile(cfg.compile)
         autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \
-            if bf16 and cfg.variant not in FSDP_VARIANTS else nullcontext
+            if bf16 and variant.spec.mixed_precision == AUTOCAST else nullcontext
         x, y, n = first_batch(cfg, spec, ctx)
         for _ in range(warmup + engine.COMPILE_STEPS[cfg.compile]):
             train_step(variant, opt, x, y, n, autocast)
@@ -150,7 +151,7 @@ def breakdown(cfg: RunConfig, warmup: int, steps: int) -> dict | None:
         return {"variant": cfg.variant, "gpus": cfg.gpus, "device": ctx.device.type, "world": ctx.world,
                 "torch": torch.__version__, "steps": steps, "warmup": warmup,
                 "phases_ms": medians, "step_ms": sum(medians.values()),
-                "distributed": cfg.variant in DISTRIBUTED_VARIANTS, **summary}
+                "distributed": variants.spec(cfg.variant).distributed, **summary}
 
 
 def main(argv: list[str] | None = None) -> int:

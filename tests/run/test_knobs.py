@@ -251,7 +251,7 @@ def test_the_one_gpu_knobs_bench_runs_a_tiny_cell_on_the_cpu(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    bench = Path(__file__).parents[1] / "tools" / "device" / "knobs_bench.py"
+    bench = Path(__file__).parents[2] / "tools" / "device" / "knobs_bench.py"
     done = subprocess.run([sys.executable, str(bench), "--tiny", "--only", "lm-124m", "--budget-s", "1",
                            "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=600)

@@ -288,7 +288,7 @@ def test_fsdp_in_bf16_trains_a_batchnorm_model_and_evaluates(tmp_path):
 def test_the_one_gpu_sharding_bench_runs_its_tiny_cells_on_the_cpu(tmp_path):
     import subprocess
     import sys
-    bench = os.path.join(os.path.dirname(__file__), "..", "tools", "device", "sharding_bench.py")
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "device", "sharding_bench.py")
     done = subprocess.run([sys.executable, bench, "--tiny", "--cells", "lm", "--variants", "single,fsdp",
                            "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=300)

@@ -14,7 +14,7 @@ from dpbench import results
 from dpbench.results import files
 from dpbench.host import gpu_lease
 from dpbench.run import engine as train
-from dpbench.run import launch, measure, provenance
+from dpbench.run import hooks, launch, measure, provenance
 from dpbench.run.variants import ReplicaLoss, reduce_replica_losses
 
 
@@ -76,10 +76,10 @@ def test_replica_reductions_on_an_uneven_split():
     means = torch.stack([replica(c, y[c])[0] for c in chunks])
     replica.reduction = "sum"
     sums = torch.stack([replica(c, y[c])[0] for c in chunks])
-    assert reduce_replica_losses("dp_mean", means, 3).item() == pytest.approx(0.525)
-    assert reduce_replica_losses("dp_sum", sums, 3).item() == pytest.approx(0.43333333)
+    assert reduce_replica_losses("mean", means, 3).item() == pytest.approx(0.525)
+    assert reduce_replica_losses("sum", sums, 3).item() == pytest.approx(0.43333333)
     one_device = torch.stack([replica(torch.arange(3), y)[0]])
-    assert reduce_replica_losses("dp_sum", one_device, 3).item() == pytest.approx(0.43333333)
+    assert reduce_replica_losses("sum", one_device, 3).item() == pytest.approx(0.43333333)
 
 
 def test_warnings_are_captured_always_and_counted_with_their_first_step():
@@ -255,7 +255,7 @@ def test_a_run_the_plan_skips_is_skipped_on_a_machine_with_more_gpus(tmp_path, m
 
 
 def test_a_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
-    monkeypatch.setenv(train.FAULT_ENV, "0:3")
+    monkeypatch.setenv(hooks.FAULT_ENV, "0:3")
     rec = run_engine(tmp_path / "single", variant="single", max_steps=6, global_batch=6)
     assert rec["status"] == "failed" and "fault injected" in rec["reason"]
     assert rec["steps"] == 3                                   # steps 0, 1, 2 completed
@@ -263,7 +263,7 @@ def test_a_failure_mid_run_keeps_what_was_measured(tmp_path, monkeypatch):
 
 
 def test_a_crashed_ddp_rank_leaves_a_failed_record_naming_it(tmp_path, monkeypatch):
-    monkeypatch.setenv(train.FAULT_ENV, "1:1")
+    monkeypatch.setenv(hooks.FAULT_ENV, "1:1")
     rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=3, global_batch=6)
     assert rec["status"] == "failed"
     assert "rank1" in rec["reason"] and "fault injected" in rec["reason"]
@@ -304,10 +304,10 @@ def test_metrics_is_written_after_the_step_table(tmp_path, monkeypatch):
 
 def test_bad_run_config_names_the_key(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        train.main(["--config", '{"variant": "dpp"}', "--out", str(tmp_path)])
+        launch.main(["--config", '{"variant": "dpp"}', "--out", str(tmp_path)])
     assert "variant='dpp'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        train.main(["--config", '{"global_bach": 64}', "--out", str(tmp_path)])
+        launch.main(["--config", '{"global_bach": 64}', "--out", str(tmp_path)])
     assert "global_bach" in capsys.readouterr().err
 
 
@@ -325,7 +325,7 @@ def test_a_rerun_that_fails_early_leaves_no_old_curve(tmp_path, monkeypatch):
     out = tmp_path / "single"
     assert run_engine(out, variant="single", max_steps=3, global_batch=6)["status"] == "ok"
     assert (out / results.STEPS).exists()
-    monkeypatch.setenv(train.FAULT_ENV, "0:0")
+    monkeypatch.setenv(hooks.FAULT_ENV, "0:0")
     rec = run_engine(out, variant="single", max_steps=3, global_batch=6)
     assert rec["status"] == "failed" and rec["steps"] == 0
     assert not (out / results.STEPS).exists()
@@ -457,10 +457,6 @@ def test_each_epoch_is_set_up_before_its_step_clock_starts(tmp_path, monkeypatch
     segments = " ".join(events[1:]).split("epoch")
     assert segments[0].strip() == "", "the first epoch's clock started before the epoch was set up"
     assert [seg.split().count("mark") for seg in segments[1:]] == [5, 5]   # the start mark and one a step
-
-def test_compiled_dataparallel_is_a_skipped_record_with_the_reason(tmp_path):
-    rec = run_engine(tmp_path / "r", variant="dp", gpus=2, compile="default")
-    assert rec["status"] == "skipped" and "torch.compile" in rec["reason"]
 
 
 def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):
