@@ -1183,7 +1183,7 @@ def test_c1_probe_passes_every_variant_the_experiments_batch_and_widths(monkeypa
                 for w in args[args.index("--classes") + 1:]}}, None
         return {"variant": variant, "gpus": 2, "batch": 2048, "per_gpu_batch": 2048, "per_classes": {}}, None
 
-    monkeypatch.setattr(common, "gpus_visible", lambda: 2)
+    monkeypatch.setattr(c1_probe, "gpus_visible", lambda: 2)
     monkeypatch.setattr(common, "ran_on", lambda: RAN_ON_GPU)
     monkeypatch.setattr(c1_probe, "variant_json", variant_json)
     rec = c1_probe.run(**settings.probe_settings("C1", read_plan(PLANNED)))

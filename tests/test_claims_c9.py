@@ -6,7 +6,7 @@ import pytest
 
 from dpbench import results
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
-from dpbench.claims.c9 import predicted, probe, text, verdict
+from dpbench.claims.c9 import bench, predicted, probe, text, verdict
 from dpbench.claims.records import ProbeRecord, obs
 
 OOM = "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -185,7 +185,7 @@ def test_interconnect_reads_nvidia_smi_topo():
 
 
 def test_the_probe_says_not_measured_without_cuda(monkeypatch):
-    monkeypatch.setattr("dpbench.claims.common.gpus_visible", lambda: 0)
+    monkeypatch.setattr(probe, "gpus_visible", lambda: 0)
     rec = probe.run()
     assert rec.verdict == NOT_RUN and rec.not_run.startswith("needs CUDA") and rec.observations == []
 
@@ -194,7 +194,7 @@ def test_the_bench_prints_the_ledgers_c9_section_from_its_rows(tmp_path, monkeyp
     monkeypatch.setattr(probe, "cuda_devices", lambda: 1)
     monkeypatch.chdir(Path(__file__).resolve().parents[1])   # experiments/claims.yaml
     one = [r for r in CROSSING if r["gpus"] == 1]
-    section = probe.ledger_section(one, 12.0, tmp_path)
+    section = bench.ledger_section(one, 12.0, tmp_path)
     assert section.startswith("## C9:") and "**Verdict: not measured here.**" in section
     assert "- The memory model predicts, on 2 GPUs" in section and "crossover itself was not measured" in section
     assert "ddp on 1 GPU(s), transformer-lm-12000000 (12M parameters), fp32: largest batch 500" in section

@@ -18,6 +18,7 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS
 from dpbench.analysis.collect import model_mib
+from dpbench.claims.batch_search import RESOLUTION   # the probe's search, and so its granularity
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.plan.config import RunConfig
 
@@ -31,8 +32,6 @@ NOISE_FLOOR_MIB = 1.0      # below this a per-device difference is allocator gra
 PARAM_BYTES = {"fp32": 4, "bf16": 4}
 OUTPUT_BYTES = {"fp32": 4, "bf16": 2}   # of the model's outputs: autocast's Linear returns bf16
 GATHER_SHARE = 0.5         # the gathered outputs must explain this much of device 0's excess
-# The probe's search (c1/probe.py) and its verdict share these.
-RESOLUTION = 1 / 32         # bisect until the gap is this share of the largest fitting batch
 DP_GPUS = 2                 # DataParallel is measured on this many GPUs
 
 
