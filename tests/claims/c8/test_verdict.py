@@ -177,7 +177,7 @@ def test_c8_cause_is_not_named_without_one_gpus_breakdown(tmp_path):
     steps = [o for o in dp_step_observations(stock=25.0, persistent=24.0) if not o.id.endswith("stages.single")]
     f = c8_text.finding(evidence(tmp_path, gpu_tag(), fake_gpu_probes(dp_step=steps)))
     assert f.data["dp_step"]["largest_excess_stage"] is None
-    assert f.data["dp_step"]["cause"] is None and "largest part" not in f.advice
+    assert f.data["dp_step"]["cause"] is None
 
 
 @pytest.mark.parametrize("big_dp_ms, grows", [(176.0, False), (400.0, True)])
@@ -190,11 +190,8 @@ def test_c8_says_whether_dps_cost_grows_with_the_batch_from_two_breakdowns(tmp_p
     assert g["batches"] == [512, 8192] and g["grows"] is grows
     assert g["overhead_ms"] == pytest.approx([45.0 - 11.5, big_dp_ms - 172.5])
     assert [b["batch"] for b in f.data["dp_step_batches"]] == [512, 8192] and f.data["dp_step"]["batch"] == 512
-    assert ("a cost per step, not the data moved, sets the crossover" in f.advice) is not grows
-    assert ("the data moved weighs in" in f.advice) is grows
-    assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
     one = c8_text.finding(evidence(tmp_path / "one", gpu_tag(), fake_gpu_probes()))   # one batch: no such claim
-    assert one.data["overhead_growth"] is None and "sets the crossover" not in one.advice
+    assert one.data["overhead_growth"] is None
 
 
 @pytest.mark.parametrize("speedups, only", [
