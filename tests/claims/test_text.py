@@ -1,8 +1,8 @@
 """Each claim's words, one snapshot per claim: the ledger section its text.py renders from the
-planted GPU evidence of tests/test_claims.py. The other claims tests assert the data (verdicts,
+planted GPU evidence of tests/claims/planted.py. The other claims tests assert the data (verdicts,
 numbers, which evidence); a change of wording shows here, as a diff of one file per claim.
 
-    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_claims_text.py   # rewrite them
+    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/claims/test_text.py   # rewrite them
 """
 import os
 from pathlib import Path
