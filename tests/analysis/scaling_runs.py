@@ -1,4 +1,4 @@
-"""A small result set (fixture rs in conftest) of single and ddp runs at strong and weak scaling, for the cell table's tests."""
+"""A small result set of single and ddp runs at strong and weak scaling, for the cell table's tests."""
 from __future__ import annotations
 
 from dpbench import results

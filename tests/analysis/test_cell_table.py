@@ -5,10 +5,16 @@ from __future__ import annotations
 import math
 
 import pytest
-from scaling_runs import BF16_1K, FP32, FP32_1K, cell
+from fakes import fake_result_set
+from scaling_runs import SPEC, BF16_1K, FP32, FP32_1K, cell
 
 from dpbench import results
 from dpbench.analysis.cell_table import cells, with_efficiency
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory):
+    return fake_result_set(tmp_path_factory.mktemp("tables"), SPEC)
 
 
 def test_strong_and_weak_efficiency_match_hand_computed_values(rs):

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 from fakes import fake_result_set, write_fake_run
-from scaling_runs import cell
+from scaling_runs import SPEC, cell
 
 from dpbench import results
 from dpbench.analysis import collect
 from dpbench.analysis.cell_table import cells
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory):
+    return fake_result_set(tmp_path_factory.mktemp("tables"), SPEC)
 
 
 def test_summary_csv_records_how_each_run_was_planned(rs):
