@@ -60,7 +60,7 @@ def test_a_planted_edit_of_a_rendered_number_is_caught(tmp_path):
     root = Path(__file__).resolve().parents[1]
     (tmp_path / "docs").mkdir()
     shutil.copytree(root / "docs" / "templates", tmp_path / "docs" / "templates")
-    for page in ("findings.md", "sharding.md"):
+    for page in ("findings.md", "sharding.md", "advise.md"):
         shutil.copy(root / "docs" / page, tmp_path / "docs" / page)
     ref = root / "results" / "reference"
     assert docs_render.differences(tmp_path, ref) == {}

@@ -330,3 +330,39 @@ def test_the_device_script_runs_its_tiny_part_on_the_cpu(tmp_path):
                             "--out", str(tmp_path / "combined"), "--work", str(tmp_path / "work")],
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and (tmp_path / "combined" / "rehearsal.md").read_text().startswith("# Rehearsed")
+
+
+def test_a_trial_the_shared_gpu_cannot_hold_is_not_run_and_the_search_says_so():
+    """Rehearsed ranks share one GPU: a trial whose ranks together would not fit it is decided
+    without running (out of memory on one rank mid-step would leave its peers waiting), and the
+    search marks its largest batch as limited by the device, not by the budget."""
+    def measure(b):
+        if b > 4:
+            return {"batch": b, "how": "device-full", "peak_mib": None, "reserved_mib": 9e9}
+        return {"batch": b, "how": "measured", "peak_mib": 100.0 * b, "reserved_mib": 120.0 * b}
+    trials = [measure(1), measure(2)]
+    found = search_budget(measure, 1.0, trials, resolution=1 / 64)
+    assert found["largest"] == 4 and found["limited_by_device"]
+    assert not search_budget(measure, 0.25, trials)["limited_by_device"]
+
+
+@pytest.mark.slow
+def test_ranks_that_lose_step_end_within_the_collective_timeout(tmp_path):
+    """Rank 1 skips a step (the planted desync): its peer's wait ends at the timeout, the case is
+    a failed line, and the cases after it are lines that say why they did not run."""
+    import os
+    import subprocess
+    import sys
+    tiny = {"width": 32, "layers": 2, "heads": 2, "seq_len": 16, "vocab": 64}
+    plan = [{"name": n, "variant": v, "options": {}, "args": tiny, "batch": 2, "budgets": {}}
+            for n, v in (("first", "ddp"), ("second", "fsdp"))]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    env = {**os.environ, "DPBENCH_PLANT": "rehearsal-desync", "DPBENCH_REHEARSAL_TIMEOUT_S": "5"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "-m", "dpbench.claims.c9.rehearsal", "--plan", str(tmp_path / "plan.json"),
+                           "--out", str(tmp_path / "cases.jsonl")], env=env, capture_output=True, text=True,
+                          timeout=240)
+    lines = [json.loads(x) for x in (tmp_path / "cases.jsonl").read_text().splitlines()]
+    assert done.returncode != 0
+    assert [(r["case"], r["status"]) for r in lines] == [("first", "failed"), ("second", "failed")]
+    assert "first" in lines[1]["reason"]

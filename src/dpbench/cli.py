@@ -14,6 +14,7 @@
     dpbench tag [EXPERIMENT]                             (the default results tag here)
     dpbench report TAG                                   (results/TAG/report.html, from the set's plan.json)
     dpbench check-workload mypkg.models:build            (a workload's factory, checked on the CPU)
+    dpbench advise transformer-lm --gpus 8 --gpu-memory 80 (which setup: predicted, ranked, --check)
 
 Each subcommand is the module's own command line (`python -m dpbench.<module>` still works) and
 its exit status is the command's (2, with one line naming the folder, where a result set's folder
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("report", help="the HTML report of one result set, with the set's own config", add_help=False)
     sub.add_parser("perf-targets", help="the perf experiment's targets (targets.md, targets.json, figures)",
                    add_help=False)
+    sub.add_parser("advise", help="which data-parallel setup for a workload on N GPUs: predicted, ranked, checked",
+                   add_help=False)
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -174,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         return perf_targets_main(rest)
     if command == "report":
         return report_main(rest)
+    if command == "advise":   # its own prog name; torch loads only once its arguments are good
+        from dpbench.advise.command import main as advise_main
+        return advise_main(rest)
     if command not in COMMANDS:
         parser.parse_args([command])   # argparse's own message and exit status 2
     from dpbench.results.files import NotWritable

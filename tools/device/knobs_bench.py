@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=None, help="where the runs' folders go (default: OUT/runs)")
     ap.add_argument("--tiny", action="store_true", help="tiny cells on the CPU (the test)")
     ap.add_argument("--budget-s", type=float, default=430.0)
-    ap.add_argument("--only", default="", help="comma-separated cells to keep (default: all)")
+    ap.add_argument("--only", default="", help="comma-separated cells or runs (cell-variant-knob) to keep (default: all)")
     args = ap.parse_args(argv)
     cells, device = (TINY_CELLS, "cpu") if args.tiny else (GPU_CELLS, "cuda")
     warmup, timed = (2, 2) if args.tiny else (5, 7)
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     started, rows, left, bases = time.time(), [], [], {}
     for cell, variant, knob, options, plant in PLAN:
         name = f"{cell}-{variant}-{knob}"
-        if keep and cell not in keep:
+        if keep and cell not in keep and name not in keep:
             continue
         # a run starts only where it can end within the budget (a 1B run or a compile: longer)
         guess_s = 0 if args.tiny else 90 if cell == "lm-1b" or knob == "compile" else 40

@@ -7,6 +7,7 @@ tars on any machine (torch-free).
 
     python tools/device/rehearse.py --part 1 --out $OUT          # N = 1, 2, 4 (+ one dpbench launch)
     python tools/device/rehearse.py --part 2 --out $OUT          # N = 8
+    python tools/device/rehearse.py --ranks 4 8 --out $OUT       # only these N, no launcher run
     python tools/device/rehearse.py --combine A.tar.gz B.tar.gz --out DIR
     python tools/device/rehearse.py --part 1 --tiny --out /tmp/r  # the CPU check: tiny models, gloo
 
@@ -21,6 +22,7 @@ import csv
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -38,6 +40,7 @@ MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1)}
 TINY = {"tiny": ((32, 2), 2)}
 PARTS = {"1": (1, 2, 4), "2": (8,)}
 HSDP_SHARD = 2
+LAUNCH_GRACE_S = 150   # past the budget: the case under way, its collectives' timeout (env below) included
 # what each rank runs: name, variant, options, fewest ranks where it differs from another case
 VARIANTS = (("ddp", "ddp", {}, 1), ("zero1", "zero1", {}, 1), ("fsdp", "fsdp", {}, 1),
             ("fsdp-keep", "fsdp", {"reshard_after_forward": False}, 2),
@@ -85,18 +88,20 @@ def device_gib() -> float | None:
         return None
 
 
-def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | None = None) -> list[dict]:
-    """The part's launches; the records, and not_fitting.json under `out` (the work folder)."""
+def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | None = None,
+             ranks_list: tuple[int, ...] | None = None) -> list[dict]:
+    """The part's launches (or only `ranks_list`'s: a part whose N were not reached, again);
+    the records, and not_fitting.json under `out` (the work folder)."""
     started = time.time()
     gib = device_gib()
     records, not_fitting = [], []
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s)}
-    if part == "1":   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
+           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s), "DPBENCH_REHEARSAL_TIMEOUT_S": "120"}
+    if part == "1" and not ranks_list:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
         records.append(launched_run(work, tiny, env))
-    for ranks in PARTS[part]:
+    for ranks in ranks_list or PARTS[part]:
         if tiny and ranks > 2:
             continue
         if time.time() > started + budget_s:
@@ -112,10 +117,20 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
         t = time.time()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                "-m", "dpbench.claims.c9.rehearsal", "--plan", str(plan_file), "--out", str(lines)]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        print(f"N={ranks}: {len(cases)} cases, exit {done.returncode}, {time.time() - t:.0f} s", flush=True)
-        if done.returncode:
-            print(done.stderr[-3000:], flush=True)
+        # bounded: the budget, plus one case's worst (a collective's timeout), then the whole
+        # process group goes (a rank left alive holds its GPU memory for whatever runs next)
+        limit = max(60.0, started + budget_s + LAUNCH_GRACE_S - time.time())
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            err = f"N={ranks}: killed after {limit:.0f} s (the budget and a collective's timeout spent)\n{err}"
+        print(f"N={ranks}: {len(cases)} cases, exit {proc.returncode}, {time.time() - t:.0f} s", flush=True)
+        if proc.returncode:
+            print(err[-3000:], flush=True)
         if lines.exists():
             records += [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
     (out / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
@@ -265,12 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="tiny models on at most 2 ranks (the CPU check)")
     ap.add_argument("--budget-s", type=float, default=420, help="start no case after this many seconds")
     ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *MORE], help="model sizes (default: 12m 42m 235m)")
+    ap.add_argument("--ranks", nargs="+", type=int, choices=[n for p in PARTS.values() for n in p],
+                    help="only these N (no launcher run): the N a part did not reach, in a call of their own")
     ap.add_argument("--work", type=Path, default=Path("/tmp/rehearse-work"), help="runs, tables and figures")
     args = ap.parse_args(argv)
-    if not args.part and not args.combine:
-        ap.error("give --part or --combine")
+    if not (args.part or args.ranks) and not args.combine:
+        ap.error("give --part, --ranks or --combine")
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.work / (args.part or "combined")
+    work = args.work / (args.part or ("n" + "-".join(map(str, args.ranks)) if args.ranks else "combined"))
     work.mkdir(parents=True, exist_ok=True)
     if args.combine:
         records, not_fitting = unpack(args.combine)
@@ -278,9 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         (work / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
     else:
         sizes = {k: {**SIZES, **MORE}[k] for k in args.sizes} if args.sizes else None
-        records = run_part(args.part, work, args.tiny, args.budget_s, sizes)
+        ranks = tuple(args.ranks) if args.ranks else None
+        records = run_part(args.part or "1", work, args.tiny, args.budget_s, sizes, ranks)
         not_fitting = json.loads((work / "not_fitting.json").read_text())
-        tag = f"part{args.part}"
+        tag = f"part{args.part}" if not ranks else "n" + "-".join(map(str, ranks))
     md = analyse(records, work, not_fitting)
     tar = pack(work, records, tag)
     # $OUT: at most 8 files: the tar (records, tables, figures), the text, the two kinds of figure

@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+import dpbench.advise.docs  # noqa: F401  (registers docs/advise.md's queries)
 from dpbench.report.docs_queries import QUERIES, value
 
 ROOT = Path(__file__).resolve().parents[3]

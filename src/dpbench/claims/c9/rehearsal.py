@@ -32,6 +32,7 @@ import os
 import subprocess
 import time
 from contextlib import nullcontext
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,7 +41,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dpbench.analysis.memory_model import rehearsal_misfit, setting_of
+from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
 from dpbench.claims.batch_search import largest
 from dpbench.host.nvml import nvml
 from dpbench.plan.config import RunConfig
@@ -53,12 +54,21 @@ MIB = 2 ** 20
 GIB = 2 ** 30
 SAFE = 1.15          # run a trial only where the fitted peak stays within SAFE x the budget
 RESOLUTION = 1 / 8
+# Every wait on a peer is bounded: a rank that ran out of memory inside a step leaves its peers in
+# the step's collective (seen on one H200: 4 ranks of a 236M model, one out of memory mid-backward,
+# three waiting in DDP's all-reduce for 9 minutes); gloo's timeout ends that wait with an error.
+TIMEOUT_ENV = "DPBENCH_REHEARSAL_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 300.0
+# The ranks' reserved memory together may use this share of the device: a trial predicted beyond
+# it is not run (out of memory on one rank mid-step would desynchronise the ranks' collectives).
+DEVICE_SHARE = 0.95
+PLANT_DESYNC = "rehearsal-desync"   # DPBENCH_PLANT: rank 1 skips the warm step (the bounded-wait test)
 
 
-def peak_fit(trials: list[dict[str, Any]]) -> Callable[[int], float] | None:
-    """The allocated peak (MiB) as a straight line in the batch through the measured trials
-    (least squares; None with fewer than two distinct batches)."""
-    pts = [(t["batch"], t["peak_mib"]) for t in trials if t.get("how") == "measured"]
+def peak_fit(trials: list[dict[str, Any]], key: str = "peak_mib") -> Callable[[int], float] | None:
+    """The allocated peak (MiB; or `key`: reserved_mib) as a straight line in the batch through
+    the measured trials (least squares; None with fewer than two distinct batches)."""
+    pts = [(t["batch"], t[key]) for t in trials if t.get("how") == "measured"]
     xs = {b for b, _ in pts}
     if len(xs) < 2:
         return None
@@ -98,7 +108,8 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
     found = largest(fits, granule=1, start=start, resolution=resolution)
     at = next((t for t in trials if t["batch"] == found["largest"]), {})
     return {"cap_gib": cap_gib, "largest": found["largest"], "smallest_failing": found["smallest_failing"],
-            "trials": decided, "peak_mib_at_largest": at.get("peak_mib"),
+            # a "device-full" trial: the rehearsed ranks together could not run it on this GPU
+            "limited_by_device": any(d[3] == "device-full" for d in decided), "trials": decided, "peak_mib_at_largest": at.get("peak_mib"),
             "reserved_mib_at_largest": at.get("reserved_mib")}
 
 
@@ -151,7 +162,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
 
     started = time.perf_counter()
     x, y = batch_of(case["batch"])
-    train_step(variant, opt, x, y, case["batch"] * world)            # warm: the momentum exists from here
+    if not (os.environ.get("DPBENCH_PLANT") == PLANT_DESYNC and rank == 1):   # the plant: rank 1 skips it
+        train_step(variant, opt, x, y, case["batch"] * world)        # warm: the momentum exists from here
     reducer["on"] = True
     losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
                                                                nullcontext, True)
@@ -165,7 +177,14 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     rec["step_s"] = (time.perf_counter() - started) / 2   # two steps: nobody's speed, the sizing's
     del x, y, losses
 
+    trials: list[dict[str, Any]] = []
+
     def measure(b: int) -> dict[str, Any]:
+        # the trials hold the ranks' gathered maxima, so every rank decides this alike
+        reserved = peak_fit(trials, "reserved_mib")
+        if total is not None and reserved is not None and \
+                here * (reserved(b) * MIB + CONTEXT_BYTES) > DEVICE_SHARE * total:
+            return {"batch": b, "how": "device-full", "peak_mib": None, "reserved_mib": round(reserved(b), 1)}
         failed = False
         try:
             if cuda:
@@ -189,7 +208,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     if budgets and not cuda:
         rec["search_skipped"] = "no CUDA: no allocator peak to measure"
     elif budgets:
-        trials = [measure(1), measure(2)]
+        trials.append(measure(1))
+        trials.append(measure(2))
         rec["search"] = {name: search_budget(measure, gib, trials) for name, gib in
                          sorted(budgets.items(), key=lambda kv: -kv[1])}
         rec["search_trials"] = trials
@@ -251,10 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", local % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group("gloo")   # NCCL refuses two ranks on one GPU
+    timeout_s = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))   # NCCL refuses two ranks on one GPU
     try:
         deadline = float(os.environ.get("DPBENCH_REHEARSAL_DEADLINE", "inf"))   # epoch seconds
-        for case in cases:
+        for i, case in enumerate(cases):
             if world < case.get("min_ranks", 1) or world > case.get("max_ranks", world):
                 continue
             late = [time.time() > deadline]
@@ -280,7 +301,17 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps(rec, default=str) + "\n")
                 print(f"[rehearsal] {rec['run_id']}: {rec['status']} {rec.get('reason', '')} "
                       f"({rec.get('wall_s', 0):.1f} s)", flush=True)
-            dist.barrier()
+            try:
+                dist.barrier()
+            except Exception as exc:   # the ranks lost step (a timed-out wait): the rest cannot run
+                if rank == 0:
+                    why = f"not run: the ranks lost step in case {case['name']} ({type(exc).__name__})"
+                    with open(args.out, "a") as f:
+                        for later in cases[i + 1:]:
+                            f.write(json.dumps({"run_id": f"{later['name']}-g{world}", "case": later["name"],
+                                                "variant": later["variant"], "gpus": world, "status": "failed",
+                                                "reason": why}) + "\n")
+                return 3
     finally:
         dist.destroy_process_group()
     return 0

@@ -1,0 +1,168 @@
+"""`--check`: the advice checks itself. The recommended setup and its runners-up each run as a
+short dpbench run (`python -m dpbench.run.launch`, a fresh process: torchrun for N ranks) on the
+GPUs at hand, or as N rehearsed ranks sharing one GPU where fewer are visible (memory only: the
+speed of shared ranks is nobody's), and on the CPU as N gloo ranks. Per setup it reports the
+predicted beside the measured: the allocated and reserved peaks and NVML's memory per GPU (CUDA;
+NVML only where each rank has its GPU to itself), and the tensors each rank holds by component
+(parameters, gradients, optimizer state: counted, so also on the CPU), and samples/s against
+advise.rank's rule where each rank has its GPU. On CUDA each rank may allocate what the advised
+card leaves PyTorch (the run option memory_cap_gib), so a run that runs out of memory says the
+advice was wrong for that card.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
+from dpbench.advise.rank import speed
+from dpbench.advise.recommend import Advice
+from dpbench.analysis.memory_model import MIB, is_number, predicted_bytes
+from dpbench.report.markdown import md_table
+
+RUNNERS_UP = 2
+TIMEOUT_S = 300
+CPU_BATCH = 4          # the CPU measures counted tensors: a small batch says as much
+DEVICE_SHARE = 0.9     # rehearsed ranks together use at most this share of their GPU
+COMPONENTS = ("parameters", "gradients", "optimizer")
+COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "error"]   # MiB; samples/s
+
+
+def visible_gpus() -> tuple[int, float]:
+    """(CUDA devices visible, the first one's memory in MiB); (0, 0) without CUDA."""
+    import torch
+    if not torch.cuda.is_available():
+        return 0, 0.0
+    return torch.cuda.device_count(), torch.cuda.get_device_properties(0).total_memory / MIB
+
+
+def chosen_setups(advice: Advice, runners_up: int = RUNNERS_UP) -> list[dict[str, Any]]:
+    """The recommended row and the next fitting ones."""
+    return [r for r in advice.rows if r["fits"]][:1 + runners_up]
+
+
+def check_batch(facts: ProbeFacts, setup: Setup, row: dict[str, Any], gpus: int, here: int, device_mib: float,
+                gpus_per_node: int | None) -> int:
+    """The per-GPU batch the check runs: the advice's, fewer where `here` rehearsed ranks must
+    share one GPU; a small one on the CPU."""
+    b = max(setup.accumulate, int(row["batch"] or 1))
+    if not device_mib:
+        return max(setup.accumulate, min(b, CPU_BATCH))
+    while b > setup.accumulate and here * predict(facts, setup, gpus, b, gpus_per_node).nvml_mib > DEVICE_SHARE * device_mib:
+        b = max(setup.accumulate, (b // 2) // setup.accumulate * setup.accumulate)
+    return b
+
+
+def cap_gib(facts: ProbeFacts, gpu_memory_gib: float, here: int, device_mib: float) -> float | None:
+    """What PyTorch may allocate per rank in the check (run option memory_cap_gib): the advised
+    card less its CUDA context, so a run on a larger GPU answers for the card asked about; less
+    where `here` rehearsed ranks share one GPU. None on the CPU (nothing to cap)."""
+    if not device_mib:
+        return None
+    return (min(gpu_memory_gib * 1024, DEVICE_SHARE * device_mib / here) - facts.context_mib) / 1024
+
+
+def run_config(workload: Any, setup: Setup, gpus: int, batch: int, precision: str, steps: int,
+               rehearse: bool, cuda: bool, gpus_per_node: int | None, cap: float | None = None) -> dict[str, Any]:
+    cfg = {**setup.run_options(), "gpus": gpus, "workload": workload, "precision": precision,
+           "per_gpu_batch": batch, "global_batch": batch * gpus, "dataset": "synthetic",
+           "synthetic_size": batch * gpus * steps, "synthetic_test_size": gpus, "eval_samples": gpus,
+           "eval_each_epoch": False, "epochs": 1, "max_steps": steps, "warmup_steps": min(2, steps - 1),
+           "device": "cuda" if cuda else "cpu", "max_cpu_ranks": max(gpus, 4)}
+    if rehearse:
+        cfg["rehearse"] = True
+    if cap is not None:
+        cfg["memory_cap_gib"] = round(cap, 3)
+    if setup.variant == "hsdp" and gpus_per_node:
+        cfg["hsdp_shard_size"] = gpus_per_node
+    return cfg
+
+
+def launch(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A dpbench run in a fresh process; its record (a failed one where it left none)."""
+    from dpbench.results import read_metrics
+    with tempfile.TemporaryDirectory(prefix="advise-") as tmp:
+        cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return {"status": "failed", "reason": f"timed out after {TIMEOUT_S} s"}
+        tail = " / ".join(proc.stderr.strip().splitlines()[-2:])
+        return read_metrics(tmp) or {"status": "failed", "reason": f"no record (exit code {proc.returncode}): {tail}"}
+
+
+def _rel(measured: Any, predicted: Any) -> float | None:
+    if not is_number(measured) or not is_number(predicted) or not predicted:
+        return None
+    return measured / predicted - 1.0
+
+
+def compare(record: dict[str, Any], facts: ProbeFacts, setup: Setup, gpus: int, batch: int,
+            rehearsed: bool, gpus_per_node: int | None) -> list[dict[str, Any]]:
+    """Predicted beside measured, one row per quantity (the worst rank's measurement); samples/s
+    where the ranks had their GPUs to themselves (a rehearsed speed is nobody's)."""
+    p = predict(facts, setup, gpus, batch, gpus_per_node)
+    comp = predicted_bytes(setting(facts, setup, gpus, gpus_per_node))
+    pairs: list[tuple[str, float | None, float | None]] = []
+    rows = record.get("memory_components") or []
+    for c in COMPONENTS:
+        measured = [r.get(f"{c}_mib") for r in rows if is_number(r.get(f"{c}_mib"))]
+        predicted = 0.0 if setup.offload else float(comp[c] or 0) / MIB
+        pairs.append((c, predicted, max(measured) if measured else None))
+    memory = record.get("memory") or []
+    for what, key, pred in (("allocated", "allocated_mib", p.allocated_mib), ("reserved", "reserved_mib", p.reserved_mib),
+                            ("nvml", "nvml_used_mib", p.nvml_mib)):
+        if what == "nvml" and rehearsed:
+            continue   # one GPU's NVML memory holds every rehearsed rank
+        measured = [m.get(key) for m in memory if is_number(m.get(key))]
+        if measured or memory:
+            pairs.append((what, pred, max(measured) if measured else None))
+    sp = speed(facts, setup, gpus, batch, gpus_per_node)
+    rate = (record.get("throughput") or {}).get("samples_per_s")
+    if not rehearsed and sp is not None and is_number(rate):
+        pairs.append(("samples_per_s", sp.samples_per_s(gpus), rate))
+    return [{"setup": setup.name, "gpus": gpus, "batch": batch, "how": "rehearsed" if rehearsed else "ranks",
+             "what": w, "predicted": pr, "measured": me, "error": _rel(me, pr),
+             "status": record.get("status"), "reason": record.get("reason") or ""} for w, pr, me in pairs]
+
+
+def check(advice: Advice, workload: Any, facts: ProbeFacts, precision: str, gpus_per_node: int | None = None,
+          steps: int = 3, run=launch, runners_up: int = RUNNERS_UP, cpu: bool = False) -> list[dict[str, Any]]:
+    """Run the recommended setup and its runners-up (on the CPU's gloo ranks where `cpu`);
+    predicted against measured per quantity."""
+    visible, device_mib = (0, 0.0) if cpu else visible_gpus()
+    cuda = visible > 0
+    rehearsed = cuda and visible < advice.gpus
+    here = -(-advice.gpus // visible) if cuda else 1
+    out: list[dict[str, Any]] = []
+    for row in chosen_setups(advice, runners_up):
+        setup = Setup(**_setup_fields(row["options"]))
+        b = check_batch(facts, setup, row, advice.gpus, here, device_mib if cuda else 0.0, gpus_per_node)
+        cap = cap_gib(facts, advice.gpu_memory_gib, here, device_mib if cuda else 0.0)
+        rec = run(run_config(workload, setup, advice.gpus, b, precision, steps, rehearsed, cuda, gpus_per_node, cap))
+        if rec.get("status") != "ok":
+            out.append({"setup": setup.name, "gpus": advice.gpus, "batch": b, "how": "rehearsed" if rehearsed else "ranks",
+                        "what": "run", "predicted": None, "measured": None, "error": None,
+                        "status": rec.get("status"), "reason": str(rec.get("reason") or "")[:300]})
+            continue
+        out += compare(rec, facts, setup, advice.gpus, b, rehearsed, gpus_per_node)
+    return out
+
+
+def _setup_fields(options: dict[str, Any]) -> dict[str, Any]:
+    return {"variant": options["variant"], "reshard_after_forward": options.get("reshard_after_forward", True),
+            "accumulate": options.get("accumulate", 1), "checkpoint": options.get("checkpoint") == "units",
+            "offload": bool(options.get("offload", False))}
+
+
+def check_table(rows: list[dict[str, Any]]) -> str:
+    def fmt(r: dict[str, Any]) -> list[Any]:
+        err = r["error"]
+        return [r["setup"], r["gpus"], r["batch"], r["how"], r["what"] if r["what"] != "run" else f"run {r['status']}",
+                None if r["predicted"] is None else round(r["predicted"], 1),
+                None if r["measured"] is None else round(r["measured"], 1),
+                r["reason"] if r["what"] == "run" else (None if err is None else f"{err:+.1%}")]
+    return "Predicted against measured (--check)\n\n" + md_table(COLUMNS, [fmt(r) for r in rows], right=(1, 2, 5, 6))
