@@ -240,16 +240,6 @@ def run_snakemake(wd: Path | str, *args: str, cores: int | None = 2, env: dict |
     return proc
 
 
-def load_device_script(name: str):
-    """tools/device/<name>.py as a module (a script, not part of the package)."""
-    import importlib.util
-    path = Path(__file__).resolve().parents[1] / "tools" / "device" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # -- checks of a drawn figure ----------------------------------------------------------------
 
 def display_points(artist) -> np.ndarray:

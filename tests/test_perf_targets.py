@@ -15,7 +15,7 @@ import yaml
 from fakes import SYNTHETIC_PROVENANCE, fake_result_set, write_fake_run
 
 from dpbench import cli, results
-from dpbench.analysis import experiment_time, tables
+from dpbench.analysis import cell_table, experiment_time, intervals
 from dpbench.analysis import perf_targets
 from dpbench.plan import pipeline
 from dpbench.report import figstyle
@@ -118,8 +118,8 @@ def test_the_epoch_is_the_training_split_the_records_name(tmp_path):
 
 
 def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
-    """Three repeats a side: the fixed-batch ratio is tables.ratio_ci's (value, interval and
-    its confidence), and a DDP cell's efficiency is tables.cells' weak efficiency."""
+    """Three repeats a side: the fixed-batch ratio is intervals.ratio_ci's (value, interval and
+    its confidence), and a DDP cell's efficiency is cell_table.cells' weak efficiency."""
     spec = [dict(options=BF16_CL, images_per_s=[54000.0, 55000.0, 56000.0]),
             dict(options={**BF16_CL, "feed": "fixed"}, images_per_s=[56000.0, 57000.0, 58000.0]),
             dict(variant="ddp", gpus=2, options={**DDP_WEAK, "precision": "bf16", "channels_last": True},
@@ -127,14 +127,14 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
     rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
     cells = perf_targets.load_cells(rs.root / rs.tag)
     row = next(r for r in perf_targets.target_rows(cells) if r["target"].startswith("single bf16 + channels_last vs"))
-    expected = tables.ratio_ci([54000, 55000, 56000], [56000, 57000, 58000])
+    expected = intervals.ratio_ci([54000, 55000, 56000], [56000, 57000, 58000])
     assert (row["measured"], row["low"], row["high"]) == pytest.approx(expected[:3])
-    assert row["interval"] == tables.interval_text(expected, "{:.3f}", 3) and "CI" in row["interval"]
+    assert row["interval"] == intervals.interval_text(expected, "{:.3f}", 3) and "CI" in row["interval"]
     # 0.97 lies between 54,000 / 58,000 and 56,000 / 56,000: said, whichever way the median falls
     assert row["verdict"] == "FAIL (the goal lies inside the interval)"
 
     [ddp] = perf_targets.sweep_rows(cells)
-    cell = tables.cells(rs.table("summary"))
+    cell = cell_table.cells(rs.table("summary"))
     want = cell[cell["variant"] == "ddp"].iloc[0]
     assert ddp["efficiency"] == pytest.approx(want["efficiency_weak"]) == pytest.approx(100000 / (2 * 55000))
     assert (ddp["efficiency_low"], ddp["efficiency_high"]) == pytest.approx(

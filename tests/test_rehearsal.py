@@ -23,7 +23,8 @@ from dpbench import results
 from dpbench.analysis import memory_model as M
 from dpbench.analysis import rehearsal as R
 from dpbench.analysis import traffic_model as T
-from dpbench.analysis.tables import cells, speed_runs
+from dpbench.analysis.cell_table import cells
+from dpbench.analysis.tables import speed_runs
 from dpbench.claims import NUANCE
 from dpbench.claims.c9 import rehearsed, text, verdict
 from dpbench.claims.c9.rehearsal import SAFE, search_budget

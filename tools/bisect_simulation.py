@@ -8,7 +8,7 @@ one cell of two, from position k on (k = 1..7: environments k..7 carry it), or n
 Each bisection step is one simulated paired launch of (last good, midpoint): every cell's runs,
 `--repeats` a side, are drawn without replacement from one launch's pool of log samples/s
 residuals (the A/A environments base and same of the one-H200 paired launches
-results/reference/h200-paired-*, read as tools/compare_calibration.py reads them: residuals from
+results/reference/h200-paired-*, read as dpbench.analysis.compare.calibration reads them: residuals from
 each cell's and environment's mean, rescaled for the mean they lost), a new launch's pool for
 every step in turn, plus each side's planted level; the step is judged by the rule frozen in
 dpbench.analysis.bisect.search (RULE) and the bisection is the one `dpbench bisect` runs. A
@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compare_calibration as cc  # noqa: E402
-
-from dpbench.analysis.bisect import search  # noqa: E402
+from dpbench.analysis.bisect import search
+from dpbench.analysis.compare import calibration as cc
 
 ENVS, CELLS = 8, 2
 CHANGES = (0.02, 0.05)

@@ -16,7 +16,7 @@ out=${1:-${OUT:-/tmp/c9}} cap=${2:-12}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-time python3 -m dpbench.claims.c9.probe --variants ddp zero1 fsdp --gpus 1 --cap-gib "$cap" \
+time python3 -m dpbench.claims.c9.bench --variants ddp zero1 fsdp --gpus 1 --cap-gib "$cap" \
   --sizes 256x4 1024x16 1536x16 --jobs 9 --resolution 0.25 --ledger "$out/ledger" \
   | tee "$out/c9_bench.txt"
 cp "$out/ledger/c9/largest_batch.csv" "$out/" 2>/dev/null || true

@@ -9,7 +9,7 @@ the transformer LM at ~124M and ~1B (fsdp, with a ddp accumulation pair on 124M)
     tools/device/knobs_bench.sh                                          # the H200 call ($OUT)
     python3 tools/device/knobs_bench.py --tiny --out DIR --runs-dir DIR2  # CPU (the test)
 
-Time on one H200: ~12-20 s of start-up a run (workload_bench.STARTUP_S), 12 steps each; runs go
+Time on one H200: ~12-20 s of start-up a run (dpbench.bench.workloads.STARTUP_S), 12 steps each; runs go
 in priority order (the plant and the accumulation pairs first); a run starts only where it can
 end within --budget-s (430 s; a guess of 40 s a run, 90 s for the 1B LM or a compile) and is
 killed after 150 s, so the whole stays under 8 minutes; those left are listed as not run.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sharding_bench import launch_record  # noqa: E402  (a dpbench run as the pipeline launches it)
-from workload_bench import CELLS, TINY, run_config  # noqa: E402  (the same run settings)
+from dpbench.bench.workloads import CELLS, TINY, run_config  # noqa: E402  (the same run settings)
 
 GPU_CELLS = {"resnet18": ("resnet18-cifar10", 256, False), "lm-124m": CELLS["lm-125m"], "lm-1b": CELLS["lm-1b"]}
 TINY_CELLS = {"resnet18": TINY["resnet18"], "lm-124m": TINY["lm"], "lm-1b": TINY["lm"]}

@@ -14,7 +14,7 @@
 # Snakemake, so three calls, plus the machine's start, the wheels and CIFAR's rebuild.
 # Until Snakemake has built everything the report is skipped (it costs tens of seconds a call).
 # For the claims experiment the jobs the ledger's headline rests on run first
-# (`python3 tools/device/priority.py first`: C8's fp32 sweep, C1 at 10 and 32,768 outputs, the C7
+# (`python3 -m dpbench.claims.priority first`: C8's fp32 sweep, C1 at 10 and 32,768 outputs, the C7
 # probe, about 10 min), and a cut-off call also packs a partial ledger of what is there
 # (OUT_DIR/EXPERIMENT-partial.tgz, built on a copy: results/ itself stays Snakemake's).
 #
@@ -37,9 +37,9 @@ if compgen -G ".snakemake/locks/*" > /dev/null; then
   snakemake --unlock --config experiment="$exp" > /dev/null 2>&1
 fi
 # A set carried from a machine with fewer GPUs keeps "needs 2 GPUs" records: here they run.
-python3 tools/device/priority.py stale "$exp" | tee -a "$out/$exp-snakemake.log"
+python3 -m dpbench.claims.priority stale "$exp" | tee -a "$out/$exp-snakemake.log"
 first=()
-[ "$exp" = claims ] && mapfile -t first < <(python3 tools/device/priority.py first "$exp")
+[ "$exp" = claims ] && mapfile -t first < <(python3 -m dpbench.claims.priority first "$exp")
 start=$(date +%s)
 cut=$(( start + ${LIMIT:-480} ))
 # At the limit Snakemake and every job get SIGINT (timeout signals its whole process group):
@@ -57,7 +57,7 @@ mkdir -p "results/$tag/logs" && cat "$call_log" >> "results/$tag/logs/snakemake.
 if [ "$status" -ne 0 ]; then
   # A DDP run stopped by that signal leaves a record saying it failed, which Snakemake keeps as
   # done: failed records written after the cut go, so that those runs train again.
-  python3 tools/device/priority.py cut-off "results/$tag/runs" "$cut" | tee -a "$out/$exp-snakemake.log"
+  python3 -m dpbench.claims.priority cut-off "results/$tag/runs" "$cut" | tee -a "$out/$exp-snakemake.log"
 fi
 tar czf "$out/$exp-results.tgz" --exclude='*.pt' -C results "$tag"
 if [ "$status" -eq 0 ]; then

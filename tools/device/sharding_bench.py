@@ -9,7 +9,7 @@ on one GPU?
     python3 tools/device/sharding_bench.py --out $OUT --runs-dir /tmp/sharding   # the H200 call
     python3 tools/device/sharding_bench.py --tiny --cells lm --out DIR              # CPU (the test)
 
-Time on one H200, from the start-ups seen there (workload_bench.STARTUP_S: ~12 s a single run,
+Time on one H200, from the start-ups seen there (dpbench.bench.workloads.STARTUP_S: ~12 s a single run,
 ~20 s a torchrun one) and 20 steps a run: 4 cells x (12 + 4 x 20 s) + two bf16 probes (20 s
 each, 120 s if one hangs) + ~40 s of steps = 7-8 min; no run starts after --budget-s (420 s).
 
@@ -31,8 +31,10 @@ import tarfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workload_bench import CELLS, LM, ROOT, TINY, run_config  # noqa: E402  (the same run settings)
+sys.path.insert(0, str(ROOT / "src"))
+from dpbench.bench.workloads import CELLS, LM, TINY, run_config  # noqa: E402  (the same run settings)
 
 VARIANTS = {"single": {}, "ddp": {}, "zero1": {}, "fsdp": {"reshard_after_forward": True},
             "fsdp-keep": {"reshard_after_forward": False}}

@@ -204,12 +204,12 @@ def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
 
 
 def cell_rows(summary: list[dict]) -> list[dict]:
-    """Medians and ratios with their intervals per cell (dpbench.analysis.tables does the statistics)."""
+    """Medians and ratios with their intervals per cell (dpbench.analysis.cell_table does the statistics)."""
     import pandas as pd
 
-    from dpbench.analysis import tables as T
+    from dpbench.analysis import cell_table, tables
     frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
-    return T.cell_rows(T.cells(T.with_run_defaults(results.SCHEMAS["summary"].typed(frame))))
+    return cell_table.cell_rows(cell_table.cells(tables.with_run_defaults(results.SCHEMAS["summary"].typed(frame))))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:

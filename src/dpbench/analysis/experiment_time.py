@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from dpbench import results
-from dpbench.analysis import tables
+from dpbench.analysis import options
 from dpbench.analysis.perf_targets import NOT_MEASURED, run_defaults
 from dpbench.host.source import PROJECT
 
@@ -72,7 +72,7 @@ def not_the_default_experiment(folder: Path) -> tuple[str | None, int]:
         seen = max((len((rec.get("provenance") or {}).get("gpu_names") or []) for rec in records.values()),
                    default=0)
     if seen != DEFAULT_GPUS:
-        return f"its runs saw {tables.gpus_label(seen)}; the target is for {DEFAULT_GPUS}", len(planned)
+        return f"its runs saw {options.gpus_label(seen)}; the target is for {DEFAULT_GPUS}", len(planned)
     return None, len(planned)
 
 

@@ -6,7 +6,7 @@ that dpbench.report.perf_targets writes out (targets.json holds them as they are
 Every ratio compares runs of one result set, so they were measured together on one machine.
 A cell is found by its run's settings (its metrics.json config; without one, the perf
 experiment's `train` block as the plan resolves it and the run's options); a cell of several
-repeats counts with its median and the interval dpbench.analysis.tables gives it. An epoch is
+repeats counts with its median and the interval dpbench.analysis.intervals gives it. An epoch is
 the training split the runs' records name. A target whose cell (or baseline) has no
 measurement reads "not measured (<why>)", never a verdict. The rows carry short labels (a
 cell's knobs, why it was not measured, a verdict) since targets.json holds them; the prose
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dpbench import results
-from dpbench.analysis import tables
+from dpbench.analysis import cell_table, intervals, options, tables
 from dpbench.host.source import PROJECT
 
 # DDP's bucket size where a run leaves bucket_cap_mb unset, as some torch builds it: (MB, the
@@ -117,7 +117,7 @@ def settings(row: dict, rec: results.RunRecord | None, train: dict) -> dict:
     if rec is not None and rec.config:
         # a record from before a setting existed ran at that setting's default
         return {**run_defaults(), **rec.config}
-    cfg = {**train, **tables.parse_options(row.get("options", ""))}
+    cfg = {**train, **options.parse_options(row.get("options", ""))}
     for key in ("variant", "precision", "feed"):
         if row.get(key):
             cfg[key] = row[key]
@@ -130,10 +130,10 @@ def settings(row: dict, rec: results.RunRecord | None, train: dict) -> dict:
 
 
 def _cell_key(row: dict) -> tuple:
-    """A summary row's cell as dpbench.analysis.tables.cells groups it (the cell key and its
-    facts, tables.CELL_IDENT; NaN as None, so that two rows of one cell find each other)."""
+    """A summary row's cell as dpbench.analysis.cell_table.cells groups it (the cell key and its
+    facts, cell_table.CELL_IDENT; NaN as None, so that two rows of one cell find each other)."""
     return tuple(None if _num(row[k]) is None and not isinstance(row[k], str) else row[k]
-                 for k in tables.CELL_IDENT)
+                 for k in cell_table.CELL_IDENT)
 
 
 @dataclass
@@ -146,12 +146,12 @@ class Cell:
     reasons: list[str] = field(default_factory=list)
     ips: list[float] = field(default_factory=list)   # images/s, one per ok run
     images_per_s: float | None = None                 # their median (None: no ok run)
-    ips_est: tables.Estimate = tables.NONE            # the median with its interval
+    ips_est: intervals.Estimate = intervals.NONE            # the median with its interval
     p50_ms: float | None = None                       # the median of the runs' p50 step times
     train_size: int | None = None                     # None where repeats name different splits
     compile_s: float | None = None
     torch: tuple[str, ...] = ()                       # the torch versions the ok runs used
-    efficiency: tables.Estimate = tables.NONE         # against gpus x single (tables.cells)
+    efficiency: intervals.Estimate = intervals.NONE         # against gpus x single (cell_table.cells)
     efficiency_reference: str = ""
     pytorch_bucket: tuple[float | None, str] = (None, "")   # DDP's default, where the runs left it unset
 
@@ -161,7 +161,7 @@ def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> lis
     bucket size, asked only where a DDP run left it unset."""
     rs = results.ResultSet.at(folder)
     summary = tables.load_table(rs.root, rs.tag, "summary")
-    estimated = {_cell_key(c): c for c in tables.cells(summary).to_dict("records")}
+    estimated = {_cell_key(c): c for c in cell_table.cells(summary).to_dict("records")}
     train = experiment_train()
     groups: dict[str, list[tuple[dict, results.RunRecord | None]]] = {}
     for row in summary.to_dict("records"):
@@ -182,7 +182,7 @@ def _ok(row: dict) -> bool:
 def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], train: dict,
           table_row: dict | None) -> Cell:
     """A cell from its runs' summary rows and records (its settings are its first run's) and its
-    row of tables.cells (its efficiency)."""
+    row of cell_table.cells (its efficiency)."""
     ok = [(row, rec.raw if rec is not None else {}) for row, rec in runs if _ok(row)]
     provs = [raw.get("provenance") or {} for _, raw in ok]
     sizes = {int(p["dataset"]["train_size"]) for p in provs if _num((p.get("dataset") or {}).get("train_size"))}
@@ -190,7 +190,7 @@ def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], train: d
                 if _num(t.get("compile_s")) is not None]
     p50 = [p for p in (_num(row["step_ms_p50"]) for row, _ in ok) if p]
     ips = [_num(row["images_per_s"]) for row, _ in ok]
-    est = tables.median_ci(ips)
+    est = intervals.median_ci(ips)
     return Cell(
         cell=name, settings=settings(*runs[0], train), status=[row["status"] for row, _ in runs],
         reasons=[row["reason"] for row, _ in runs if not _ok(row) and row.get("reason")],
@@ -199,7 +199,7 @@ def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], train: d
         train_size=next(iter(sizes)) if len(sizes) == 1 else None,
         compile_s=statistics.median(compiles) if compiles else None,
         torch=tuple(sorted({str(p["torch"]) for p in provs if p.get("torch")})),
-        efficiency=tables.cell_estimate(table_row, "efficiency_weak") if table_row else tables.NONE,
+        efficiency=cell_table.cell_estimate(table_row, "efficiency_weak") if table_row else intervals.NONE,
         efficiency_reference=table_row["weak_reference"] if table_row else "")
 
 
@@ -217,12 +217,12 @@ def matches(cell: Cell, selector: dict) -> bool:
     return all(s.get(k) == v for k, v in selector.items())
 
 
-def epoch_estimate(cell: Cell) -> tables.Estimate:
+def epoch_estimate(cell: Cell) -> intervals.Estimate:
     """The epoch's time, the training split over images/s (the interval's ends swap over)."""
     size, ips = cell.train_size, cell.ips_est
     if not size or cell.images_per_s is None:
-        return tables.NONE
-    return tables.Estimate(size / ips.value, size / ips.high, size / ips.low, ips.level)
+        return intervals.NONE
+    return intervals.Estimate(size / ips.value, size / ips.high, size / ips.low, ips.level)
 
 
 # -- DDP's knobs: the bucket size in effect, and the labels a row carries --------------------------
@@ -317,7 +317,7 @@ def target_rows(cells: list[Cell]) -> list[dict]:
                 est, n = epoch_estimate(c), len(c.ips)
                 outcome = "pass" if est.value <= target else "FAIL"
             else:
-                est = tables.ratio_ci(c.ips, den_cell.ips, factor)
+                est = intervals.ratio_ci(c.ips, den_cell.ips, factor)
                 n = min(len(c.ips), len(den_cell.ips))
                 outcome = "pass" if est.value >= target else "FAIL"
             inside = (_num(est.low) is not None) and min(est.low, est.high) < target < max(est.low, est.high)
@@ -325,7 +325,7 @@ def target_rows(cells: list[Cell]) -> list[dict]:
                        + (repeats_note(den_cell).replace(" (", " (baseline ") if den_cell else "")
                        + (" (the goal lies inside the interval)" if inside else ""))
             rows.append({**row, "measured": est.value, "low": _num(est.low), "high": _num(est.high),
-                         "interval": tables.interval_text(est, "{:.3f}" if kind == "ratio" else "{:.2f}", n),
+                         "interval": intervals.interval_text(est, "{:.3f}" if kind == "ratio" else "{:.2f}", n),
                          "outcome": outcome, "verdict": verdict})
     return rows
 
@@ -335,7 +335,7 @@ def target_rows(cells: list[Cell]) -> list[dict]:
 def sweep_rows(cells: list[Cell]) -> list[dict]:
     """Every measured ddp cell, by GPUs, layout and scaling: its bucket size in effect, the other
     knobs, compile mode and time, images/s, and its efficiency against gpus x single of the same
-    setup at the per-GPU batch (dpbench.analysis.tables; None where no such single run was measured)."""
+    setup at the per-GPU batch (dpbench.analysis.cell_table; None where no such single run was measured)."""
     out = []
     for c in cells:
         s = c.settings
@@ -353,7 +353,7 @@ def sweep_rows(cells: list[Cell]) -> list[dict]:
                     "epoch_s": c.train_size / ips.value if c.train_size else None,
                     "efficiency": _num(eff.value), "efficiency_low": _num(eff.low),
                     "efficiency_high": _num(eff.high),
-                    "efficiency_interval": tables.interval_text(eff, "{:.3f}", len(c.ips))
+                    "efficiency_interval": intervals.interval_text(eff, "{:.3f}", len(c.ips))
                     if (_num(eff.value) is not None) else "", "reference": c.efficiency_reference})
     return sorted(out, key=lambda r: (r["gpus"], r["layout"], r["scaling"], r["compile"], r["knobs"],
                                       r["bucket_mb"] or 0))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -48,8 +49,6 @@ def record(claim: str, observations: list[Observation], verdict: str,
 def run_python(code: str, env: dict[str, str] | None = None, args: list[str] | None = None) -> dict[str, Any]:
     """Run code (or `-m module` with args) in a fresh interpreter (CUDA state is per process);
     it prints one JSON line last."""
-    import os
-
     argv = [sys.executable, *(args if args is not None else ["-c", code])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True,

@@ -56,6 +56,12 @@ class Evidence:
         """The config a run actually trained with (its metrics.json), None where the record is absent."""
         return self._record(run_id).get("config")
 
+    def model_size(self, run_id: str) -> tuple[int | None, int | None]:
+        """The run's model as its record counted it: (parameters, their bytes); None for what a
+        record from before workloads (issue 25) did not count."""
+        rec = self._record(run_id)
+        return rec.get("parameters"), rec.get("param_bytes")
+
     def train_size(self, run_id: str) -> int | None:
         """Images in the run's training set: as its record's provenance counted them, else as its
         config sizes a synthetic set; None where neither says (no size is assumed)."""

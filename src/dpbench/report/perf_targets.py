@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from dpbench import results
-from dpbench.analysis import tables
+from dpbench.analysis import options
 from dpbench.analysis.experiment_time import default_experiment_row
 from dpbench.analysis.perf_targets import (NOT_MEASURED, BucketDefault, Cell, agreement_rows, fastest_rows,
                                            load_cells, recipe_rows, sweep_rows, target_rows,
@@ -211,7 +211,7 @@ def recipe_figure(folder: Path, cells: list[Cell]):
                  f"%: gain over the step above")
     if sweep:
         ax2 = axes[1]
-        labels = [f"{tables.gpus_label(r['gpus'])} · {r['layout']} · {r['scaling']}\n{r['setting']}"
+        labels = [f"{options.gpus_label(r['gpus'])} · {r['layout']} · {r['scaling']}\n{r['setting']}"
                   + ("" if r["compile"] == "none" else f" · compile {r['compile']}") for r in sweep]
         words = [_speed_words(r["images_per_s"], r["epoch_s"])
                  + (f" · {r['efficiency']:.2f} of {r['gpus']} x single" if r["efficiency"] else "")
@@ -292,7 +292,7 @@ def sweep_figure(folder: Path, cells: list[Cell]):
         ax.set_xlabel("bucket_cap_mb (MB, log scale)")
         ax.set_ylabel("images/s")
         batch = f"{per_gpu} per GPU" if scaling == "weak" else f"global batch {per_gpu * gpus}"
-        figstyle.panel_title(ax, f"{tables.gpus_label(gpus)} · {layout} · {scaling} scaling, {batch}")
+        figstyle.panel_title(ax, f"{options.gpus_label(gpus)} · {layout} · {scaling} scaling, {batch}")
     handles = [Line2D([], [], color=colors[k], marker="o", label=k) for k in knobs]
     if defaults:
         handles.append(Line2D([], [], color="0.4", marker="o", mfc="white", ls="none",

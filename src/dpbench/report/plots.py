@@ -8,7 +8,7 @@ when there is nothing to draw, the figure says why in its centre. Panels come fr
 present (an option set or GPU count without ok runs gets no panel, and a line under the figure
 names the cells that have runs but no ok one), titles say the option set in words, and each
 panel's y range holds all of its points. The look (sizes, colours, grids, notes) is
-dpbench.report.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.analysis.tables'.
+dpbench.report.figstyle's; the statistics (medians, intervals, efficiencies) dpbench.analysis.cell_table's.
 At about 680 lines it is longer than the house's 450: the seven figures share one set of panel
 helpers (the not-drawn note, dodging, intervals, ideal lines, curve smoothing), which a split
 would either copy or scatter across modules that import each other.
@@ -30,29 +30,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dpbench import results
-from dpbench.analysis.tables import (
-    NONE,
-    STRONG,
-    WEAK,
-    describe,
-    estimate_fields,
-    gpus_label,
-    label_order,
-    labels,
-    level_text,
-    load_table,
-    speed_runs,
-    median_ci,
-    ok_runs,
-    only_ok,
-    ordered,
-    ratio_ci,
-    reference_batch,
-    single_pools,
-    variant_order,
-    with_efficiency,
-    without_batch,
-)
+from dpbench.analysis.cell_table import estimate_fields, reference_batch, single_pools, with_efficiency
+from dpbench.analysis.intervals import NONE, level_text, median_ci, ratio_ci
+from dpbench.analysis.options import STRONG, WEAK, gpus_label, ordered, variant_order, without_batch
+from dpbench.analysis.tables import load_table, ok_runs, only_ok, speed_runs
+from dpbench.report.option_words import describe, label_order, labels
 from dpbench.report.figstyle import (
     REFERENCE_COLOR,
     add_legend,

@@ -27,7 +27,8 @@ from matplotlib.ticker import NullFormatter, StrMethodFormatter
 
 from dpbench import results
 from dpbench.report import plots
-from dpbench.analysis.tables import ok_runs, variant_order
+from dpbench.analysis.options import variant_order
+from dpbench.analysis.tables import ok_runs
 from dpbench.report.figstyle import (
     REFERENCE_COLOR,
     color,

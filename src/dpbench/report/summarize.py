@@ -1,7 +1,7 @@
 """results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
 and weak scaling, medians over repeats, start-up times (from the run records), skipped and failed
 runs, and warnings, all from the tidy tables and provenance.json. The statistics are
-dpbench.analysis.tables', shared with the figures.
+dpbench.analysis.cell_table's, shared with the figures.
 
     python -m dpbench.report.summarize --results-dir results --tag TAG
 """
@@ -20,27 +20,20 @@ from dpbench import DP_VARIANTS, results
 from dpbench.analysis import noise
 from dpbench.analysis.compare.loading import load_set
 from dpbench.analysis.compare.throughput import load_launch_noise
-from dpbench.analysis.tables import (
+from dpbench.analysis.cell_table import cell_estimate, cells
+from dpbench.analysis.intervals import (
     CONFIDENCE,
     NO_INTERVAL,
-    STRONG,
-    WEAK,
     Estimate,
-    cell_estimate,
-    cells,
-    gpus_label,
     interval_text,
-    label,
-    label_order,
     level_text,
-    load_table,
-    speed_runs,
-    ok_runs,
     range_coverage,
     ratio_repeats_for,
     repeats_for,
-    variant_order,
 )
+from dpbench.analysis.options import STRONG, WEAK, gpus_label, variant_order
+from dpbench.analysis.tables import load_table, ok_runs, speed_runs
+from dpbench.report.option_words import label, label_order, labels
 from dpbench.report.markdown import md_table
 
 PROVENANCE_KEYS = [("torch", "torch"), ("cuda", "CUDA"), ("cudnn", "cuDNN"), ("nccl", "NCCL"),
@@ -394,6 +387,7 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
     summary = load_table(results_dir, tag, "summary")
     warnings = load_table(results_dir, tag, "warnings")
     med = cells(summary)
+    med = med.assign(label=labels(med))   # each cell's option set in words
     if len(med):   # option sets in the figures' order, then variant and GPU count as sorted
         rank = {lab: i for i, lab in enumerate(label_order(med))}
         med = med.assign(_r=med["label"].map(rank)).sort_values("_r", kind="stable").drop(columns="_r")

@@ -6,8 +6,8 @@ prints one JSON line. The C1 probe starts one fresh process per variant (the all
 history must begin before the model exists, or its parameters have no recorded origin), at the
 C1 runs' global batch and output widths (dpbench.claims.settings).
 
-Two SGD steps with momentum run at a fixed global batch through dpbench's own model and variant
-wrappers, with torch.cuda.memory._record_memory_history recording every allocation and the
+Two SGD steps with momentum run at a fixed global batch through dpbench's own model, variant
+wrappers and training step (c1.devices), with torch.cuda.memory._record_memory_history recording every allocation and the
 Python stack that made it. Replaying each device's trace gives the moment its allocated bytes
 peak and the blocks alive then; each block is put in a category by the frames of the stack
 that allocated it (CATEGORIES: the first rule that matches wins). Under DataParallel this says
@@ -22,9 +22,13 @@ import gc
 import json
 from typing import Any, Iterable
 
+import torch
+
+from dpbench.claims.c1.devices import one_rank, train_steps, variant_devices
+from dpbench.claims.records import obs as observation
+
 MIB = 2 ** 20
 VARIANTS = ("single", "dp", "dp_sum", "ddp")
-STEPS = 2                   # the second step holds the momentum buffers
 MAX_ENTRIES = 200_000       # trace entries kept: two steps of ResNet18 need a few thousand
 
 # (category, rules): a rule is (file path fragment, function name or None for any). The first
@@ -50,7 +54,7 @@ CATEGORIES: list[tuple[str, list[tuple[str, str | None]]]] = [
     ("backward, from Python", [("torch/autograd/", None), ("torch/_tensor.py", "backward")]),
     ("parameters", [("torch/nn/modules/module.py", "_apply")]),
     ("forward activations", [("torch/nn/modules/", None), ("dpbench/workloads/resnet.py", None)]),
-    ("input batch", [("dpbench/claims/c1/attribution.py", "_batch")]),
+    ("input batch", [("dpbench/claims/c1/devices.py", "random_batch")]),
 ]
 # CUDA's backward runs in autograd's own device threads, which have no Python stack: the
 # gradients and the buffers of the built-in ops' backward land here.
@@ -98,19 +102,8 @@ def peak_breakdown(trace: Iterable[dict]) -> dict[str, Any]:
                             if round(m, 1) > 0}}
 
 
-def _batch(batch: int, classes: int, device):
-    import torch
-    return (torch.randn(batch, 3, 32, 32, device=device),
-            torch.randint(0, classes, (batch,), device=device))
-
-
 def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str, Any]:
     """Two training steps under the allocator's history; each device's peak, by category."""
-    import torch
-
-    from dpbench.workloads.resnet import resnet18
-    from dpbench.run.variants import Variant
-
     gc.collect()
     # cuBLAS keeps its workspaces from an earlier width alive: freed here, they are allocated
     # again under the recording and counted (without this, about 64 MiB went unseen on the H200)
@@ -119,21 +112,11 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
     torch.cuda.empty_cache()
     torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES, stacks="python")
     try:
-        model = resnet18(classes).to(devices[0])
-        wrapped = Variant(variant, model, devices, world=1)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        x, y = _batch(batch, classes, devices[0])
-        for _ in range(STEPS):
-            opt.zero_grad(set_to_none=True)
-            wrapped.losses(x, y, batch).optimised.backward()
-            opt.step()
-        for d in devices:
-            torch.cuda.synchronize(d)
+        train_steps(variant, classes, batch, devices)
         snapshot = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-        model = wrapped = opt = x = y = None   # noqa: F841  (free before the next width)
-        gc.collect()
+        gc.collect()   # free before the next width
         torch.cuda.empty_cache()
     traces = snapshot.get("device_traces") or []
     return {str(d.index): peak_breakdown(traces[d.index] if d.index < len(traces) else [])
@@ -142,8 +125,6 @@ def attribute(variant: str, classes: int, batch: int, devices: list) -> dict[str
 
 def measure(variant: str, classes: list[int], batch: int) -> dict[str, Any]:
     """One variant at each output size, in this process (CUDA must start here)."""
-    from dpbench.claims.c1.probe import one_rank, variant_devices
-
     devices, skipped = variant_devices(variant)
     if skipped:
         return {"variant": variant, "skipped": skipped}
@@ -156,8 +137,6 @@ def measure(variant: str, classes: list[int], batch: int) -> dict[str, Any]:
 
 def observations(r: dict[str, Any]) -> list:
     """The probe's observations of one variant's JSON line: one per output size and device."""
-    from dpbench.claims.records import obs as observation
-
     out = []
     where = "one rank of 2, half the global batch" if r["variant"] == "ddp" else f"{r['gpus']} GPU(s)"
     for classes, devices in r["per_classes"].items():

@@ -9,11 +9,11 @@ variant uses, what PyTorch may allocate is capped at CAP_GIB
 (torch.cuda.set_per_process_memory_fraction): the answer does not depend on how large the GPU
 is, and the search stays quick. The CUDA context, NCCL's buffers and the cuBLAS/cuDNN handles
 lie outside the cap, so a card of CAP_GIB holds somewhat less. The batch doubles from
-START until a training step runs out of memory, then is bisected to within 1/32.
+batch_search.START until a training step runs out of memory, then is bisected to within 1/32.
 
 A trial is two SGD steps with momentum (the second holds the momentum buffers) on random
-images through dpbench's own model and variant wrappers, with the batch on the first device
-as the gpu feed puts it; the training runs' resident dataset (about 0.25 GiB on each rank's
+images through dpbench's own model, variant wrappers and training step (c1.devices), with
+the batch on the first device as the gpu feed puts it; the training runs' resident dataset (about 0.25 GiB on each rank's
 device, all on device 0 under DataParallel) is not part of it. `dp` computes the loss on the
 gathered outputs on device 0, `dp_sum` inside each replica. `ddp` is one rank in a one-process
 group: every rank of a DDP run holds the same, so its global batch on N GPUs is N x the rank's.
@@ -23,54 +23,20 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from dpbench.claims.c1.verdict import DP_GPUS, RESOLUTION, verdict_from
+import torch
+
+from dpbench.claims import NOT_RUN
+from dpbench.claims.batch_search import largest
+from dpbench.claims.c1 import attribution
+from dpbench.claims.c1.devices import one_rank, train_steps, variant_devices
+from dpbench.claims.c1.verdict import DP_GPUS, verdict_from
+from dpbench.claims.common import gpus_visible, needs, record, run_python
+from dpbench.claims.records import obs as observation
 
 CAP_GIB = 8.0
 VARIANTS = ("single", "dp", "dp_sum", "ddp")
-START = 256
-CEILING = 1 << 20           # a batch beyond this fits anything this search is for
-
-
-def devices_for(variant: str) -> int:
-    return DP_GPUS if variant in ("dp", "dp_mean", "dp_sum") else 1
-
-
-def largest(fits: Callable[[int], bool], granule: int = 1, start: int = START,
-            ceiling: int = CEILING, resolution: float = RESOLUTION) -> dict[str, Any]:
-    """The largest batch (a multiple of `granule`) for which fits() holds, assuming it holds
-    for every smaller batch: {largest, smallest_failing, trials: [[batch, fits], ...]}.
-    largest is 0 when not even `granule` fits; smallest_failing None when `ceiling` fits."""
-    trials: list[list[Any]] = []
-
-    def test(b: int) -> bool:
-        ok = bool(fits(b))
-        trials.append([b, ok])
-        return ok
-
-    lo, hi = 0, None
-    ceiling -= ceiling % granule
-    b = min(max(granule, start - start % granule), ceiling)
-    while hi is None:
-        if test(b):
-            lo = b
-            if b >= ceiling:
-                return {"largest": lo, "smallest_failing": None, "trials": trials}
-            b = min(b * 2, ceiling)
-        else:
-            hi = b
-    while hi - lo > max(granule, int(lo * resolution)):
-        mid = (lo + hi) // 2
-        mid -= mid % granule
-        if mid <= lo:
-            break
-        if test(mid):
-            lo = mid
-        else:
-            hi = mid
-    return {"largest": lo, "smallest_failing": hi, "trials": trials}
 
 
 class _Trial:
@@ -81,25 +47,10 @@ class _Trial:
         self.peaks: dict[int, list[float]] = {}
 
     def __call__(self, batch: int) -> bool:
-        import torch
-
-        from dpbench.workloads.resnet import resnet18
-        from dpbench.run.variants import Variant
-
         for d in self.devices:
             torch.cuda.reset_peak_memory_stats(d)
         try:
-            model = resnet18(self.classes).to(self.devices[0])
-            wrapped = Variant(self.variant, model, self.devices, world=1)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            x = torch.randn(batch, 3, 32, 32, device=self.devices[0])
-            y = torch.randint(0, self.classes, (batch,), device=self.devices[0])
-            for _ in range(2):
-                opt.zero_grad(set_to_none=True)
-                wrapped.losses(x, y, batch).optimised.backward()
-                opt.step()
-            for d in self.devices:
-                torch.cuda.synchronize(d)
+            train_steps(self.variant, self.classes, batch, self.devices)
             self.peaks[batch] = [torch.cuda.max_memory_allocated(d) / 2**20 for d in self.devices]
             return True
         except torch.cuda.OutOfMemoryError:
@@ -109,40 +60,12 @@ class _Trial:
                 return False
             raise
         finally:
-            model = wrapped = opt = x = y = None   # noqa: F841  (drop every reference before freeing)
             gc.collect()
             torch.cuda.empty_cache()
 
 
-def variant_devices(variant: str) -> tuple[list, str | None]:
-    """The CUDA devices a variant runs on in this process, or why it cannot ('needs 2 GPUs (found 1)')."""
-    import torch
-
-    n = devices_for(variant)
-    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if found < n:
-        return [], f"needs {n} GPU{'s' if n > 1 else ''} (found {found})"
-    return [torch.device("cuda", i) for i in range(n)], None
-
-
-@contextmanager
-def one_rank(variant: str) -> Iterator[None]:
-    """ddp as one rank of a one-process group (its memory is every rank's); nothing for the others."""
-    import torch.distributed as dist
-
-    if variant == "ddp":
-        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 def search(variant: str, classes: list[int], cap_gib: float) -> dict[str, Any]:
     """One variant's searches in this process (CUDA must not be initialised by anyone else)."""
-    import torch
-
     devices, skipped = variant_devices(variant)
     if skipped:
         return {"variant": variant, "skipped": skipped}
@@ -170,8 +93,6 @@ def global_batch(variant: str, largest: int) -> int:
 def variant_json(module: str, variant: str, *args: str) -> tuple[dict[str, Any], str | None]:
     """One variant's JSON line from `python -m module --variant V ARGS` in a fresh process, and
     why there is none (skipped, or failed with its exit code and last lines) where there is none."""
-    from dpbench.claims.common import run_python
-
     r = run_python("", args=["-m", module, "--variant", variant, *args])
     if r.get("rc") or "per_classes" not in r:
         return r, r.get("skipped") or (f"failed (exit code {r.get('rc')}): " + " / ".join(r.get("stderr_tail") or []))
@@ -181,10 +102,6 @@ def variant_json(module: str, variant: str, *args: str) -> tuple[dict[str, Any],
 def run(batch: int, classes: list[int]):
     """batch: the C1 runs' global batch (the memory snapshots); classes: the output widths
     searched and snapshotted (dpbench.claims.settings)."""
-    from dpbench.claims import NOT_RUN
-    from dpbench.claims.common import gpus_visible, needs, record
-    from dpbench.claims.records import obs as observation
-
     n = gpus_visible()
     if n < 1:
         return record("C1", [], NOT_RUN, not_run=needs(DP_GPUS, n))
@@ -212,14 +129,13 @@ def run(batch: int, classes: list[int]):
                 global_batch=total, smallest_failing=failing, cap_gib=r["cap_gib"],
                 peak_mib_per_device=f["peak_mib_per_device"], trials=len(f["trials"]), gpu=r["gpu_name"]))
     # Why device 0 holds more: its peak by what allocated it, at the runs' batch (one process each)
-    from dpbench.claims.c1 import attribution as c1_attribution
     for variant in VARIANTS:
         r, why = variant_json("dpbench.claims.c1.attribution", variant, "--batch", str(batch),
                               "--classes", *map(str, classes))
         if why:
             parts_not_run.append(f"each device's peak by what allocated it (memory snapshot), {variant}: {why}")
             continue
-        observations += c1_attribution.observations(r)
+        observations += attribution.observations(r)
     return record("C1", observations, verdict_from(found), parts_not_run=parts_not_run)
 
 

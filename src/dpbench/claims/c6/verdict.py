@@ -9,6 +9,7 @@ from statistics import median
 from typing import Any
 
 import pandas as pd
+from scipy import stats
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
 from dpbench.plan.config import RunConfig
@@ -44,8 +45,6 @@ def reweighting(n: int, parts: int) -> dict[str, Any]:
 
 def _interval(values: list[float]) -> dict[str, float]:
     """Mean and its two-sided confidence interval (Student's t) over paired differences."""
-    from scipy import stats
-
     n = len(values)
     m = sum(values) / n
     if n < 2:

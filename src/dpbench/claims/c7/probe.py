@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
-from dpbench.analysis.tables import Estimate, ratio_ci
+from dpbench.analysis.intervals import Estimate, ratio_ci
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE, REFUTED
 from dpbench.claims.common import gpus_visible, needs, record, run_python
 from dpbench.claims.records import Observation, ProbeRecord, dp_step_id

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dpbench.analysis.tables import ratio_ci
+from dpbench.analysis.intervals import ratio_ci
 from dpbench.claims import CONFIRMED, NUANCE, REFUTED
 from dpbench.claims.c7.verdict import BUDGET_KEYS, dp_step_breakdowns, overhead_growth
 from dpbench.claims.records import ProbeRecord

@@ -6,6 +6,7 @@ from matplotlib.figure import Figure
 
 from dpbench.claims.figure_data import Section, data, missing
 from dpbench.report.figstyle import color, new_figure
+from dpbench.report.sharding_plots import plot_rehearsed_batches
 
 PANELS = (("largest_batch", "largest batch per GPU"), ("samples_per_s_at_largest", "samples/s at that batch"))
 
@@ -13,7 +14,6 @@ PANELS = (("largest_batch", "largest batch per GPU"), ("samples_per_s_at_largest
 def c9_figure(s: Section) -> Figure:
     budgeted = [r for r in data(s, "rows") or [] if r.get("budget")]
     if budgeted:   # per budget and rank count, every sharded variant, the crossovers marked
-        from dpbench.report.sharding_plots import plot_rehearsed_batches
         return plot_rehearsed_batches(budgeted, data(s, "crossovers") or [])
     rows = [r for r in data(s, "rows") or [] if r.get("largest_batch")]
     cap = next((r["cap_gib"] for r in rows), None)

@@ -11,7 +11,7 @@ steps on synthetic tokens, with the run option memory_cap_gib: what PyTorch may 
 device is capped (torch.cuda.set_per_process_memory_fraction), so the answer does not depend on
 the card. A trial fits when its record is ok and does not when it failed out of memory; any
 other outcome (skipped, another failure) stops that search with the record's reason. The batch
-doubles from START, then is bisected to RESOLUTION (claims.c1.probe.largest); a short timed run
+doubles from START, then is bisected to RESOLUTION (claims.batch_search.largest); a short timed run
 at the largest batch gives the throughput. Without CUDA nothing runs out of memory: the search
 is skipped with that reason.
 """
@@ -22,13 +22,21 @@ import json
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from dpbench.claims.c1.probe import largest
+import torch
+
+from dpbench.claims import NOT_RUN
+from dpbench.claims.batch_search import largest
 from dpbench.claims.c9.predicted import BUDGETS
 from dpbench.claims.c9.verdict import BASELINE, CONDITIONS_ID, SHARDED, row_id, verdict_from
-from dpbench.results import STATUS_FAILED, STATUS_OK
+from dpbench.claims.common import gpus_visible, record
+from dpbench.claims.records import obs
+from dpbench.report.markdown import md_table
+from dpbench.results import LARGEST_BATCH_COLUMNS, STATUS_FAILED, STATUS_OK, read_metrics
+from dpbench.run.provenance import nvidia_smi_topology
+from dpbench.workloads.transformer_lm import parameter_count
 
 VARIANTS = ("ddp", "zero1", "fsdp")
 # (width, layers) of the transformer family (seq_len 512, vocab 32768, tied): ~12M, ~42M, ~235M, ~1.07B
@@ -91,8 +99,6 @@ def run_config(variant: str, gpus: int, size: tuple[int, int], batch: int, cap_g
 
 def launch(cfg: dict[str, Any]) -> dict[str, Any]:
     """A dpbench run in a fresh process; its record (a failed one where it left none)."""
-    from dpbench.results import read_metrics
-
     with tempfile.TemporaryDirectory(prefix="c9-") as tmp:
         cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
         try:
@@ -108,8 +114,6 @@ def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, p
                run: Callable[[dict[str, Any]], dict[str, Any]] = launch, cuda_gpus: int | None = None,
                resolution: float = RESOLUTION) -> dict[str, Any]:
     """One row of largest_batch.csv as far as the search goes (time_row adds the throughput)."""
-    from dpbench.workloads.transformer_lm import parameter_count
-
     width, layers = size
     row: dict[str, Any] = {"workload": f"transformer-lm-{width}x{layers}", "variant": variant, "gpus": gpus,
                            "parameters": parameter_count(width, layers, 512, 32768, True),
@@ -141,7 +145,6 @@ def time_row(row: dict[str, Any], size: tuple[int, int],
 
 
 def cuda_devices() -> int:
-    import torch
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -151,8 +154,6 @@ def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_
     """Every (GPUs, size, variant) row; by default at one GPU and at every GPU visible. With jobs > 1
     the searches share the GPUs, `jobs` at a time (each within its cap: jobs x cap must fit the
     card); the timed runs then run one at a time, so no throughput is measured beside another run."""
-    from concurrent.futures import ThreadPoolExecutor
-
     n = cuda_devices()
     cells = [(v, g, s) for g in (gpu_counts or sorted({1, max(n, 1)})) for s in sizes for v in variants]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -163,10 +164,6 @@ def sweep(sizes=SIZES, variants=VARIANTS, gpu_counts=None, cap_gib: float = CAP_
 def probe_record(rows: list[dict[str, Any]], cap_gib: float):
     """The probe record: where the searches ran, then one observation per row (its id:
     verdict.row_id); the ledger decides the verdict again from the same rows."""
-    from dpbench.claims.common import record
-    from dpbench.claims.records import obs
-    from dpbench.run.provenance import nvidia_smi_topology
-
     conditions = obs(CONDITIONS_ID, "where the searches ran", interconnect=interconnect(nvidia_smi_topology()))
     observations = [conditions] + [obs(row_id(r), f"largest batch of {r['variant']} on {r['gpus']} GPU(s), "
                                        f"{r['workload']}, within {cap_gib:g} GiB per GPU", **r) for r in rows]
@@ -177,8 +174,6 @@ def probe_record(rows: list[dict[str, Any]], cap_gib: float):
 def jobs_that_fit(cap_gib: float) -> int:
     """How many capped searches share the GPUs at once: as many as the smallest card holds with a
     CUDA context (~1.5 GiB) beside each cap."""
-    import torch
-
     total = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
     return max(1, int(total / 2**30 // (cap_gib + 1.5)))
 
@@ -186,29 +181,10 @@ def jobs_that_fit(cap_gib: float) -> int:
 def run(sizes=SIZES, variants=(BASELINE, SHARDED), cap_gib: float = CAP_GIB):
     """The C9 probe of the claims experiment (python -m dpbench.claims.probe C9): the two variants
     the verdict compares (tools/device/c9_bench.sh adds zero1), searches sharing the GPUs."""
-    from dpbench.claims import NOT_RUN
-    from dpbench.claims.common import gpus_visible, record
-
     if gpus_visible() < 1:
         return record("C9", [], NOT_RUN, not_run="needs CUDA: nothing runs out of memory on the CPU")
     return probe_record(sweep(sizes, variants, cap_gib=cap_gib, jobs=jobs_that_fit(cap_gib), resolution=1 / 8),
                         cap_gib)
-
-
-def ledger_section(rows: list[dict[str, Any]], cap_gib: float, out: Path) -> str:
-    """C9's section as the claims ledger writes it from these rows: the record under a result set
-    `out`/c9, the claims experiment planned for the GPUs visible, the ledger run on it."""
-    from dpbench import results
-    from dpbench.claims.ledger import write_ledger
-    from dpbench.plan.matrix import Plan
-    from dpbench.plan.pipeline import load_experiment
-
-    rs = results.ResultSet(out, "c9")
-    results.write_json(rs.probe_path("C9"), probe_record(rows, cap_gib).to_json())
-    results.write_json(rs.plan_path, Plan(load_experiment({"experiment": "claims"}, Path.cwd()),
-                                          cuda_devices()).document())
-    md, _ = write_ledger(out, "c9", rs.plan_path)
-    return "## C9:" + md.read_text().split("## C9:", 1)[1]
 
 
 def interconnect(topology: str | None) -> str:
@@ -221,10 +197,8 @@ def interconnect(topology: str | None) -> str:
     return row0[header.index("GPU1") + 1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    from dpbench.report.markdown import md_table
-    from dpbench.results import LARGEST_BATCH_COLUMNS
-
+def arguments() -> argparse.ArgumentParser:
+    """The probe's command line (claims.c9.bench adds its ledger directory)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
     ap.add_argument("--gpus", type=int, nargs="+", help="GPU counts (default: 1 and all visible)")
@@ -233,13 +207,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--jobs", type=int, default=1, help="searches at a time (sharing the GPUs, each capped)")
     ap.add_argument("--resolution", type=float, default=RESOLUTION, help="bisect until within this fraction")
-    ap.add_argument("--ledger", metavar="DIR", help="also print C9's ledger section, from a result set written under DIR")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def sweep_of(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rows of the sweep the command line asks for."""
     sizes = [tuple(int(x) for x in s.split("x")) for s in args.sizes]
-    rows = sweep(sizes, args.variants, args.gpus, args.cap_gib, args.precision, args.jobs, args.resolution)
-    print(md_table(LARGEST_BATCH_COLUMNS, [[r[c] for c in LARGEST_BATCH_COLUMNS] for r in rows]))
-    if args.ledger:
-        print("\n" + ledger_section(rows, args.cap_gib, Path(args.ledger)))
+    return sweep(sizes, args.variants, args.gpus, args.cap_gib, args.precision, args.jobs, args.resolution)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """largest_batch.csv's rows as a markdown table."""
+    return md_table(LARGEST_BATCH_COLUMNS, [[r[c] for c in LARGEST_BATCH_COLUMNS] for r in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    rows = sweep_of(arguments().parse_args(argv))
+    print(table(rows))
     print(json.dumps({"rows": rows}))
     return 0
 

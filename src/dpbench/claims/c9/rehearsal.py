@@ -11,7 +11,7 @@ profiled step of run.components): one warm step (the optimizer's momentum exists
 on), then one profiled step at the case's per-rank batch: each rank's tensors by component,
 its allocator's peaks by phase, the largest single all-gather its counter saw, rank 0's
 counted collectives. Then, where the case asks, C9's largest per-rank batch within each
-budget by claims.c1.probe.largest (doubling from a start, then bisection): a batch fits a
+budget by claims.batch_search.largest (doubling from a start, then bisection): a batch fits a
 budget when every rank's allocated peak of one training step at that batch stays within it.
 The step runs uncapped and the ranks decide together from the gathered peaks (a capped step
 that ran out of memory on one rank would leave its peers waiting in a collective); a batch
@@ -29,11 +29,26 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import time
 from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
+from dpbench.claims.batch_search import largest
+from dpbench.host.nvml import nvml
+from dpbench.plan.config import RunConfig
+from dpbench.run import components, engine, sharded
+from dpbench.run.step import train_step
+from dpbench.run.variants import Variant
+from dpbench.workloads.transformer_lm import parameter_count
 
 MIB = 2 ** 20
 GIB = 2 ** 30
@@ -66,12 +81,10 @@ def peak_fit(trials: list[dict[str, Any]], key: str = "peak_mib") -> Callable[[i
 
 def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, trials: list[dict[str, Any]],
                   resolution: float = RESOLUTION, safe: float = SAFE, start: int | None = None) -> dict[str, Any]:
-    """The largest batch whose measured peak stays within cap_gib (claims.c1.probe.largest),
+    """The largest batch whose measured peak stays within cap_gib (claims.batch_search.largest),
     `trials` the measured batches so far (shared between budgets: each batch is run once).
     measure(batch) -> {"batch", "peak_mib", "reserved_mib", "how": "measured"} or with how
     "failed" (an out-of-memory on any rank: counts as not fitting)."""
-    from dpbench.claims.c1.probe import largest
-
     cap_mib = cap_gib * GIB / MIB
     decided: list[list[Any]] = []
 
@@ -100,10 +113,9 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
             "reserved_mib_at_largest": at.get("reserved_mib")}
 
 
-# -- on the ranks (torch from here) ------------------------------------------------------------------
+# -- on the ranks ----------------------------------------------------------------------------
 
 def run_config(case: dict[str, Any], world: int, batch: int):
-    from dpbench.plan.config import RunConfig
     return RunConfig.from_dict({
         "variant": case["variant"], "gpus": world, "rehearse": True, "precision": case.get("precision", "fp32"),
         "workload": {"name": "transformer-lm", "args": dict(case["args"])}, "global_batch": batch * world,
@@ -117,14 +129,6 @@ def case_options(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
-    from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
-    from dpbench.run import components, engine, sharded
-    from dpbench.run.step import train_step
-    from dpbench.run.variants import Variant
-
     cfg = run_config(case, world, case["batch"])
     spec = engine.build_workload(cfg)
     sizes = spec.sizes()
@@ -219,8 +223,6 @@ def count_reducer(module) -> dict[str, Any]:
     all-reduces while "on", then all-reduces it as DDP's default does): on CUDA the reducer runs
     them on an autograd thread that the dispatch counter cannot see. Rehearsed steps only (a
     Python hook costs time, and rehearsed time is nobody's). Nothing for other variants."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
     counts: dict[str, Any] = {"on": False, "count": 0, "bytes": 0}
     if not isinstance(module, DDP):
         return counts
@@ -239,9 +241,6 @@ def nvml_process_mib() -> float | None:
     """What the driver says this process holds on the GPU (its CUDA context included): NVML's
     per-process accounting, else nvidia-smi's; None where neither names this pid (a container
     may show other pids than its own)."""
-    import subprocess
-
-    from dpbench.host.nvml import nvml
     pid = os.getpid()
     lib = nvml()
     try:
@@ -262,9 +261,6 @@ def nvml_process_mib() -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-    import torch.distributed as dist
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--plan", required=True, help="JSON: a list of cases")
     ap.add_argument("--out", required=True, type=Path, help="JSON lines, one per case (rank 0 appends)")
@@ -291,7 +287,6 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 rec = run_case(case, device, world, rank)
             except Exception as exc:   # one case's failure must not end the others' (all ranks see it)
-                from dpbench.workloads.transformer_lm import parameter_count
                 a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
                 rec = {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"],
                        "gpus": world, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500],

@@ -1,4 +1,4 @@
-"""tools/device/workload_bench.py end to end on the CPU (--tiny): the bare loop, dpbench's single
+"""dpbench.bench.workloads (tools/device/workload_bench.py) end to end on the CPU (--tiny): the bare loop, dpbench's single
 and one-rank ddp through the launcher, and the fields of its JSON and markdown."""
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ import math
 
 import pytest
 
-from fakes import load_device_script
-
-bench = load_device_script("workload_bench")
+from dpbench.bench import workloads as bench
 
 
 def test_run_config_is_a_valid_fixed_feed_run():

@@ -14,7 +14,7 @@ from dpbench.report import plots
 from dpbench.report import sharding_plots as S
 from dpbench.report.figstyle import style
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU_SET = "cpu-paired-213-vs-2141-43b8177"   # a paired launch made on the CPU (gloo)
 
 

@@ -1,10 +1,9 @@
 """The claims experiment in time-boxed calls (tools/device/pipeline_run.sh): which jobs first,
-and which records a cut gives back. Lab scaffolding for the device calls, so a script beside
-them rather than part of the package (it imports dpbench).
+and which records a cut gives back.
 
-    python3 tools/device/priority.py first [EXPERIMENT]     output paths, one a line, for snakemake --prioritize
-    python3 tools/device/priority.py cut-off RUNS_DIR SINCE  drop failed records written since SINCE (epoch s)
-    python3 tools/device/priority.py stale [EXPERIMENT]     drop skipped records of runs this machine can run
+    python3 -m dpbench.claims.priority first [EXPERIMENT]     output paths, one a line, for snakemake --prioritize
+    python3 -m dpbench.claims.priority cut-off RUNS_DIR SINCE  drop failed records written since SINCE (epoch s)
+    python3 -m dpbench.claims.priority stale [EXPERIMENT]     drop skipped records of runs this machine can run
 
 First come the parts the ledger's headline verdicts rest on: C8's fp32 batch sweep on the gpu
 feed (the article's premise as a curve, with its crossover), C1 at its narrowest and widest
@@ -29,6 +28,7 @@ from dpbench import results
 from dpbench.claims.settings import claim_groups
 from dpbench.plan.config import RunConfig
 from dpbench.plan.matrix import Plan
+from dpbench.plan.pipeline import load_experiment, make_plan
 
 FIRST_PROBES = ("C7",)
 
@@ -92,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         for rid in drop_cut_off(args.runs_dir, args.since):
             print(f"cut off by the limit, trains again next call: {rid}")
         return 0
-    from dpbench.plan.pipeline import load_experiment, make_plan
     config = {**(yaml.safe_load(Path("config.yaml").read_text()) or {}), "experiment": args.experiment}
     plan = make_plan(load_experiment(config, "."))
     if args.command == "stale":

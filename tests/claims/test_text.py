@@ -1,19 +1,19 @@
 """Each claim's words, one snapshot per claim: the ledger section its text.py renders from the
-planted GPU evidence of tests/test_claims.py. The other claims tests assert the data (verdicts,
+planted GPU evidence of tests/claims/planted.py. The other claims tests assert the data (verdicts,
 numbers, which evidence); a change of wording shows here, as a diff of one file per claim.
 
-    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_claims_text.py   # rewrite them
+    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/claims/test_text.py   # rewrite them
 """
 import os
 from pathlib import Path
 
 import pytest
-from test_claims import evidence, fake_gpu_probes, gpu_tag
+from claims.planted import evidence, fake_gpu_probes, gpu_tag
 
 from dpbench.claims import CLAIM_IDS
 from dpbench.claims.ledger import build_sections, render_section
 
-SNAPSHOTS = Path(__file__).resolve().parent / "fixtures" / "snapshots" / "claims"
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots" / "claims"
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +36,8 @@ def test_claim_text_matches_its_snapshot(sections, cid):
 # Every committed claims ledger, judged by today's code: each summary cell says what its own
 # verdict data say (the 2x H200 page printed "0 calls misbehave" beside "refuted", "no
 # wrong-device case erred" beside an error, and `None` / `loads` for values it never found).
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
-ARCHIVE = Path(__file__).resolve().parent / "fixtures" / "archive"
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+ARCHIVE = Path(__file__).resolve().parents[1] / "fixtures" / "archive"
 LEDGERS = sorted(p.parent.name for p in REFERENCE.glob("*/claims.json") if "claims" in p.parent.name)
 
 

@@ -1,24 +1,16 @@
-"""tools/compare_calibration.py on the committed references: the rules' error rates measured on
+"""dpbench.analysis.compare.calibration on the committed references: the rules' error rates measured on
 real launches, and docs/compare.md quoting the frozen measurement it made."""
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from dpbench.analysis.compare import calibration as cal
 
-
-@pytest.fixture(scope="module")
-def cal():
-    spec = importlib.util.spec_from_file_location("compare_calibration", ROOT / "tools" / "compare_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_curve_test_between_real_launches_holds_its_rate_and_finds_a_shift(cal):
+def test_curve_test_between_real_launches_holds_its_rate_and_finds_a_shift():
     """Every pair of the seven one-H200 launches of the default experiment, same seeds a side."""
     summ, seeds = cal.seeded_summaries(cal.DESIGNS[cal.SEEDED_DESIGN])
     assert seeds == [0, 1, 2]
@@ -31,7 +23,7 @@ def test_curve_test_between_real_launches_holds_its_rate_and_finds_a_shift(cal):
     assert cal.between_launch_curve_rates(summ, 4) is None  # three seeds: 4 a side cannot be drawn
 
 
-def test_unpaired_curve_test_on_resampled_real_curves(cal):
+def test_unpaired_curve_test_on_resampled_real_curves():
     pools = cal.fast_pools(cal.DESIGNS["1x H200"])
     r = cal.curve_rates(pools, 3, 300, np.random.default_rng(0))
     # 300 draws: a true 5% lands under 9% with 99.9% probability.
@@ -39,7 +31,7 @@ def test_unpaired_curve_test_on_resampled_real_curves(cal):
     assert r["power_4sd"] > 0.4 and r["power_4sd"] > r["power_3sd"]
 
 
-def test_paired_throughput_on_real_paired_launches(cal):
+def test_paired_throughput_on_real_paired_launches():
     df = cal.paired_launch_samples(cal.PAIRED_LAUNCHES)
     assert set(df["environment"]) == set(cal.AA_ENVIRONMENTS)
     residuals = cal.launch_residuals(df)

@@ -1,21 +1,16 @@
-"""tools/device/priority.py: which claims jobs a time-boxed device call runs first, and which
+"""dpbench.claims.priority: which claims jobs a time-boxed device call runs first, and which
 records a cut or a set from a smaller machine gives back."""
 import os
 import time
 from pathlib import Path
 
 import pytest
-from fakes import load_device_script
 
 from dpbench import results
+from dpbench.claims import priority
 from dpbench.plan.matrix import read_plan
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def priority():
-    return load_device_script("priority")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claims_plan():
@@ -25,7 +20,7 @@ def _claims_plan():
     return Plan(load_experiment({"experiment": "claims"}, ROOT), 2)
 
 
-def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown(priority):
+def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown():
     plan = _claims_plan()
     first = priority.first_targets(plan)
     assert first[-1] == str(plan.results.probe_path("C7"))
@@ -38,7 +33,7 @@ def test_first_targets_are_c8s_fp32_sweep_c1s_extreme_widths_and_the_breakdown(p
     assert {plan.runs[r].num_classes for r in rids} == {10, 32768} and {plan.runs[r].precision for r in rids} == {"fp32"}
 
 
-def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys, priority):
+def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, capsys):
     cut = time.time() - 100
     for rid, status, age in [("ddp-g2-r0", results.STATUS_FAILED, 50), ("ddp-g2-r1", results.STATUS_FAILED, 200),
                              ("single-g1-r0", results.STATUS_OK, 50)]:
@@ -51,7 +46,7 @@ def test_a_cut_gives_back_the_runs_it_stopped_not_earlier_failures(tmp_path, cap
 
 
 
-def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_path, priority):
+def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_path):
     """Carried from a one-GPU machine, the claims set's 'needs 2 GPUs' records would count as done
     on two: they go; a run this machine skips too keeps its record, and so does every ok run."""
     from dpbench.plan.matrix import Plan
@@ -67,7 +62,7 @@ def test_a_set_made_on_fewer_gpus_gives_back_the_skips_this_machine_can_run(tmp_
     assert not two.results.metrics_path(ddp).exists() and two.results.metrics_path(single).exists()
 
 @pytest.mark.slow
-def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path, priority):
+def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path):
     from fakes import copy_workflow, run_snakemake
 
     wd = copy_workflow(tmp_path)
@@ -77,5 +72,5 @@ def test_the_device_script_prioritises_targets_snakemake_accepts(tmp_path, prior
     probe_cmd = next(line for line in dry.stdout.splitlines() if "dpbench.claims.probe C7" in line)
     assert "--plan " in probe_cmd   # the probe measures at the planned groups' settings
     script = (ROOT / "tools/device/pipeline_run.sh").read_text()
-    assert "< <(python3 tools/device/priority.py first" in script and "priority.py cut-off" in script
-    assert "priority.py stale" in script
+    assert "< <(python3 -m dpbench.claims.priority first" in script
+    assert "dpbench.claims.priority cut-off" in script and "dpbench.claims.priority stale" in script
