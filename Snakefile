@@ -97,6 +97,7 @@ rule train:
         str(RS.log_path("{run_id}")),
     params:
         run=lambda w: PLAN.run_json(w.run_id),
+        identity=lambda w: PLAN.identity_json(w.run_id),   # the plan's ids, which the record copies
         env=lambda w: pipeline.run_fingerprint(PLAN, w.run_id, ENV),   # a new torch, CUDA or GPU reruns it
         out=lambda w, output: str(Path(output[0]).parent),
         lease=["--lease", "--exclusive"] if config["exclusive_timing"] else ["--lease"],
@@ -110,7 +111,7 @@ rule train:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.run.launch --config {params.run:q} --out {params.out:q} "
+        "{params.py} -m dpbench.run.launch --config {params.run:q} --identity {params.identity:q} --out {params.out:q} "
         "{params.lease:q} --planned-gpus {params.planned:q} --log {log:q}"
 
 
@@ -146,7 +147,7 @@ rule collect:
     conda:
         ENVFILE
     shell:
-        "{params.py} -m dpbench.analysis.collect {params.where} --print {input.runs:q} > {log:q} 2>&1"
+        "{params.py} -m dpbench.analysis.collect {params.where} --plan {input.plan:q} --print {input.runs:q} > {log:q} 2>&1"
 
 
 rule plots:

@@ -9,27 +9,6 @@ import pytest
 from dpbench import results
 
 
-@pytest.mark.parametrize("variant, gpus, repeat, options", [
-    ("single", 1, 0, None),
-    ("ddp", 2, 3, {}),
-    ("dp_sum", 8, 12, {"global_batch": 1024}),
-    ("ddp", 2, 1, {"precision": "bf16", "channels_last": True, "lr": 0.1, "bucket_cap_mb": None}),
-])
-def test_a_run_id_reads_back_into_its_parts(variant, gpus, repeat, options):
-    rid = results.run_id(variant, gpus, repeat, options)
-    parts = results.parse_run_id(rid)
-    assert parts is not None
-    assert (parts.variant, parts.gpus, parts.repeat) == (variant, gpus, repeat)
-    assert parts.cell == results.run_id(variant, gpus, 0, options).removesuffix("-r0")
-    assert f"{parts.cell}-r{parts.repeat}" == rid
-    assert (parts.options == "") == (not options)
-
-
-@pytest.mark.parametrize("rid", ["", "ddp", "ddp-g2", "ddp-2-r0", "ddp-g2-rx"])
-def test_what_is_no_run_id_parses_to_none(rid):
-    assert results.parse_run_id(rid) is None
-
-
 def test_the_walker_skips_unfinished_runs_and_marks_or_raises_on_damaged_ones(tmp_path):
     runs = tmp_path / "runs"
     results.write_json(runs / "ddp-g2-r0" / results.METRICS, {"run_id": "ddp-g2-r0", "status": "ok"})
@@ -73,9 +52,9 @@ OLD_RUN = REFERENCE / "h200x2-torch-2.11.0+cu130" / "runs" / "ddp-g2-r0" / resul
 
 def _current_record(**over) -> dict:
     from dpbench.plan.config import RunConfig
-    from dpbench.results.record import record_fields
+    from dpbench.results.record import planned_identity, record_fields
     cfg = RunConfig.from_dict({"variant": "ddp", "gpus": 2, "global_batch": 250, "seed": 7, **over})
-    return record_fields(cfg, results.STATUS_OK, "", device_type="cuda", launch={"exclusive": True},
+    return record_fields(cfg, planned_identity(cfg, "/nonexistent"), results.STATUS_OK, "", device_type="cuda", launch={"exclusive": True},
                          provenance={"torch": "x"})
 
 

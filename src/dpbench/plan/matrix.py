@@ -186,6 +186,20 @@ class Plan:
                         origin.setdefault(rid, group["name"])
         return groups
 
+    @cached_property
+    def identities(self) -> dict[str, results.Identity]:
+        """Run id -> its identity (run id, cell id, setup id, group): decided here, once; the
+        launcher and the record copy it. A run two groups make belongs to the first."""
+        group_of: dict[str, str] = {}
+        for name, runs in self.group_runs.items():
+            for rid in runs:
+                group_of.setdefault(rid, name)
+        return {rid: results.identity_of(rid, rc.to_dict(), group_of[rid]) for rid, rc in self.runs.items()}
+
+    def identity_json(self, run_id: str) -> str:
+        self.run(run_id)   # an unknown run id: the one-line error
+        return json.dumps(self.identities[run_id].to_dict(), sort_keys=True)
+
     def check_options(self) -> None:
         """Refuses (ValueError, one line) what no run could honour as written: an option a variant
         ignores, set to other than its default in a group's options for that variant (it would
@@ -266,6 +280,8 @@ class Plan:
                             "label": results.options_label(self.group_options(g)),
                             "runs": sorted(self.group_runs[g["name"]])} for g in cfg["matrix"]],
                 "runs": {rid: rc.to_dict() for rid, rc in sorted(self.runs.items())},
+                # every run's run_id, cell_id, setup_id and group: what every later step copies
+                "identities": {rid: self.identities[rid].to_dict() for rid in sorted(self.runs)},
                 # A paired launch: its environments and the order its runs were made to start in.
                 "environments": self.environments,
                 "environment_versions": self.environment_versions if self.paired else {},
@@ -413,6 +429,19 @@ def read_plan(source: Path | str | dict) -> dict[str, dict[str, Any]]:
     runs = planned_runs(doc)
     return {g["name"]: {**{k: v for k, v in g.items() if k != "name"}, "runs": {rid: runs[rid] for rid in g["runs"]}}
             for g in doc["groups"]}
+
+
+def read_identities(source: Path | str | dict) -> dict[str, results.Identity]:
+    """plan.json's identities (a path, or the document itself): run id -> Identity. A plan
+    written before the plan decided them gets theirs from its runs and groups (identity_of)."""
+    doc = _document(source)
+    if "identities" in doc:
+        return {rid: results.Identity.from_dict(ident) for rid, ident in doc["identities"].items()}
+    group_of: dict[str, str] = {}
+    for group in doc["groups"]:
+        for rid in group["runs"]:
+            group_of.setdefault(rid, group["name"])
+    return {rid: results.identity_of(rid, cfg, group_of.get(rid, "")) for rid, cfg in doc["runs"].items()}
 
 
 def environment_fingerprint() -> str:

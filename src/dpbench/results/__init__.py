@@ -17,12 +17,9 @@ reader of a set in one place is the point.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, overload
 
 # Re-exported: the tables' names, columns and dtypes (schema.py), the record's format (formats.py),
 # the atomic writers (files.py).
@@ -33,10 +30,13 @@ from dpbench.results.schema import ACCURACY_COLUMNS, CELL_COLUMNS, MEMORY_COLUMN
 from dpbench.results.schema import COLLECTIVE_COLUMNS, LATER_TABLES, MEMORY_COMPONENT_COLUMNS  # noqa: F401
 from dpbench.results.schema import RUN_STEP_COLUMNS, STEP_COLUMNS, SUMMARY_COLUMNS  # noqa: F401
 from dpbench.results.schema import SCHEMAS, TABLES, TEXT_COLUMNS, WARNING_COLUMNS  # noqa: F401
-from dpbench.results.schema import CLAIM_SCHEMAS, LARGEST_BATCH_COLUMNS  # noqa: F401
+from dpbench.results.schema import CLAIM_SCHEMAS, LARGEST_BATCH_COLUMNS, CELLS_COLUMNS, RUN_COLUMNS  # noqa: F401
 from dpbench.results.schema import TableError, TableSchema  # noqa: F401
 from dpbench.results.files import NotWritable, read_json, write_atomic, write_csv, write_json  # noqa: F401
 from dpbench.results.errors import message_line
+# The run's identities (identity.py): run id, cell id, setup id, their labels.
+from dpbench.results.identity import IDENTITY, Identity, RunId, cell_id, identity_of, options_label  # noqa: F401
+from dpbench.results.identity import parse_run_id, run_id, setup_id, workload_label  # noqa: F401
 
 if TYPE_CHECKING:   # pandas loads only where a table is read
     import pandas as pd
@@ -65,73 +65,6 @@ STATUS_OK, STATUS_FAILED, STATUS_SKIPPED = "ok", "failed", "skipped"
 # In a failed row's reason: collect could not read the run's metrics.json or steps.csv (the file
 # is named before it). Compare reads such a row as a broken input (exit 2), never as a result.
 DAMAGED_MARK = " is damaged ("
-
-def run_id(variant: str, gpus: int, repeat: int, options: dict[str, Any] | None = None) -> str:
-    """`ddp-g2-r0`, or `ddp-g2-global_batch1024-r0` when an experiment sweeps options
-    (`ddp-g2-envbase-r0`: a paired launch's environment)."""
-    parts = [variant, f"g{gpus}"]
-    short = {"workload": lambda v: f"w{_slug(workload_label(v))}", "environment": lambda v: f"env{_slug(v)}"}
-    parts += [short[k](v) if k in short else f"{k}{_slug(v)}" for k, v in sorted((options or {}).items())]
-    parts.append(f"r{repeat}")
-    return "-".join(parts)
-
-
-class RunId(NamedTuple):
-    """A run id taken apart: `options` is the slugged options part ('' when nothing is swept);
-    slugs do not read back into values (the record's options hold those)."""
-    variant: str
-    gpus: int
-    options: str
-    repeat: int
-
-    @property
-    def cell(self) -> str:
-        """The run id without its repeat: the repeats of one cell share it."""
-        return "-".join([self.variant, f"g{self.gpus}"] + ([self.options] if self.options else []))
-
-
-_RUN_ID = re.compile(r"^(?P<variant>.+?)-g(?P<gpus>\d+)(?:-(?P<options>.*))?-r(?P<repeat>\d+)$")
-
-
-def parse_run_id(rid: str) -> RunId | None:
-    """run_id's parts back out of a run id, or None when it is not one."""
-    m = _RUN_ID.match(rid)
-    if m is None:
-        return None
-    return RunId(m["variant"], int(m["gpus"]), m["options"] or "", int(m["repeat"]))
-
-
-def options_label(options: dict[str, Any] | None) -> str:
-    """A stable, readable key for the swept options ('' when nothing is swept)."""
-    return ",".join(f"{k}={workload_label(v) if k == 'workload' else v}" for k, v in sorted((options or {}).items()))
-
-
-def workload_label(workload: Any) -> str:
-    """A swept workload's short stable spelling in run ids and labels: a built-in's or plugin's
-    name (`transformer-lm`), a factory's module and function (`models_build`), and, when args
-    are given or it is a factory, 8 hex digits of the sha256 of the workload as written
-    (`transformer-lm-1c2d3e4f`): the args themselves are in the record's options."""
-    if isinstance(workload, str):
-        workload = {"factory": workload} if ":" in workload else {"name": workload}
-    if not isinstance(workload, dict):
-        return str(workload)
-    args = workload.get("args") or {}
-    if "factory" in workload:
-        target, _, function = str(workload["factory"]).rpartition(":")
-        module = Path(target).stem if target.endswith(".py") or "/" in target else target.rpartition(".")[2]
-        base = f"{module}_{function}"
-    else:
-        base = str(workload.get("name"))
-    if not args and "factory" not in workload:
-        return base
-    canonical = json.dumps({k: v for k, v in workload.items() if k != "args"} | {"args": args},
-                           sort_keys=True, default=str)
-    return f"{base}-{hashlib.sha256(canonical.encode()).hexdigest()[:8]}"
-
-
-def _slug(value: Any) -> str:
-    return str(value).lower().replace(".", "p").replace("/", "_").replace(" ", "")
-
 
 def tag_dir(root: Path | str, tag: str) -> Path:
     return ResultSet(root, tag).dir
@@ -461,6 +394,9 @@ class RunRecord:
     run_id: str
     status: str
     reason: str = ""
+    cell_id: str = ""    # the plan's identities (identity.Identity); upgrade derives older records'
+    setup_id: str = ""
+    group: str = ""
     variant: str = ""
     gpus: int = 0
     repeat: int = 0
@@ -488,7 +424,8 @@ class RunRecord:
             raise ValueError("not a run record (no run_id or status)")
         rec = upgrade(data)
         return cls(
-            run_id=rec["run_id"], status=rec["status"], reason=rec["reason"], variant=rec["variant"],
+            run_id=rec["run_id"], status=rec["status"], reason=rec["reason"], cell_id=rec["cell_id"],
+            setup_id=rec["setup_id"], group=rec["group"], variant=rec["variant"],
             gpus=rec["gpus"], repeat=rec["repeat"], options=dict(rec["options"]), seed=rec["seed"],
             deterministic=rec["deterministic"], scaling=rec["scaling"], per_gpu_batch=rec["per_gpu_batch"],
             device_type=rec.get("device_type") or "", steps=rec.get("steps") or 0, wall_s=rec.get("wall_s"),

@@ -39,7 +39,8 @@ from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.host import gpu_lease
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
-from dpbench.results.record import Record, record_fields, write_record
+from dpbench.results.identity import Identity
+from dpbench.results.record import Record, planned_identity, record_fields, write_record
 from dpbench.run import provenance, waits
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 from dpbench.run.watchdog import (OUTLIVE_ENV, STOP, Stopped, die_with_parent, forward_signals,
@@ -93,7 +94,7 @@ def set_process_switches(cfg: RunConfig) -> None:
 
 def clear_stale(out: Path) -> None:
     """A rerun starts clean: an old curve or checkpoint must not pass for this run's."""
-    for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
+    for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT, out / results.IDENTITY,
                   *out.glob("rank*.error.txt")]:
         stale.unlink(missing_ok=True)
     waits.clear(out)
@@ -148,7 +149,7 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
         reason += f" ({where(planned)})"
     log(f"skipped: {reason}")
     write_record(out, record_fields(
-        cfg, results.STATUS_SKIPPED, reason, device_type=device_type(cfg, visible),
+        cfg, planned_identity(cfg, out), results.STATUS_SKIPPED, reason, device_type=device_type(cfg, visible),
         launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 0
 
@@ -160,7 +161,7 @@ def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
     for rank 0."""
     log(f"run failed: {reason}")
     write_record(out, record_fields(
-        cfg, results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
+        cfg, planned_identity(cfg, out), results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
         launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 1
 
@@ -170,9 +171,11 @@ def device_type(cfg: RunConfig, visible: int) -> str:
     return "cuda" if visible and cfg.device != "cpu" else "cpu"
 
 
-def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None) -> int:
+def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None,
+        identity: Identity | None = None) -> int:
     """One run; `planned`: the GPUs its plan was made for (None: this machine's); `leased`: the
-    GPUs the lease gave it (None: no lease)."""
+    GPUs the lease gave it (None: no lease); `identity`: the plan's ids of the run, which its
+    record copies (the ranks read them from the run folder)."""
     out.mkdir(parents=True, exist_ok=True)
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
@@ -182,6 +185,8 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         from dpbench.run.engine import run_process
         return run_process(cfg, out)
     clear_stale(out)
+    if identity is not None:
+        identity.write(out)
     mark_launch()   # with its GPUs held: what follows is the run's own start-up
     if planned is not None and (reason := skip_reason(cfg, planned)):
         # the plan counted it as skipped (and gave it no GPU): no need to ask torch
@@ -208,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lease", action="store_true",
                    help="take free GPUs from this machine's lease (the pipeline sets it)")
     p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
+    p.add_argument("--identity", help="the run's ids as its plan decided them (JSON: run_id, cell_id, "
+                   "setup_id, group; the pipeline sets it); without it, those its settings give")
     p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
     p.add_argument("--planned-gpus", type=int, metavar="N",
                    help="the GPUs the run's plan was made for (the pipeline sets it): a run the plan "
@@ -215,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         cfg = parse_config(args.config)
-    except (ValueError, TypeError, OSError) as exc:
+        args.identity = Identity.from_dict(json.loads(args.identity)) if args.identity else None
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         p.error(str(exc))
     if args.log:
         redirect_output(args.log)
@@ -241,14 +249,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def start(cfg: RunConfig, args: argparse.Namespace) -> int:
     """The run, in its GPU lease where the pipeline asks for one."""
-    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
+    rid = args.identity.run_id if args.identity else args.out.name   # the run folder names the run
     planned = args.planned_gpus
     # A run its plan gave no GPU (the CPU plan, or a run it counts as skipped) takes none here either.
     no_gpu = planned is not None and (planned == 0 or skip_reason(cfg, planned) is not None)
     if planned == 0:   # the CPU plan runs on the CPU, whatever this machine has
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if not args.lease or no_gpu or cfg.device == "cpu" or not gpu_lease.pool():
-        return run(cfg, args.out, planned)
+        return run(cfg, args.out, planned, identity=args.identity)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
     # Rehearsed ranks share one GPU: the lease asks for one (cfg.gpus_held).
     with gpu_lease.lease(cfg.gpus_held, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
@@ -260,8 +268,8 @@ def start(cfg: RunConfig, args: argparse.Namespace) -> int:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
                 print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
                 log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
-                return run(cfg, args.out, planned, leased=len(ids))
-            return run(cfg, args.out, planned)
+                return run(cfg, args.out, planned, leased=len(ids), identity=args.identity)
+            return run(cfg, args.out, planned, identity=args.identity)
         finally:   # a later run in this process holds its own lease
             os.environ.pop(gpu_lease.EXCLUSIVE_ENV, None)
 
