@@ -1,7 +1,7 @@
 """results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
 and weak scaling, medians over repeats, start-up times (from the run records), skipped and failed
-runs, and warnings, all from the tidy tables and provenance.json. The statistics are
-dpbench.analysis.tables', shared with the figures.
+runs, and warnings, all from the tidy tables and provenance.json. A cell's statistics are
+cells.csv's (collect computes them once, by the plan's cell_id); a run's row is runs.csv's.
 
     python -m dpbench.report.summarize --results-dir results --tag TAG
 """
@@ -27,7 +27,6 @@ from dpbench.analysis.tables import (
     WEAK,
     Estimate,
     cell_estimate,
-    cells,
     gpus_label,
     interval_text,
     label,
@@ -391,9 +390,9 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
     images/s intervals."""
     launch = (load_launch_noise(results_dir, noise_from, load_set(results_dir, tag, "result set"))[0]
               if noise_from else None)
-    summary = load_table(results_dir, tag, "summary")
+    summary = load_table(results_dir, tag, "runs")
     warnings = load_table(results_dir, tag, "warnings")
-    med = cells(summary)
+    med = load_table(results_dir, tag, "cells")
     if len(med):   # option sets in the figures' order, then variant and GPU count as sorted
         rank = {lab: i for i, lab in enumerate(label_order(med))}
         med = med.assign(_r=med["label"].map(rank)).sort_values("_r", kind="stable").drop(columns="_r")
