@@ -29,9 +29,9 @@ rule claims:
         *FIGURES.values(),   # claims.md links some of them
         plan=ancient(str(RS.plan_path)),   # the groups as planned here, --config overrides included
     output:
-        md=report(str(RS.claims_md), caption="report/claims.rst", category="Claims"),
+        md=report(str(RS.claims_md), caption="../report/claims.rst", category="Claims"),
         json=str(RS.claims_json),
-        figures=[report(path, caption="report/claim_figures.rst", category="Claims")
+        figures=[report(path, caption="../report/claim_figures.rst", category="Claims")
                  for path in pipeline.claim_figure_files(PLAN).values()],
     log:
         str(RS.log_path("claims")),

@@ -34,7 +34,7 @@ PY = dict(py=f"{PYTHONPATH} {'python' if CONDA else shlex.quote(sys.executable)}
 RUN_PY = lambda w: f"{PYTHONPATH} {shlex.quote(PLAN.python_for(w.run_id))}" if PLAN.python_for(w.run_id) else PY["py"]
 # The result set every rule after train works on: the plan's (`--results-dir R --tag T`, quoted).
 WHERE = pipeline.tag_args(PLAN)
-ENVFILE = "envs/dpbench.yaml"   # used with --software-deployment-method conda
+ENVFILE = "../envs/dpbench.yaml"   # with --software-deployment-method conda; relative to rules/
 # The `gpu` limit is this machine's GPUs (unless --resources gpu=N), for jobs run here. A cluster
 # executor (--jobs N, as the SLURM profile sets) places each job on a node that grants it its
 # own GPUs: a global cap would hold the whole pipeline to one node's count.

@@ -4,7 +4,7 @@ rule plots:
     input:
         *TABLES.values(),
     output:
-        **{name: report(path, caption=f"report/{name}.rst", category="Figures")
+        **{name: report(path, caption=f"../report/{name}.rst", category="Figures")
            for name, path in FIGURES.items()},
     log:
         str(RS.log_path("plots")),
@@ -24,7 +24,7 @@ if SHARDING:   # experiments with sharded runs only
         input:
             *TABLES.values(),
         output:
-            **{name: report(path, caption="report/sharding_figures.rst", category="Figures")
+            **{name: report(path, caption="../report/sharding_figures.rst", category="Figures")
                for name, path in SHARDING.items() if name != "md"},
             md=SHARDING["md"],
         log:

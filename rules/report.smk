@@ -7,7 +7,7 @@ rule summary:
         # the start-up and mechanism sections read the runs' records
         runs=[str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
     output:
-        report(str(RS.summary_md), caption="report/summary_table.rst", category="Summary"),
+        report(str(RS.summary_md), caption="../report/summary_table.rst", category="Summary"),
     log:
         str(RS.log_path("summary")),
     params:
