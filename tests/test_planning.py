@@ -17,7 +17,8 @@ from fakes import copy_workflow, run_snakemake
 from dpbench import SHARDED_VARIANTS, VARIANTS, cli, results
 from dpbench.plan import config, pipeline
 from dpbench.plan.config import RunConfig
-from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint, torch_version
+from dpbench.host.torch_facts import torch_version
+from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")

@@ -23,11 +23,12 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, VARIANTS, results
+from dpbench.host.torch_facts import torch_version
 from dpbench.plan import environments as envs
 from dpbench.plan import variant_options
 from dpbench.plan.config import RunConfig, factory_problem, train_schema
@@ -41,34 +42,6 @@ def visible_gpus() -> int:
     from dpbench.host.gpu_lease import pool
     from dpbench.host.nvml import gpu_count
     return len(pool()) if gpu_count() else 0
-
-
-@lru_cache(maxsize=1)
-def torch_version() -> dict[str, str | None]:
-    """torch's version facts without importing torch: its version.py, read as text. The
-    installed distribution's metadata lacks the local part (2.14.1, not 2.14.1+cu130) for some
-    wheels, so it is only the fallback."""
-    import ast
-    import importlib.metadata
-    import importlib.util
-
-    facts: dict[str, str | None] = {"__version__": None, "git_version": None, "cuda": None}
-    try:
-        spec = importlib.util.find_spec("torch")
-        origin = spec.origin if spec else None
-        if origin:
-            for node in ast.parse(Path(origin).with_name("version.py").read_text()).body:
-                target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
-                if isinstance(target, ast.Name) and target.id in facts and isinstance(node.value, ast.Constant):
-                    facts[target.id] = node.value.value
-    except (OSError, SyntaxError, ValueError, ImportError):
-        pass
-    if facts["__version__"] is None:
-        try:
-            facts["__version__"] = importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:
-            facts["__version__"] = "none"
-    return {"version": facts["__version__"], "git": facts["git_version"], "cuda": facts["cuda"]}
 
 
 def default_tag(experiment: str) -> str:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.host import gpu_lease
+from dpbench.host.torch_facts import torch_version   # torch's version facts, read without importing it
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.identity import Identity
@@ -75,7 +76,6 @@ def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
 
 
 def torch_is_cuda_build() -> bool:
-    from dpbench.plan.matrix import torch_version  # torch's version facts, read without importing it
     return bool(torch_version()["cuda"])
 
 
