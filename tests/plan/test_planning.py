@@ -20,7 +20,7 @@ from dpbench.plan.config import RunConfig
 from dpbench.host.torch_facts import torch_version
 from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")
 
 # Makes importing the heavy packages fail in every Python process that starts with it on its

@@ -21,7 +21,7 @@ from dpbench.plan import pipeline
 from dpbench.report import figstyle
 from dpbench.report import perf_targets as words
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"
 CL = {"global_batch": 512, "channels_last": True}
 BF16_CL = {**CL, "precision": "bf16"}
