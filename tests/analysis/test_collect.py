@@ -43,3 +43,16 @@ def test_the_plans_identities_are_what_the_rows_take(tmp_path):
     rs.plan_path.write_text(json.dumps(plan))
     collect.collect(rs.root, rs.tag, plan=rs.plan_path)
     assert set(rs.table("runs")["group"]) == {"the-group"}
+
+
+def test_a_set_collected_before_runs_and_cells_reads_as_a_new_one(tmp_path):
+    reference = Path(__file__).resolve().parents[2] / "results" / "reference" / CPU_SET
+    shutil.copytree(reference, tmp_path / CPU_SET, ignore=shutil.ignore_patterns("figures", "logs", "runs"))
+    assert not results.table_path(tmp_path, CPU_SET, "runs").exists()
+    runs = results.read_table(tmp_path, CPU_SET, "runs")
+    summary = results.read_table(tmp_path, CPU_SET, "summary")
+    assert list(runs["run_id"]) == list(summary["run_id"]) and set(runs["group"]) == {""}
+    assert all(rid == f"{cell}-r{repeat}" for rid, cell, repeat in zip(runs["run_id"], runs["cell_id"], runs["repeat"]))
+    cells = collect.read_cells(tmp_path, CPU_SET)
+    ok = runs[runs["status"] == results.STATUS_OK]
+    assert set(cells["cell_id"]) == set(ok["cell_id"]) and cells["n_ok"].sum() == len(ok)

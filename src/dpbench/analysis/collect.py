@@ -15,11 +15,15 @@ import math
 import sys
 from pathlib import Path
 from statistics import fmean
+from typing import TYPE_CHECKING
 
 from dpbench import results
 from dpbench.analysis import memory_model, traffic_model
 from dpbench.plan.matrix import read_identities
 from dpbench.results.errors import error_text
+
+if TYPE_CHECKING:   # pandas loads only where a table is read
+    import pandas as pd
 
 
 def _ident(rec: dict) -> dict:
@@ -221,6 +225,19 @@ def cell_rows(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     wide = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
             for row in cells.to_dict("records")]
     return wide, T.cell_rows(cells)
+
+
+def read_cells(results_dir: Path | str, tag: str) -> "pd.DataFrame":
+    """cells.csv, typed and sorted; for a set collected before it existed, the same rows computed
+    from its runs (as collect would write them), so an older set draws and reads as a new one."""
+    import pandas as pd
+
+    from dpbench.analysis import tables as T
+    if results.table_path(results_dir, tag, "cells").exists():
+        return T.load_table(results_dir, tag, "cells")
+    runs = results.read_table(results_dir, tag, "runs")
+    cells = pd.DataFrame(cell_rows(runs.to_dict("records"))[0], columns=results.CELLS_COLUMNS)
+    return T.sort(results.SCHEMAS["cells"].typed(cells))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:

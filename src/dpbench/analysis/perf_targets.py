@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dpbench import results
 from dpbench.analysis import tables
+from dpbench.analysis.collect import read_cells
 from dpbench.plan.config import RunConfig
 from dpbench.plan.matrix import planned_runs
 
@@ -150,7 +151,7 @@ def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> lis
     bucket size, asked only where a DDP run left it unset."""
     rs = results.ResultSet.at(folder)
     runs = tables.load_table(rs.root, rs.tag, "runs")
-    estimated = {c["cell_id"]: c for c in tables.load_table(rs.root, rs.tag, "cells").to_dict("records")}
+    estimated = {c["cell_id"]: c for c in read_cells(rs.root, rs.tag).to_dict("records")}
     planned = planned_configs(rs)
     groups: dict[str, list[tuple[dict, results.RunRecord | None]]] = {}
     for row in runs.to_dict("records"):

@@ -30,6 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dpbench import results
+from dpbench.analysis.collect import read_cells
 from dpbench.analysis.tables import (
     STRONG,
     WEAK,
@@ -652,7 +653,8 @@ DRAW: dict[str, Callable[[Tables], Figure]] = dict(zip(results.FIGURE_NAMES, (
 def load_tables(results_dir: Path | str, tag: str) -> Tables:
     """The per-run tables, with each run's label (its option set in words) in the summary."""
     tables = {name: load_table(results_dir, tag, name) for name in results.TABLES
-              if name not in ("medians", "summary")}
+              if name not in ("medians", "summary", "cells")}
+    tables["cells"] = read_cells(results_dir, tag)
     # runs.csv, under the name the figures know it by: its rows carry the plan's cell_id
     tables["summary"] = tables.pop("runs").pipe(lambda runs: runs.assign(label=labels(runs)))
     return tables

@@ -18,6 +18,7 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS, results
 from dpbench.analysis import noise
+from dpbench.analysis.collect import read_cells
 from dpbench.analysis.compare.loading import load_set
 from dpbench.analysis.compare.throughput import load_launch_noise
 from dpbench.analysis.tables import (
@@ -392,7 +393,7 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
               if noise_from else None)
     summary = load_table(results_dir, tag, "runs")
     warnings = load_table(results_dir, tag, "warnings")
-    med = load_table(results_dir, tag, "cells")
+    med = read_cells(results_dir, tag)
     if len(med):   # option sets in the figures' order, then variant and GPU count as sorted
         rank = {lab: i for i, lab in enumerate(label_order(med))}
         med = med.assign(_r=med["label"].map(rank)).sort_values("_r", kind="stable").drop(columns="_r")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dpbench.results.errors import message_line
 from dpbench.results.files import read_json, write_csv
+from dpbench.results.identity import cell_of_run_id
 from dpbench.results.names import (CLAIM_FIGURE_KEYS, COMPARE_DIR, FIGURE_NAMES, METRICS, PROVENANCE,
                                    REPORT_HTML, SHARDING_FIGURE_NAMES, STEPS, SUMMARY_MD, CLAIMS_JSON, CLAIMS_MD)
 from dpbench.results.runs import RunRecord, iter_runs, read_metrics
@@ -242,7 +243,9 @@ class ResultSet:
 
 def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | None = None) -> "pd.DataFrame":
     """A tidy table as a pandas DataFrame (empty, with its columns, when the file has no rows).
-    A table of LATER_TABLES that an older set lacks reads as empty. One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
+    A table of LATER_TABLES that an older set lacks reads as empty, but runs.csv: a set collected
+    before it existed reads its summary.csv with the ids its records would get (`older_runs`).
+    One rule for text: the schema's text columns read as str, '' where empty (never NaN); the
     other columns are as pandas reads them (numbers, or whatever a damaged file holds).
 
     With `require` the caller's columns are checked (schema.TableSchema.checked): a file that is
@@ -251,6 +254,8 @@ def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | N
     import pandas as pd   # loads only where a table is read
 
     schema, path = SCHEMAS[name], table_path(root, tag, name)
+    if name == "runs" and not path.exists() and table_path(root, tag, "summary").exists():
+        return older_runs(read_table(root, tag, "summary", require))
     if name in LATER_TABLES and not path.exists():   # a set collected before the table existed
         return pd.DataFrame(columns=schema.columns)
     text = {c: str for c in schema.text}
@@ -265,3 +270,12 @@ def read_table(root: Path | str, tag: str, name: str, require: Iterable[str] | N
             raise
         raise TableError(f"{path} is not a readable CSV table ({message_line(exc)})") from None
     return df if require is None else schema.checked(df, path, require)
+
+
+def older_runs(summary: "pd.DataFrame") -> "pd.DataFrame":
+    """runs.csv of a set collected before it existed: its summary.csv rows with the cell id
+    every record of theirs reads with (identity.cell_of_run_id, as upgrade() derives it) and no
+    group (plan.json's groups were not joined then)."""
+    ids = [cell_of_run_id(rid) for rid in summary["run_id"]]
+    runs = summary.assign(cell_id=ids, group="")
+    return runs[[c for c in SCHEMAS["runs"].columns if c in runs.columns]]
