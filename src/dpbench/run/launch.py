@@ -94,7 +94,7 @@ def set_process_switches(cfg: RunConfig) -> None:
 
 def clear_stale(out: Path) -> None:
     """A rerun starts clean: an old curve or checkpoint must not pass for this run's."""
-    for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT, out / results.IDENTITY,
+    for stale in [out / results.METRICS, out / results.STEPS, out / CHECKPOINT,
                   *out.glob("rank*.error.txt")]:
         stale.unlink(missing_ok=True)
     waits.clear(out)
@@ -171,11 +171,19 @@ def device_type(cfg: RunConfig, visible: int) -> str:
     return "cuda" if visible and cfg.device != "cpu" else "cpu"
 
 
-def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None,
-        identity: Identity | None = None) -> int:
+def place_identity(out: Path, identity: Identity | None) -> None:
+    """The plan's ids of the run in its folder (identity.json), which its record copies, the
+    ranks' too; a stale copy goes where this launch brought none."""
+    out.mkdir(parents=True, exist_ok=True)
+    if identity is None:
+        (out / results.IDENTITY).unlink(missing_ok=True)
+    else:
+        identity.write(out)
+
+
+def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None) -> int:
     """One run; `planned`: the GPUs its plan was made for (None: this machine's); `leased`: the
-    GPUs the lease gave it (None: no lease); `identity`: the plan's ids of the run, which its
-    record copies (the ranks read them from the run folder)."""
+    GPUs the lease gave it (None: no lease)."""
     out.mkdir(parents=True, exist_ok=True)
     set_process_switches(cfg)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun
@@ -185,8 +193,6 @@ def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | Non
         from dpbench.run.engine import run_process
         return run_process(cfg, out)
     clear_stale(out)
-    if identity is not None:
-        identity.write(out)
     mark_launch()   # with its GPUs held: what follows is the run's own start-up
     if planned is not None and (reason := skip_reason(cfg, planned)):
         # the plan counted it as skipped (and gave it no GPU): no need to ask torch
@@ -229,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         redirect_output(args.log)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun: its agent starts and stops it
         return start(cfg, args)
+    place_identity(args.out, args.identity)
     STOP.__init__()
     unwatch = None if os.environ.get(OUTLIVE_ENV) == "1" else stop_with_pipeline()
     try:
@@ -256,7 +263,7 @@ def start(cfg: RunConfig, args: argparse.Namespace) -> int:
     if planned == 0:   # the CPU plan runs on the CPU, whatever this machine has
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     if not args.lease or no_gpu or cfg.device == "cpu" or not gpu_lease.pool():
-        return run(cfg, args.out, planned, identity=args.identity)
+        return run(cfg, args.out, planned)
     # The lease comes before any CUDA call: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts.
     # Rehearsed ranks share one GPU: the lease asks for one (cfg.gpus_held).
     with gpu_lease.lease(cfg.gpus_held, gpu_lease.LOCK_DIR, args.exclusive, announce=log) as ids:
@@ -268,8 +275,8 @@ def start(cfg: RunConfig, args: argparse.Namespace) -> int:
                 os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
                 print(f"dpbench: {rid} on GPU(s) {','.join(ids)}", file=sys.__stderr__, flush=True)
                 log(f"placed on GPU(s) {','.join(ids)}{' (exclusive)' if args.exclusive else ''}")
-                return run(cfg, args.out, planned, leased=len(ids), identity=args.identity)
-            return run(cfg, args.out, planned, identity=args.identity)
+                return run(cfg, args.out, planned, leased=len(ids))
+            return run(cfg, args.out, planned)
         finally:   # a later run in this process holds its own lease
             os.environ.pop(gpu_lease.EXCLUSIVE_ENV, None)
 
