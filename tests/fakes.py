@@ -209,7 +209,7 @@ def fake_result_set(tmp_path: Path | str, spec: Iterable[dict], tag: str = TAG,
 
 # What Snakemake needs beside the Snakefile: the pipeline's own files, and the package the rules
 # import (a copy, so that a test may damage it without touching the repository).
-WORKFLOW_FILES = ("Snakefile", "config.yaml", "experiments", "report", "envs", "src")
+WORKFLOW_FILES = ("Snakefile", "rules", "config.yaml", "experiments", "report", "envs", "src")
 
 
 def copy_workflow(wd: Path | str, extra: Iterable[str] = ()) -> Path:

@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from test_planning import BLOCKER
+from plan.test_planning import BLOCKER   # the torch blocker of the torch-free planning test
 
 from dpbench.plan import environments as envs
 from dpbench.plan import pipeline

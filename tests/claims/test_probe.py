@@ -43,5 +43,5 @@ def test_probe_cli_reads_the_plan_the_pipeline_writes(tmp_path, monkeypatch):
     path.write_text(Plan(load_experiment({"experiment": "claims"}, ROOT), 2).plan_json())   # the plan rule's output
     probe.main(["C7", "--out", str(tmp_path / "C7.json"), "--plan", str(path)])
     assert got == {"batches": [512, 8192]}
-    rule = (ROOT / "Snakefile").read_text().split("rule probe:")[1].split("rule ")[0]
+    rule = (ROOT / "rules" / "claims.smk").read_text().split("rule probe:")[1].split("rule ")[0]
     assert "--plan {input.plan:q}" in rule and "RS.plan_path" in rule   # quoted, as every rule argument

@@ -206,7 +206,7 @@ def test_hsdp_shard_size_must_divide_the_gpus():
 def test_the_new_options_stay_out_of_a_default_runs_config_and_setup():
     """A ddp run's config reads as before the sharded variants (compare's config check, the
     setup hash); an fsdp run's knobs are recorded, and do not split it from single's setup."""
-    from dpbench.analysis.collect import setup_key
+    from dpbench.results import setup_id as setup_key
     new = {"reshard_after_forward", "hsdp_shard_size", "collective_timeout_s"}
     assert not new & set(cfg(variant="ddp").to_dict())
     keep = cfg(variant="fsdp", reshard_after_forward=False, collective_timeout_s=30).to_dict()

@@ -1,14 +1,13 @@
 """What a cell is: the runs of one result set that differ only by their repeat.
 
-A cell is keyed by (variant, gpus, options): the options label holds every swept setting, and
-the workload wherever the experiment set it (the plan puts a `train` workload there too;
-results.upgrade does for older records, and compare takes each run's label from its record),
-so within one result set it fixes the run's config but the seed, and across sets two models
-are never one cell. CELL_FACTS follow from that key
-(the setup, how the batch was planned, the batch sizes); the cell table carries them as columns,
-so tables groups by the key and its facts at once. results.RunId.cell spells the same key the
-way run ids do; it stays in results, which may not import analysis. compare, tables and the
-perf targets key cells with CELL_KEY (a row's key: cell_key).
+Within a result set a cell is the plan's `cell_id` (results.identity: the run id less its
+repeat), which runs.csv and cells.csv carry; the summary, the figures and the perf targets
+find a cell by it. CELL_KEY (variant, gpus, options label) is the same cell spelled by its
+settings, for what compares cells across two sets whose records may predate the cell id
+(compare) and for the cell statistics' grouping (tables.cells): the options label holds every
+swept setting and the workload wherever the experiment set it, so across sets two models are
+never one cell. CELL_FACTS follow from that key (the setup, how the batch was planned, the
+batch sizes); cells.csv carries them as columns.
 """
 from __future__ import annotations
 

@@ -1,29 +1,29 @@
-"""Turn the finished runs' records into the tidy tables (one row per observation).
+"""Turn the finished runs' records into the tidy tables (one row per observation), once.
 
-    python -m dpbench.analysis.collect --results-dir results --tag TAG     # writes results/TAG/*.csv
+runs.csv holds a row a run, with the identities its plan gave it (plan.json's, joined by run id);
+cells.csv a row a cell (by the plan's cell_id): its medians, ratios and intervals, in the
+workload's unit. Every later reader takes a cell's statistics from there, never re-derives them.
+
+    python -m dpbench.analysis.collect --results-dir results --tag TAG --plan results/TAG/plan.json
     python -m dpbench.analysis.collect --runs-dir some/folder --print      # a quick table of any runs
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
-import json
 import math
 import sys
 from pathlib import Path
 from statistics import fmean
+from typing import TYPE_CHECKING
 
 from dpbench import results
 from dpbench.analysis import memory_model, traffic_model
+from dpbench.plan.matrix import read_identities
 from dpbench.results.errors import error_text
 
-# Config keys that do not make a different setup: the run's identity, its batch (what strong and
-# weak scaling vary) and DistributedDataParallel's and the sharded variants' knobs, which single
-# runs ignore.
-NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
-             "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "find_unused_parameters",
-             "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s", "max_cpu_ranks"}
+if TYPE_CHECKING:   # pandas loads only where a table is read
+    import pandas as pd
 
 
 def _ident(rec: dict) -> dict:
@@ -46,18 +46,11 @@ def device0_excess_ratio(memory: list[dict]) -> float | None:
     return model_mib(by_device[0]) / others if others > 0 else None
 
 
-def setup_key(cfg: dict) -> str:
-    """Runs that differ only in identity and batch share this key (a short hash of the rest)."""
-    rest = {k: v for k, v in cfg.items() if k not in NOT_SETUP}
-    return hashlib.sha1(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
 def planning(rec: dict) -> dict:
     """How the run was planned and seeded (the reader's upgrade() fills these in older
-    records), and its setup."""
-    cfg = rec.get("config") or {}
+    records), and its setup (the plan's setup id, which the record copies)."""
     return {"scaling": rec["scaling"], "per_gpu_batch": rec["per_gpu_batch"], "seed": rec["seed"],
-            "deterministic": rec["deterministic"], "setup": setup_key(cfg) if cfg else ""}
+            "deterministic": rec["deterministic"], "setup": rec["setup_id"]}
 
 
 def rehearsed(rec: dict) -> bool:
@@ -184,8 +177,11 @@ def damaged_row(rec: dict) -> dict:
     return {**_ident(rec), "status": rec["status"], "reason": rec["reason"]}
 
 
-def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
-    out = {name: [] for name in results.TABLES}
+def tables(runs: list[tuple[dict, Path]], identities: dict[str, results.Identity] | None = None
+           ) -> dict[str, list[dict]]:
+    """Every table's rows; `identities`: plan.json's (run id -> Identity), which the rows copy."""
+    identities = identities or {}
+    out: dict[str, list[dict]] = {name: [] for name in results.TABLES}
     for rec, rdir in runs:
         ident = _ident(rec)
         if rec.get("damaged"):
@@ -199,17 +195,49 @@ def tables(runs: list[tuple[dict, Path]]) -> dict[str, list[dict]]:
         out["steps"] += step_rows(rec, rdir)
         out["memory_components"] += memory_component_rows(rec)
         out["collectives"] += [{**ident, **row} for row in traffic_model.collective_rows(rec)]
-    out["medians"] = cell_rows(out["summary"])
+    out["runs"] = [{**row, **run_identity(rec, identities)} for row, (rec, _) in zip(out["summary"], runs)]
+    out["cells"], out["medians"] = cell_rows(out["runs"])
     return out
 
 
-def cell_rows(summary: list[dict]) -> list[dict]:
-    """Medians and ratios with their intervals per cell (dpbench.analysis.cell_table does the statistics)."""
+def run_identity(rec: dict, identities: dict[str, results.Identity]) -> dict:
+    """A run's cell_id and group: the plan's (plan.json), else the record's own copy (a damaged
+    record's from its folder's name: identity_of)."""
+    ident = identities.get(rec["run_id"]) or (
+        results.identity_of(rec["run_id"], {}) if rec.get("damaged") else
+        results.Identity(rec["run_id"], rec["cell_id"], rec["setup_id"], rec["group"]))
+    return {"cell_id": ident.cell_id, "group": ident.group}
+
+
+def cell_rows(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """One row per cell: its medians and ratios with their intervals (dpbench.analysis.cell_table does
+    the statistics, once), keyed by the runs' cell_id; and the same in long form (medians.csv, the
+    layout of the references, which the frozen fixtures check the statistics against)."""
     import pandas as pd
 
-    from dpbench.analysis import cell_table, tables
-    frame = pd.DataFrame(summary, columns=results.SUMMARY_COLUMNS)
-    return cell_table.cell_rows(cell_table.cells(tables.with_run_defaults(results.SCHEMAS["summary"].typed(frame))))
+    from dpbench.analysis import cell_table, tables as T
+    frame = T.with_run_defaults(results.SCHEMAS["runs"].typed(pd.DataFrame(runs, columns=results.RUN_COLUMNS)))
+    cells = cell_table.cells(frame)
+    if cells.empty:
+        return [], []
+    ids = frame.drop_duplicates(["variant", "gpus", "options"]).set_index(["variant", "gpus", "options"])["cell_id"]
+    cells.insert(0, "cell_id", [ids[k] for k in zip(cells["variant"], cells["gpus"], cells["options"])])
+    wide = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            for row in cells.to_dict("records")]
+    return wide, cell_table.cell_rows(cells)
+
+
+def read_cells(results_dir: Path | str, tag: str) -> "pd.DataFrame":
+    """cells.csv, typed and sorted; for a set collected before it existed, the same rows computed
+    from its runs (as collect would write them), so an older set draws and reads as a new one."""
+    import pandas as pd
+
+    from dpbench.analysis import tables as T
+    if results.table_path(results_dir, tag, "cells").exists():
+        return T.load_table(results_dir, tag, "cells")
+    runs = results.read_table(results_dir, tag, "runs")
+    cells = pd.DataFrame(cell_rows(runs.to_dict("records"))[0], columns=results.CELLS_COLUMNS)
+    return T.sort(results.SCHEMAS["cells"].typed(cells))
 
 
 def provenance_summary(records: list[dict], tag: str) -> dict:
@@ -226,14 +254,17 @@ def provenance_summary(records: list[dict], tag: str) -> dict:
     return merged
 
 
-def collect(results_dir: Path, tag: str, metrics_files: list[Path] | None = None) -> dict[str, Path]:
-    """Tables of the given runs (the experiment's plan), or of every finished run of the tag."""
+def collect(results_dir: Path, tag: str, metrics_files: list[Path] | None = None,
+            plan: Path | None = None) -> dict[str, Path]:
+    """Tables of the given runs (the experiment's plan), or of every finished run of the tag;
+    `plan`: its plan.json, whose identities the rows take."""
     if metrics_files is None:
         runs = find_runs(results.runs_dir(results_dir, tag))
     else:   # runs left over from an earlier matrix stay out of this one's tables
         runs = [(read_record(Path(f)), Path(f).parent) for f in sorted(map(str, metrics_files))]
     written = {}
-    for name, rows in tables(runs).items():
+    identities = read_identities(plan) if plan is not None and Path(plan).is_file() else {}
+    for name, rows in tables(runs, identities).items():
         path = results.table_path(results_dir, tag, name)
         results.write_csv(path, results.TABLES[name], rows)
         written[name] = path
@@ -271,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag")
     p.add_argument("--runs-dir", type=Path, help="print a table of the runs in this folder")
     p.add_argument("--print", action="store_true", help="print the summary table")
+    p.add_argument("--plan", type=Path, help="the set's plan.json: the runs' identities (default: the records')")
     p.add_argument("runs", nargs="*", type=Path, help="the runs' metrics.json (default: all of the tag's)")
     args = p.parse_args(argv)
     if args.runs_dir:
@@ -279,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.tag:
         p.error("--tag is required with --results-dir")
     try:
-        collect(args.results_dir, args.tag, args.runs or None)
+        collect(args.results_dir, args.tag, args.runs or None, args.plan)
         if args.print:
             print_summary([(read_record(f), f.parent) for f in args.runs] if args.runs
                           else find_runs(results.runs_dir(args.results_dir, args.tag)))

@@ -1,12 +1,12 @@
-"""The perf experiment's targets, read off one result set: its cells (a run id without its
-repeat, found by the run's settings), each target's ratio or epoch time with its interval and
+"""The perf experiment's targets, read off one result set: its cells (runs.csv's rows by the plan's
+cell_id, found by the run's settings), each target's ratio or epoch time with its interval and
 outcome, DDP's cells with their knobs, the single-GPU recipes and the recipe ladder, as rows
 that dpbench.report.perf_targets writes out (targets.json holds them as they are).
 
 Every ratio compares runs of one result set, so they were measured together on one machine.
-A cell is found by its run's settings (its metrics.json config; without one, the perf
-experiment's `train` block as the plan resolves it and the run's options); a cell of several
-repeats counts with its median and the interval dpbench.analysis.intervals gives it. An epoch is
+A cell is found by its run's settings (its metrics.json config; without one, the set's plan.json;
+without that, the defaults and the run's options); a cell of several repeats counts with its
+median and interval and its efficiency as collect computed them (cells.csv). An epoch is
 the training split the runs' records name. A target whose cell (or baseline) has no
 measurement reads "not measured (<why>)", never a verdict. The rows carry short labels (a
 cell's knobs, why it was not measured, a verdict) since targets.json holds them; the prose
@@ -23,7 +23,9 @@ from pathlib import Path
 
 from dpbench import results
 from dpbench.analysis import cell_table, intervals, options, tables
-from dpbench.host.source import PROJECT
+from dpbench.analysis.collect import read_cells
+from dpbench.plan.config import RunConfig
+from dpbench.plan.matrix import planned_runs
 
 # DDP's bucket size where a run leaves bucket_cap_mb unset, as some torch builds it: (MB, the
 # torch version that said it), or (None, why not). dpbench.run.device_facts has one; this
@@ -85,15 +87,7 @@ NOT_MEASURED = "not measured"
 # -- reading the result set ----------------------------------------------------------------------
 
 def run_defaults() -> dict:
-    from dpbench.plan.config import RunConfig
     return RunConfig().to_dict()
-
-
-def experiment_train(name: str = "perf") -> dict:
-    """A run's settings before its options: RunConfig's defaults under the experiment's `train`
-    block, as the plan merges and validates it."""
-    from dpbench.plan import pipeline
-    return {**run_defaults(), **pipeline.load_experiment({"experiment": name}, PROJECT)["train"]}
 
 
 def read_record(rs: results.ResultSet, rid: str) -> results.RunRecord | None:
@@ -112,12 +106,15 @@ def _num(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def settings(row: dict, rec: results.RunRecord | None, train: dict) -> dict:
-    """The run's settings: its recorded config, else the experiment's train block and its options."""
+def settings(row: dict, rec: results.RunRecord | None, planned: dict[str, dict]) -> dict:
+    """The run's settings: its recorded config, else its plan's (plan.json), else the defaults
+    under its options (a damaged record of a set without a plan)."""
     if rec is not None and rec.config:
         # a record from before a setting existed ran at that setting's default
         return {**run_defaults(), **rec.config}
-    cfg = {**train, **options.parse_options(row.get("options", ""))}
+    if row["run_id"] in planned:
+        return {**run_defaults(), **planned[row["run_id"]]}
+    cfg = {**run_defaults(), **options.parse_options(row.get("options", ""))}
     for key in ("variant", "precision", "feed"):
         if row.get(key):
             cfg[key] = row[key]
@@ -129,16 +126,9 @@ def settings(row: dict, rec: results.RunRecord | None, train: dict) -> dict:
     return cfg
 
 
-def _cell_key(row: dict) -> tuple:
-    """A summary row's cell as dpbench.analysis.cell_table.cells groups it (the cell key and its
-    facts, cell_table.CELL_IDENT; NaN as None, so that two rows of one cell find each other)."""
-    return tuple(None if _num(row[k]) is None and not isinstance(row[k], str) else row[k]
-                 for k in cell_table.CELL_IDENT)
-
-
 @dataclass
 class Cell:
-    """One cell (a run id without its repeat): its settings, its runs' statuses and the reasons
+    """One cell (the plan's cell_id): its settings, its runs' statuses and the reasons
     of those not ok, and what its ok runs measured."""
     cell: str
     settings: dict
@@ -160,14 +150,13 @@ def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> lis
     """The result set's cells, in the summary's order. `pytorch_bucket` says DDP's default
     bucket size, asked only where a DDP run left it unset."""
     rs = results.ResultSet.at(folder)
-    summary = tables.load_table(rs.root, rs.tag, "summary")
-    estimated = {_cell_key(c): c for c in cell_table.cells(summary).to_dict("records")}
-    train = experiment_train()
+    runs = tables.load_table(rs.root, rs.tag, "runs")
+    estimated = {c["cell_id"]: c for c in read_cells(rs.root, rs.tag).to_dict("records")}
+    planned = planned_configs(rs)
     groups: dict[str, list[tuple[dict, results.RunRecord | None]]] = {}
-    for row in summary.to_dict("records"):
-        parts = results.parse_run_id(row["run_id"])
-        groups.setdefault(parts.cell if parts else row["run_id"], []).append((row, read_record(rs, row["run_id"])))
-    cells = [_cell(name, runs, train, estimated.get(_cell_key(runs[0][0]))) for name, runs in groups.items()]
+    for row in runs.to_dict("records"):
+        groups.setdefault(row["cell_id"], []).append((row, read_record(rs, row["run_id"])))
+    cells = [_cell(name, rows, planned, estimated.get(name)) for name, rows in groups.items()]
     unset = [c for c in cells if c.settings.get("variant") == "ddp" and c.settings.get("bucket_cap_mb") is None]
     default = _bucket_default(pytorch_bucket) if unset else (None, "")
     for cell in unset:
@@ -175,27 +164,35 @@ def load_cells(folder: Path, pytorch_bucket: BucketDefault | None = None) -> lis
     return cells
 
 
+def planned_configs(rs: results.ResultSet) -> dict[str, dict]:
+    """The set's runs as its plan.json has them (run id -> config); {} for a set without one."""
+    if not rs.plan_path.is_file():
+        return {}
+    return {rid: rc.to_dict() for rid, rc in planned_runs(rs.plan_path).items()}
+
+
 def _ok(row: dict) -> bool:
     return row["status"] == results.STATUS_OK and bool(_num(row["images_per_s"]))
 
 
-def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], train: dict,
+def _cell(name: str, runs: list[tuple[dict, results.RunRecord | None]], planned: dict[str, dict],
           table_row: dict | None) -> Cell:
-    """A cell from its runs' summary rows and records (its settings are its first run's) and its
-    row of cell_table.cells (its efficiency)."""
+    """A cell from its runs' rows (runs.csv) and records (its settings are its first run's) and its
+    row of cells.csv (its efficiency)."""
     ok = [(row, rec.raw if rec is not None else {}) for row, rec in runs if _ok(row)]
     provs = [raw.get("provenance") or {} for _, raw in ok]
     sizes = {int(p["dataset"]["train_size"]) for p in provs if _num((p.get("dataset") or {}).get("train_size"))}
     compiles = [float(t["compile_s"]) for t in ((raw.get("throughput") or {}) for _, raw in ok)
                 if _num(t.get("compile_s")) is not None]
-    p50 = [p for p in (_num(row["step_ms_p50"]) for row, _ in ok) if p]
     ips = [_num(row["images_per_s"]) for row, _ in ok]
-    est = intervals.median_ci(ips)
+    # the median and its interval as collect computed them (cells.csv), never again here
+    est = cell_table.cell_estimate(table_row, "images_per_s") if ips and table_row else intervals.NONE
+    p50 = _num(table_row["step_ms_p50"]) if ips and table_row else None
     return Cell(
-        cell=name, settings=settings(*runs[0], train), status=[row["status"] for row, _ in runs],
+        cell=name, settings=settings(*runs[0], planned), status=[row["status"] for row, _ in runs],
         reasons=[row["reason"] for row, _ in runs if not _ok(row) and row.get("reason")],
         ips=ips, images_per_s=est.value if ips else None, ips_est=est,
-        p50_ms=statistics.median(p50) if p50 else None,
+        p50_ms=p50,
         train_size=next(iter(sizes)) if len(sizes) == 1 else None,
         compile_s=statistics.median(compiles) if compiles else None,
         torch=tuple(sorted({str(p["torch"]) for p in provs if p.get("torch")})),

@@ -39,6 +39,7 @@ def is_source(path: str) -> bool:
     """The files that decide what a run computes (paths relative to the repository root, '/'-separated)."""
     return ((path.startswith("src/dpbench/") and path.endswith(".py"))
             or (path.startswith("experiments/") and path.count("/") == 1 and path.endswith(".yaml"))
+            or (path.startswith("rules/") and path.count("/") == 1 and path.endswith(".smk"))
             or path in ("Snakefile", "config.yaml"))
 
 
@@ -59,6 +60,7 @@ def source_digest(root: Path | None = None) -> str | None:
         return None
     files = {}
     for f in [root / "Snakefile", root / "config.yaml", *(root / "experiments").glob("*.yaml"),
+              *(root / "rules").glob("*.smk"),
               *(root / "src" / "dpbench").rglob("*.py")]:
         rel = f.relative_to(root).as_posix()
         if f.is_file() and not f.is_symlink() and is_source(rel) and "__pycache__" not in rel:
@@ -70,9 +72,12 @@ def source_digest_at(sha: str, root: Path | None = None) -> str | None:
     """The digest of the source files of commit `sha` (None where git does not know it), read in
     one `git archive` of the folders that hold them."""
     root = root or PROJECT
+    # rules/ exists from issue 37 on: an older commit's archive of a path it lacks would fail
+    has_rules = command_output(["git", "cat-file", "-t", f"{sha}:rules"], cwd=str(root)) == "tree"
     try:
         out = subprocess.run(["git", "archive", "--format=tar", sha, "--", "src/dpbench", "experiments",
-                              "Snakefile", "config.yaml"], cwd=str(root), capture_output=True, timeout=60)
+                              "Snakefile", "config.yaml", *(["rules"] if has_rules else [])],
+                             cwd=str(root), capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:

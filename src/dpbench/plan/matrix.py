@@ -23,11 +23,12 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, VARIANTS, results
+from dpbench.host.torch_facts import torch_version
 from dpbench.plan import environments as envs
 from dpbench.plan import variants as variant_registry
 from dpbench.plan.config import RunConfig, factory_problem, train_schema
@@ -41,34 +42,6 @@ def visible_gpus() -> int:
     from dpbench.host.gpu_lease import pool
     from dpbench.host.nvml import gpu_count
     return len(pool()) if gpu_count() else 0
-
-
-@lru_cache(maxsize=1)
-def torch_version() -> dict[str, str | None]:
-    """torch's version facts without importing torch: its version.py, read as text. The
-    installed distribution's metadata lacks the local part (2.14.1, not 2.14.1+cu130) for some
-    wheels, so it is only the fallback."""
-    import ast
-    import importlib.metadata
-    import importlib.util
-
-    facts: dict[str, str | None] = {"__version__": None, "git_version": None, "cuda": None}
-    try:
-        spec = importlib.util.find_spec("torch")
-        origin = spec.origin if spec else None
-        if origin:
-            for node in ast.parse(Path(origin).with_name("version.py").read_text()).body:
-                target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
-                if isinstance(target, ast.Name) and target.id in facts and isinstance(node.value, ast.Constant):
-                    facts[target.id] = node.value.value
-    except (OSError, SyntaxError, ValueError, ImportError):
-        pass
-    if facts["__version__"] is None:
-        try:
-            facts["__version__"] = importlib.metadata.version("torch")
-        except importlib.metadata.PackageNotFoundError:
-            facts["__version__"] = "none"
-    return {"version": facts["__version__"], "git": facts["git_version"], "cuda": facts["cuda"]}
 
 
 def default_tag(experiment: str) -> str:
@@ -186,6 +159,20 @@ class Plan:
                         origin.setdefault(rid, group["name"])
         return groups
 
+    @cached_property
+    def identities(self) -> dict[str, results.Identity]:
+        """Run id -> its identity (run id, cell id, setup id, group): decided here, once; the
+        launcher and the record copy it. A run two groups make belongs to the first."""
+        group_of: dict[str, str] = {}
+        for name, runs in self.group_runs.items():
+            for rid in runs:
+                group_of.setdefault(rid, name)
+        return {rid: results.identity_of(rid, rc.to_dict(), group_of[rid]) for rid, rc in self.runs.items()}
+
+    def identity_json(self, run_id: str) -> str:
+        self.run(run_id)   # an unknown run id: the one-line error
+        return json.dumps(self.identities[run_id].to_dict(), sort_keys=True)
+
     def check_options(self) -> None:
         """Refuses (ValueError, one line) what no run could honour as written: an option a variant
         ignores, set to other than its default in a group's options for that variant (it would
@@ -266,6 +253,8 @@ class Plan:
                             "label": results.options_label(self.group_options(g)),
                             "runs": sorted(self.group_runs[g["name"]])} for g in cfg["matrix"]],
                 "runs": {rid: rc.to_dict() for rid, rc in sorted(self.runs.items())},
+                # every run's run_id, cell_id, setup_id and group: what every later step copies
+                "identities": {rid: self.identities[rid].to_dict() for rid in sorted(self.runs)},
                 # A paired launch: its environments and the order its runs were made to start in.
                 "environments": self.environments,
                 "environment_versions": self.environment_versions if self.paired else {},
@@ -413,6 +402,19 @@ def read_plan(source: Path | str | dict) -> dict[str, dict[str, Any]]:
     runs = planned_runs(doc)
     return {g["name"]: {**{k: v for k, v in g.items() if k != "name"}, "runs": {rid: runs[rid] for rid in g["runs"]}}
             for g in doc["groups"]}
+
+
+def read_identities(source: Path | str | dict) -> dict[str, results.Identity]:
+    """plan.json's identities (a path, or the document itself): run id -> Identity. A plan
+    written before the plan decided them gets theirs from its runs and groups (identity_of)."""
+    doc = _document(source)
+    if "identities" in doc:
+        return {rid: results.Identity.from_dict(ident) for rid, ident in doc["identities"].items()}
+    group_of: dict[str, str] = {}
+    for group in doc["groups"]:
+        for rid in group["runs"]:
+            group_of.setdefault(rid, group["name"])
+    return {rid: results.identity_of(rid, cfg, group_of.get(rid, "")) for rid, cfg in doc["runs"].items()}
 
 
 def environment_fingerprint() -> str:

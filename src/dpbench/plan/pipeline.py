@@ -10,6 +10,7 @@ import copy
 import difflib
 import os
 import re
+import shlex
 import signal
 import threading
 import time
@@ -473,8 +474,6 @@ def rerun_command(set_dir: Path | str, *targets: str | Path, extra: tuple[str, .
     """The Snakemake command, shell-quoted, that makes `targets` of the result set in `set_dir`
     with the set's own experiment and config (see `set_config_args`). Without a readable
     plan.json: the command with its tag and a note that the set's other keys are needed."""
-    import shlex
-
     words = ["snakemake", "--cores", "all", *map(str, targets), *extra]
     args = set_config_args(set_dir)
     if args is None:
@@ -591,10 +590,10 @@ def final_targets(plan: Plan) -> list[str]:
     return targets
 
 
-def tag_args(path: str) -> str:
-    """`--results-dir R --tag T` for a file directly under R/T/ (a table, provenance.json)."""
-    import shlex
-    rs = results.ResultSet.at(Path(path).parent)
+def tag_args(plan: Plan) -> str:
+    """`--results-dir R --tag T` of the plan's result set, quoted: what every rule's command that
+    works on the set is told (from the plan, never read back out of a path)."""
+    rs = plan.results
     return f"--results-dir {shlex.quote(str(rs.root))} --tag {shlex.quote(rs.tag)}"
 
 
@@ -613,7 +612,6 @@ def compare_log(config: dict) -> Path:
 def compare_args(config: dict, tag: str) -> str:
     """The compare CLI's arguments from `--config baseline=... candidate=...` (or `paired=TAG`)
     and `compare:`."""
-    import shlex
     baseline = config.get("baseline")
     if config.get("paired"):   # one paired launch: its environments compared within it
         problem = tag_problem(config["paired"], "paired")

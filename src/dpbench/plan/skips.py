@@ -2,11 +2,12 @@
 asked by the plan (with the GPUs it is made for, without torch), by the launcher (with the GPUs
 its process sees) and by a DDP rank (when torch sees fewer GPUs than its launcher counted).
 What a variant needs and refuses is its spec's (plan.variants); the rules here ask it.
-torch-free: the torch release it knows is read from torch's version file (plan.matrix.torch_version)."""
+torch-free: the torch release it knows is read from torch's version file (host.torch_facts.torch_version)."""
 from __future__ import annotations
 
 import re
 
+from dpbench.host.torch_facts import torch_version
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig, train_schema
 
@@ -18,7 +19,6 @@ FSDP_ON_GLOO = ("FSDP2 on gloo is correct only from torch 2.9.0 (2.4-2.6 need CU
 
 def torch_release() -> tuple[int, ...]:
     """The installed torch's (major, minor, patch), without importing it; () when unknown."""
-    from dpbench.plan.matrix import torch_version   # matrix imports this module
     found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", torch_version()["version"] or "")
     return tuple(int(p or 0) for p in found.groups()) if found else ()
 

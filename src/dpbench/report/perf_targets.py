@@ -29,10 +29,11 @@ from dpbench.host.source import PROJECT
 def find_result_set(given: str | None) -> Path:
     if given:
         path = Path(given)
-        return path.parent if path.name == "summary.csv" else path
-    found = sorted((PROJECT / "results").glob("perf-*/summary.csv"), key=lambda p: p.stat().st_mtime)
+        return path.parent if path.name in ("summary.csv", "runs.csv") else path
+    # runs.csv: what the targets read (a set collected before it existed: collect it again)
+    found = sorted((PROJECT / "results").glob("perf-*/runs.csv"), key=lambda p: p.stat().st_mtime)
     if not found:
-        sys.exit("no results/perf-*/summary.csv: run the perf experiment first "
+        sys.exit("no results/perf-*/runs.csv: run the perf experiment first "
                  "(snakemake --cores all --config experiment=perf), or name the result set")
     return found[-1].parent
 

@@ -30,8 +30,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from dpbench import results
-from dpbench.analysis.cell_table import estimate_fields, reference_batch, single_pools, with_efficiency
-from dpbench.analysis.intervals import NONE, level_text, median_ci, ratio_ci
+from dpbench.analysis.collect import read_cells
+from dpbench.analysis.cell_table import reference_batch, single_pools, with_efficiency
+from dpbench.analysis.intervals import level_text, median_ci
 from dpbench.analysis.options import STRONG, WEAK, gpus_label, ordered, variant_order, without_batch
 from dpbench.analysis.tables import load_table, ok_runs, only_ok, speed_runs
 from dpbench.report.option_words import describe, label_order, labels
@@ -162,20 +163,20 @@ def points_medians_intervals(ax: Axes, runs: pd.DataFrame, med: pd.DataFrame, y:
     return drawn
 
 
-def panel_medians(runs: pd.DataFrame, y: str, pools: dict | None = None,
-                  kind: str | None = None) -> pd.DataFrame:
-    """Per (variant, gpus) of a panel's runs: the median of y with its interval; with `pools`
-    and `kind`, y is that kind's efficiency, a ratio of medians against the single runs."""
-    rows = []
-    for (v, k), grp in runs.groupby(["variant", "gpus"], sort=True):
-        if pools is None:
-            est = median_ci(grp[y])
-        else:
-            r = grp.iloc[0]
-            pool = pools.get((r["setup"], reference_batch(kind, r["global_batch"], r["per_gpu_batch"])))
-            est = ratio_ci(grp["rate"], pool, k) if pool is not None else NONE
-        rows.append({"variant": v, "gpus": k, **estimate_fields(y, est)})
-    return pd.DataFrame(rows, columns=["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high", f"{y}_ci_level"])
+def panel_medians(cells: pd.DataFrame, runs: pd.DataFrame, y: str) -> pd.DataFrame:
+    """The cells of a panel's runs (by cell_id) with y's median (or ratio of medians) and its
+    interval, as collect computed them in cells.csv."""
+    columns = ["variant", "gpus", y, f"{y}_ci_low", f"{y}_ci_high", f"{y}_ci_level"]
+    return cells.loc[cells["cell_id"].isin(set(runs["cell_id"])), columns].reset_index(drop=True)
+
+
+def option_panels(runs: pd.DataFrame) -> list[pd.DataFrame]:
+    """The runs by their option set (the cells' options key, never the words of a title), in
+    the order of their labels (tables.label_order)."""
+    rank = {lab: i for i, lab in enumerate(label_order(runs))}
+    keys = runs.drop_duplicates("options")
+    keys = keys.assign(_r=keys["label"].map(rank)).sort_values("_r", kind="stable")["options"]
+    return [runs[runs["options"] == key] for key in keys]
 
 
 def on_cpu(df: pd.DataFrame) -> bool:
@@ -244,12 +245,11 @@ def plot_throughput(t: Tables) -> Figure:
         return placeholder(title, why_empty(t["summary"], "no throughput measured"))
     pools = single_pools(ok)
     variants = variant_order(ok["variant"])
-    order = label_order(ok)
-    fig, axes = panel_grid(len(order))
+    panels = option_panels(ok)
+    fig, axes = panel_grid(len(panels))
     tops, bottoms, kinds_drawn, meds, logs, notes = [], [], set(), [], [], []
-    for ax, lab in zip(axes, order):
-        panel = ok[ok["label"] == lab]
-        meds.append(panel_medians(panel, "rate"))
+    for ax, panel in zip(axes, panels):
+        meds.append(panel_medians(t["cells"], panel, "rate"))
         values = points_medians_intervals(ax, panel, meds[-1], "rate", variants)
         xs_all = set(panel["gpus"])
         for kind in (STRONG, WEAK):
@@ -263,13 +263,13 @@ def plot_throughput(t: Tables) -> Figure:
         if not any(ideal_points(panel, pools, k)[0] for k in (STRONG, WEAK)):
             notes.append((ax, NO_IDEAL))
         gpu_ticks(ax, xs_all, on_cpu(ok))
-        panel_title(ax, lab)
+        panel_title(ax, panel["label"].iloc[0])
         logs.append(span_is_wide(values))
         tops.append(max(values))
         bottoms.append(min(values) if logs[-1] else 0.0)
     fit_y(axes, tops, bottoms, log=logs)
-    for ax, is_log, lab in zip(axes, logs, order):   # each panel in its workload's unit
-        unit = str(ok.loc[ok["label"] == lab, "rate_unit"].iloc[0])
+    for ax, is_log, panel in zip(axes, logs, panels):   # each panel in its workload's unit
+        unit = str(panel["rate_unit"].iloc[0])
         ax.set_ylabel(f"{unit} (log scale)" if is_log else unit)
         thousands(ax)
     add_legend(fig, variants, extra=[Line2D([], [], **IDEAL_STYLE[k], label=on_cpu_words(IDEAL_LABEL[k], on_cpu(ok)))
@@ -279,7 +279,7 @@ def plot_throughput(t: Tables) -> Figure:
     return finish(fig, t["summary"], notes)
 
 
-def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
+def efficiency_panels(eff_runs: pd.DataFrame, cells: pd.DataFrame
                       ) -> list[tuple[str, str, pd.DataFrame, pd.DataFrame]]:
     """(kind, title, runs, medians) of every scaling panel with data: a strong panel holds one
     global batch of one setup, a weak panel one per-GPU batch (so its runs come from option sets
@@ -301,7 +301,7 @@ def efficiency_panels(eff_runs: pd.DataFrame, pools: dict
                              key[col] if kind == STRONG else None,
                              key[col] if kind == WEAK else None, kind)
             order = (len(rest), describe(rest, first["precision"] or None), key[col])
-            entries.append((order, f"{kind} scaling · {words}", r, panel_medians(r, q, pools, kind)))
+            entries.append((order, f"{kind} scaling · {words}", r, panel_medians(cells, r, q)))
         panels += [(kind, head, r, m) for _, head, r, m in sorted(entries, key=lambda e: e[:2])]
     return panels
 
@@ -311,7 +311,7 @@ def plot_scaling_efficiency(t: Tables) -> Figure:
     ok = speed_runs(ok_runs(t["summary"])).dropna(subset=["rate"])   # rehearsed runs: no speed
     if ok.empty:
         return placeholder(title, why_empty(t["summary"], "no throughput measured"))
-    panels = efficiency_panels(with_efficiency(ok), single_pools(ok))
+    panels = efficiency_panels(with_efficiency(ok), t["cells"])
     if not panels:
         return placeholder(title, on_cpu_words("no run has a single run to compare with\n(at its global batch "
                                                "or at its per-GPU batch)", on_cpu(ok)))
@@ -638,9 +638,10 @@ DRAW: dict[str, Callable[[Tables], Figure]] = dict(zip(results.FIGURE_NAMES, (
 def load_tables(results_dir: Path | str, tag: str) -> Tables:
     """The per-run tables, with each run's label (its option set in words) in the summary."""
     tables = {name: load_table(results_dir, tag, name) for name in results.TABLES
-              if name != "medians"}
-    summary = tables["summary"]
-    tables["summary"] = summary.assign(label=labels(summary))
+              if name not in ("medians", "summary", "cells")}
+    tables["cells"] = read_cells(results_dir, tag)
+    # runs.csv, under the name the figures know it by: its rows carry the plan's cell_id
+    tables["summary"] = tables.pop("runs").pipe(lambda runs: runs.assign(label=labels(runs)))
     return tables
 
 

@@ -1,7 +1,7 @@
 """results/<tag>/summary.md: provenance, headline ratios with their confidence intervals, strong
 and weak scaling, medians over repeats, start-up times (from the run records), skipped and failed
-runs, and warnings, all from the tidy tables and provenance.json. The statistics are
-dpbench.analysis.cell_table's, shared with the figures.
+runs, and warnings, all from the tidy tables and provenance.json. A cell's statistics are
+cells.csv's (collect computes them once, by the plan's cell_id); a run's row is runs.csv's.
 
     python -m dpbench.report.summarize --results-dir results --tag TAG
 """
@@ -18,9 +18,10 @@ import pandas as pd
 
 from dpbench import DP_VARIANTS, results
 from dpbench.analysis import noise
+from dpbench.analysis.collect import read_cells
 from dpbench.analysis.compare.loading import load_set
 from dpbench.analysis.compare.throughput import load_launch_noise
-from dpbench.analysis.cell_table import cell_estimate, cells
+from dpbench.analysis.cell_table import cell_estimate
 from dpbench.analysis.intervals import (
     CONFIDENCE,
     NO_INTERVAL,
@@ -384,9 +385,9 @@ def render_summary(results_dir: Path | str, tag: str, noise_from: list[str] | No
     images/s intervals."""
     launch = (load_launch_noise(results_dir, noise_from, load_set(results_dir, tag, "result set"))[0]
               if noise_from else None)
-    summary = load_table(results_dir, tag, "summary")
+    summary = load_table(results_dir, tag, "runs")
     warnings = load_table(results_dir, tag, "warnings")
-    med = cells(summary)
+    med = read_cells(results_dir, tag)
     med = med.assign(label=labels(med))   # each cell's option set in words
     if len(med):   # option sets in the figures' order, then variant and GPU count as sorted
         rank = {lab: i for i, lab in enumerate(label_order(med))}

@@ -11,11 +11,15 @@ through it.
               workloads (issue 25) lack workload, parameters, param_bytes, flops_per_sample,
               sample_unit and throughput's samples_per_s and tokens_per_s (upgrade fills them);
               those from before issue 36 lack a `train` workload in their options (upgrade
-              adds it: it names the run's cell)
+              adds it: it names the run's cell); those from before issue 37 lack the
+              identities the plan decides, cell_id, setup_id and group (upgrade derives
+              them: identity.identity_of, the values the readers computed before)
 """
 from __future__ import annotations
 
 from typing import Any
+
+from dpbench.results.identity import IDENTITY_FIELDS, identity_of
 
 FORMAT = 2
 
@@ -124,7 +128,16 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     rec = dict(record)
     if version == 1:
         rec = _from_1(rec)
-    return _workload_fields(rec)
+    return _identity_fields(_workload_fields(rec))
+
+
+def _identity_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    """Records from before the plan decided the identities: derived from the run id and config."""
+    if isinstance(rec.get("run_id"), str) and any(key not in rec for key in IDENTITY_FIELDS):
+        config = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        for key, value in identity_of(rec["run_id"], config).to_dict().items():
+            rec.setdefault(key, value)
+    return rec
 
 
 def _workload_fields(rec: dict[str, Any]) -> dict[str, Any]:

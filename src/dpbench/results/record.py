@@ -11,16 +11,28 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpbench.results import METRICS, STEPS, run_id
+from dpbench.results import METRICS, STEPS
 from dpbench.results.files import write_csv, write_json
 from dpbench.results.formats import FORMAT, NO_THROUGHPUT, WORKLOAD_SIZES, plain_workload
+from dpbench.results.identity import Identity, identity_of, run_id
 from dpbench.results.schema import STEP_COLUMNS
 
 if TYPE_CHECKING:
     from dpbench.plan.config import RunConfig
 
 
-def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: str, launch: dict[str, Any],
+def planned_identity(cfg: "RunConfig", out: Path | str) -> Identity:
+    """The run's identity as its plan decided it (the launcher's copy in the run folder); a run
+    launched without a plan (a test, a user's `dpbench.run.launch --config`) gets the one its
+    settings would have in a plan (identity.identity_of)."""
+    copied = Identity.read(out)
+    if copied is not None:
+        return copied
+    return identity_of(run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options), cfg.to_dict())
+
+
+def record_fields(cfg: "RunConfig", identity: Identity, status: str, reason: str, *, device_type: str,
+                  launch: dict[str, Any],
                   provenance: dict[str, Any], throughput: dict[str, Any] | None = None,
                   memory: list[dict[str, Any]] | None = None, warnings: list[dict[str, Any]] | None = None,
                   accuracy: list[dict[str, Any]] | None = None, final_loss: float | None = None,
@@ -30,14 +42,14 @@ def record_fields(cfg: "RunConfig", status: str, reason: str, *, device_type: st
                   collectives: list[dict[str, Any]] | None = None,
                   mechanisms: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A run's metrics.json: the one layout, for the engine's records (measurements given) and
-    the launcher's skipped ones (none). workload: registry.describe() of the run's workload
+    the launcher's skipped ones (none), with the `identity` the plan gave the run. workload: registry.describe() of the run's workload
     (without it, its name and args from the config); sizes: WORKLOAD_SIZES of the built one.
     memory_components (a row per rank) and collectives (rank 0's, one profiled step): empty
     where the run measured none (docs/records.md); upgrade() gives older records empty ones.
     mechanisms: rank 0's verdict on each knob the run turned (run.mechanisms), [] where none."""
     return {
         "format": FORMAT,
-        "run_id": run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options),
+        **identity.to_dict(),   # the plan's run_id, cell_id, setup_id and group, copied
         "status": status, "reason": reason,
         "variant": cfg.variant, "gpus": cfg.gpus, "repeat": cfg.repeat, "options": cfg.options,
         "seed": cfg.seed, "deterministic": cfg.deterministic, "scaling": cfg.scaling,
@@ -89,7 +101,7 @@ class Record:
         it ran, its throughput); the final loss is the global loss's mean over the last 20 steps."""
         losses = [r["loss_global"] for r in self.steps[-20:]]
         rec = record_fields(
-            self.cfg, status, reason, device_type=self.device_type, launch=launch, provenance=provenance,
+            self.cfg, planned_identity(self.cfg, self.out), status, reason, device_type=self.device_type, launch=launch, provenance=provenance,
             throughput=throughput, memory=self.memory, warnings=self.warnings, accuracy=self.accuracy,
             final_loss=sum(losses) / len(losses) if losses else None, steps=len(self.steps),
             wall_s=time.perf_counter() - self.started, start_s=self.start_s, startup=self.startup,

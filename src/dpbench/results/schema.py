@@ -57,11 +57,24 @@ WARNING_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "category",
                    "count", "first_step", "location", "rank"]
 ACCURACY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "epoch", "test_acc", "test_loss"]
 RUN_STEP_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat"] + STEP_COLUMNS
-# One row per cell (options, variant, gpus) and quantity: a median over the ok repeats or a
-# ratio of medians (speed-up, efficiency against `reference`), with its distribution-free
+# medians.csv: cells.csv in long form (the references' layout), one row per cell (options, variant,
+# gpus) and quantity: a median over the ok repeats or a ratio of medians (speed-up, efficiency against `reference`), with its distribution-free
 # interval and that interval's confidence (ci_level: 0.75 for the range of 3 repeats).
 CELL_COLUMNS = ["options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
                 "quantity", "n", "reference", "value", "ci_low", "ci_high", "ci_level"]
+# runs.csv: the summary's row of every run, with the identities its plan gave it (cell_id, group;
+# `setup` is the plan's setup_id): what the summary, figures and perf targets read by cell_id.
+RUN_COLUMNS = ["run_id", "cell_id", "group"] + SUMMARY_COLUMNS[1:]
+# cells.csv: one row a cell (cell_id, from the plan), its facts, n_ok (the ok repeats), and each
+# quantity's median or ratio of medians with its interval (<q>, <q>_ci_low, <q>_ci_high,
+# <q>_ci_level), computed once by collect (dpbench.analysis.tables.cells); rate is in rate_unit.
+CELL_MEDIANS = ("rate", "images_per_s", "step_ms_p50", "peak_mem_mib", "mem_dev0_over_mean_others",
+                "final_loss", "test_acc", "n_warnings")
+CELL_RATIOS = ("speedup_strong", "efficiency_strong", "speedup_weak", "efficiency_weak")
+CELLS_COLUMNS = (["cell_id", "options", "setup", "variant", "gpus", "scaling", "global_batch", "per_gpu_batch",
+                  "n_ok", "precision", "rate_unit", "bound", "rehearsed", "label"]
+                 + [f"{q}{end}" for q in CELL_MEDIANS + CELL_RATIOS for end in ("", "_ci_low", "_ci_high", "_ci_level")]
+                 + [f"{kind}_reference{end}" for kind in ("strong", "weak") for end in ("", "_n")])
 # The claims' own tables (the ledger writes them from the probes' records, not collect from the
 # runs'): largest_batch, one row per (workload size, variant, GPUs, precision) of C9's search: the
 # largest per-GPU batch that trained within cap_gib allocated per GPU, the throughput a short timed
@@ -74,13 +87,13 @@ LARGEST_BATCH_COLUMNS = ["workload", "parameters", "variant", "reshard_after_for
                          "smallest_failing"]   # the search's bracket: the largest fits, this does not
 
 # Tables added after result sets were archived: a set without the file reads as having no rows.
-LATER_TABLES = ("memory_components", "collectives")
+LATER_TABLES = ("memory_components", "collectives", "runs", "cells")
 
 # Columns that hold text in every table: an empty options label or reason reads as "", not NaN.
 TEXT_COLUMNS = ("run_id", "options", "reason", "message", "location", "category", "status",
                 "variant", "scaling", "setup", "quantity", "reference", "precision", "feed",
                 "dataset", "device_type", "workload", "collective", "sample_unit", "rate_unit", "bound",
-                "source", "budget")
+                "source", "budget", "cell_id", "group", "label", "strong_reference", "weak_reference")
 # Columns that hold True/False (written by csv as the words).
 FLAG_COLUMNS = ("deterministic", "reshard_after_forward", "rehearsed")
 # Numeric columns that count or index something: empty is never a value there.
@@ -159,11 +172,13 @@ class TableSchema:
 
 SCHEMAS = {schema.name: schema for schema in (
     TableSchema("summary", SUMMARY_COLUMNS),
+    TableSchema("runs", RUN_COLUMNS),
+    TableSchema("cells", CELLS_COLUMNS),
+    TableSchema("medians", CELL_COLUMNS),
     TableSchema("memory", MEMORY_COLUMNS),
     TableSchema("warnings", WARNING_COLUMNS),
     TableSchema("accuracy", ACCURACY_COLUMNS),
     TableSchema("steps", RUN_STEP_COLUMNS),
-    TableSchema("medians", CELL_COLUMNS),
     TableSchema("memory_components", MEMORY_COMPONENT_COLUMNS),
     TableSchema("collectives", COLLECTIVE_COLUMNS),
 )}

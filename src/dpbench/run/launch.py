@@ -37,9 +37,11 @@ from pathlib import Path
 
 from dpbench import DISTRIBUTED_VARIANTS, results
 from dpbench.host import gpu_lease
+from dpbench.host.torch_facts import torch_version   # torch's version facts, read without importing it
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import skip_reason, world_mismatch
-from dpbench.results.record import Record, record_fields, write_record
+from dpbench.results.identity import Identity
+from dpbench.results.record import Record, planned_identity, record_fields, write_record
 from dpbench.run import provenance, waits
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 from dpbench.run.watchdog import (OUTLIVE_ENV, STOP, Stopped, die_with_parent, forward_signals,
@@ -74,7 +76,6 @@ def counted_lease(cfg: RunConfig, leased: int | None) -> int | None:
 
 
 def torch_is_cuda_build() -> bool:
-    from dpbench.plan.matrix import torch_version  # torch's version facts, read without importing it
     return bool(torch_version()["cuda"])
 
 
@@ -148,7 +149,7 @@ def record_skip(cfg: RunConfig, out: Path, reason: str, planned: int | None, vis
         reason += f" ({where(planned)})"
     log(f"skipped: {reason}")
     write_record(out, record_fields(
-        cfg, results.STATUS_SKIPPED, reason, device_type=device_type(cfg, visible),
+        cfg, planned_identity(cfg, out), results.STATUS_SKIPPED, reason, device_type=device_type(cfg, visible),
         launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 0
 
@@ -160,7 +161,7 @@ def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
     for rank 0."""
     log(f"run failed: {reason}")
     write_record(out, record_fields(
-        cfg, results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
+        cfg, planned_identity(cfg, out), results.STATUS_FAILED, reason, device_type=device_type(cfg, 0 if cfg.device == "cpu" else 1),
         launch=provenance.launch_facts([socket.gethostname()]), provenance=provenance.host_facts(cfg)))
     return 1
 
@@ -168,6 +169,16 @@ def record_world_mismatch(cfg: RunConfig, out: Path, reason: str) -> int:
 def device_type(cfg: RunConfig, visible: int) -> str:
     """The device a record the launcher writes names: CUDA when the run had GPUs to use."""
     return "cuda" if visible and cfg.device != "cpu" else "cpu"
+
+
+def place_identity(out: Path, identity: Identity | None) -> None:
+    """The plan's ids of the run in its folder (identity.json), which its record copies, the
+    ranks' too; a stale copy goes where this launch brought none."""
+    out.mkdir(parents=True, exist_ok=True)
+    if identity is None:
+        (out / results.IDENTITY).unlink(missing_ok=True)
+    else:
+        identity.write(out)
 
 
 def run(cfg: RunConfig, out: Path, planned: int | None = None, leased: int | None = None) -> int:
@@ -214,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lease", action="store_true",
                    help="take free GPUs from this machine's lease (the pipeline sets it)")
     p.add_argument("--exclusive", action="store_true", help="hold every GPU while this run runs")
+    p.add_argument("--identity", help="the run's ids as its plan decided them (JSON: run_id, cell_id, "
+                   "setup_id, group; the pipeline sets it); without it, those its settings give")
     p.add_argument("--log", type=Path, help="send the run's output here (placement stays on stderr)")
     p.add_argument("--planned-gpus", type=int, metavar="N",
                    help="the GPUs the run's plan was made for (the pipeline sets it): a run the plan "
@@ -221,12 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         cfg = parse_config(args.config)
-    except (ValueError, TypeError, OSError) as exc:
+        args.identity = Identity.from_dict(json.loads(args.identity)) if args.identity else None
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         p.error(str(exc))
     if args.log:
         redirect_output(args.log)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun: its agent starts and stops it
         return start(cfg, args)
+    place_identity(args.out, args.identity)
     STOP.__init__()
     unwatch = None if os.environ.get(OUTLIVE_ENV) == "1" else stop_with_pipeline()
     try:
@@ -247,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def start(cfg: RunConfig, args: argparse.Namespace) -> int:
     """The run, in its GPU lease where the pipeline asks for one."""
-    rid = results.run_id(cfg.variant, cfg.gpus, cfg.repeat, cfg.options)
+    rid = args.identity.run_id if args.identity else args.out.name   # the run folder names the run
     planned = args.planned_gpus
     # A run its plan gave no GPU (the CPU plan, or a run it counts as skipped) takes none here either.
     no_gpu = planned is not None and (planned == 0 or skip_reason(cfg, planned) is not None)

@@ -17,9 +17,10 @@ from fakes import copy_workflow, run_snakemake
 from dpbench import SHARDED_VARIANTS, VARIANTS, cli, results
 from dpbench.plan import config, pipeline
 from dpbench.plan.config import RunConfig
-from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint, torch_version
+from dpbench.host.torch_facts import torch_version
+from dpbench.plan.matrix import Plan, default_tag, environment_fingerprint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "torchvision", "seaborn", "matplotlib")
 
 # Makes importing the heavy packages fail in every Python process that starts with it on its
@@ -366,18 +367,17 @@ def test_the_launcher_names_itself_as_it_was_started(monkeypatch, capsys):
 def test_the_mixed_experiment_has_a_single_baseline_for_both_kinds_of_scaling():
     """experiments/mixed.yaml exists to give strong and weak efficiencies from one launch: every
     2-GPU cell needs single runs of its setup at its global and at its per-GPU batch."""
-    from dpbench.analysis import collect
     plan = pipeline.make_plan(dict(pipeline.load_experiment({"experiment": "mixed"}, REPO), gpus_available=2))
-    singles = {(collect.setup_key(rc.to_dict()), rc.global_batch)
-               for rc in plan.runs.values() if rc.variant == "single"}
-    multi = [rc for rc in plan.runs.values() if rc.gpus == 2]
-    assert {rc.variant for rc in multi} == {"dp", "ddp"} and {rc.repeat for rc in multi} == {0, 1}
-    for rc in multi:
-        setup = collect.setup_key(rc.to_dict())
+    setup_of = {rid: ident.setup_id for rid, ident in plan.identities.items()}
+    singles = {(setup_of[rid], rc.global_batch) for rid, rc in plan.runs.items() if rc.variant == "single"}
+    multi = {rid: rc for rid, rc in plan.runs.items() if rc.gpus == 2}
+    assert {rc.variant for rc in multi.values()} == {"dp", "ddp"} and {rc.repeat for rc in multi.values()} == {0, 1}
+    for rid, rc in multi.items():
+        setup = setup_of[rid]
         assert (setup, rc.global_batch) in singles, f"{rc.variant} g2 at {rc.global_batch}: no strong baseline"
         if rc.global_batch == 1024:   # 512 a GPU, as single runs at 512
             assert (setup, 512) in singles, f"{rc.variant} g2 at 1024: no weak baseline"
-    assert {rc.global_batch for rc in multi} == {512, 1024}
+    assert {rc.global_batch for rc in multi.values()} == {512, 1024}
     assert plan.config["exclusive_timing"] is True
 
 

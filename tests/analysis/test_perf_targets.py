@@ -21,7 +21,7 @@ from dpbench.plan import pipeline
 from dpbench.report import figstyle
 from dpbench.report import perf_targets as words
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIP_REASON = "needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset)"
 CL = {"global_batch": 512, "channels_last": True}
 BF16_CL = {**CL, "precision": "bf16"}
@@ -206,7 +206,7 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path):
     assert len(sweep) == sum(rc.variant == "ddp" for rc in plan.runs.values())
     # every cell but the compiled one (its own step budget, a setup of its own) has its baseline
     assert [r["cell"] for r in sweep if r["efficiency"] is None] == [
-        next(results.parse_run_id(rid).cell for rid, rc in plan.runs.items() if rc.variant == "ddp" and
+        next(plan.identities[rid].cell_id for rid, rc in plan.runs.items() if rc.variant == "ddp" and
              rc.compile != "none")]
     assert all(abs(r["gap"]) < 1e-9 for r in perf_targets.agreement_rows(cells))
     assert "| ddp fp32, 2 GPUs, weak" in words.markdown(fake.root / fake.tag, cells, targets)
@@ -249,7 +249,7 @@ def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments
     perf = {g["name"]: g for g in yaml.safe_load((ROOT / "experiments" / "perf.yaml").read_text())["matrix"]}
     overlay = yaml.safe_load((ROOT / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
     assert overlay and all(g == perf[g["name"]] for g in overlay)
-    train = perf_targets.experiment_train()
+    train = {**perf_targets.run_defaults(), **pipeline.load_experiment({"experiment": "perf"}, ROOT)["train"]}
     cells = [perf_targets.Cell(g["name"], {**train, **g.get("options", {}), "variant": v,
                                            "gpus": (g.get("gpus") or [1])[0]})
              for g in overlay for v in g["variants"]]

@@ -14,7 +14,7 @@ from fakes import copy_workflow, run_snakemake
 from dpbench.plan import pipeline
 from dpbench.plan.config import schema
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            OMP_NUM_THREADS="1")
 BAD = ["a;b", "q'x", "x" * 300, "a b", "a/b", "$(touch pwned)", "a`id`", "semi;touch x", "..", ".hidden"]
