@@ -278,4 +278,6 @@ def older_runs(summary: "pd.DataFrame") -> "pd.DataFrame":
     group (plan.json's groups were not joined then)."""
     ids = [cell_of_run_id(rid) for rid in summary["run_id"]]
     runs = summary.assign(cell_id=ids, group="")
+    if "rate" not in runs.columns and "images_per_s" in runs.columns:   # before the workload's unit: images
+        runs = runs.assign(rate=runs["images_per_s"], rate_unit="images/s")
     return runs[[c for c in SCHEMAS["runs"].columns if c in runs.columns]]
