@@ -47,6 +47,6 @@ def test_snakemake_merges_the_fast_recipe_into_every_train_job(tmp_path):
     wd = copy_workflow(tmp_path / "wf")
     proc = run_snakemake(wd, "-n", "-p", "--configfile", "experiments/recipes/fast.yaml",
                          "--config", "gpus_available=2", check=True)
-    configs = [json.loads(m) for m in re.findall(r"--config '(\{.*?\})' --out", proc.stdout)]
+    configs = [json.loads(m) for m in re.findall(r"--config '(\{.*?\})' --identity", proc.stdout)]
     assert len(configs) == len(_with_fast().runs)
     assert all(c["precision"] == "bf16" and c["channels_last"] and c["static_graph"] for c in configs)
