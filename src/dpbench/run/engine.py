@@ -2,8 +2,9 @@
 
 The command line, GPU leases, log redirection, the torchrun relaunch and the skip policy live
 in `dpbench.run.launch` (`python -m dpbench.run.launch ...`), which calls run_process here; the
-engine never imports the launcher. One process here is a `single` or `dp*` run, or one DDP rank. It is a little over 450 lines
-because set-up, loop, evaluation and the record's measured parts are one run's life in order.
+engine never imports the launcher. One process here is a `single` or `dp*` run, or one DDP rank.
+Its process layout is dpbench.run.context's, the record it fills dpbench.run.measured's, and the
+reduction of each epoch's steps dpbench.run.epochs'.
 """
 from __future__ import annotations
 
@@ -12,23 +13,23 @@ import os
 import time
 import traceback
 from contextlib import nullcontext, suppress
-from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from dpbench import results
 from dpbench.host import gpu_lease
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
-from dpbench.plan.skips import refused, skip_reason, world_mismatch
-from dpbench.plan.variants.spec import ALL_DEVICES_ONE_PROCESS, AUTOCAST
+from dpbench.plan.skips import refused, skip_reason
+from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.results.errors import error_text
-from dpbench.results.record import Record
-from dpbench.run import device_facts, measure, provenance, sharded
+from dpbench.run import measure, sharded
+from dpbench.run.context import Context
 from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.epochs import COMPILE_STEPS, EpochLog, close_epoch
 from dpbench.run.hooks import FaultInjection, StallGuard, WarmupProbes
+from dpbench.run.measured import Measured
 from dpbench.run.runlog import CHECKPOINT, log, since_launch
 from dpbench.run.variants import Variant
 from dpbench.run.waits import Waits
@@ -37,53 +38,6 @@ from dpbench.workloads.calls import map_tensors, model_output
 from dpbench.workloads.spec import build as spec_build
 
 EVAL_BATCH = 1000
-# The steps a torch.compile mode spends before it runs what it will run from then on: the
-# compilation (step 0), and in the modes that use CUDA graphs a warm-up run and the graph's
-# recording (steps 1 and 2; seen on an H200 as 47 and 8 ms against 6.7 ms replayed). They are
-# never timed and add up to the run's compile_s.
-COMPILE_STEPS = {"none": 0, "default": 1, "max-autotune-no-cudagraphs": 1, "reduce-overhead": 3,
-                 "max-autotune": 3}
-
-
-def uses_cuda(cfg: RunConfig) -> bool:
-    return cfg.device != "cpu" and torch.cuda.is_available()
-
-
-# -- the record -----------------------------------------------------------------------------------
-
-class Measured(Record):
-    """The record as the engine fills it (results.record.Record), with what only the engine
-    measures: the timed steps, the dataset's facts and what torch knows about the devices."""
-
-    def __init__(self, cfg: RunConfig, out: Path):
-        super().__init__(cfg, out, "cuda" if uses_cuda(cfg) else "cpu")
-        self.timed_ms: list[float] = []
-        self.timed_batches: list[int] = []
-        self.host_ms: list[float] = []   # warm-up steps issued from an idle device: the host's own time
-        self.dataset: dict | None = None
-        self.compile_s: float | None = None
-        self.unit, self.units_per_sample = "images", 1   # the workload's, once it is built
-        self.workload = registry.describe(cfg.workload)
-
-    def workload_sizes(self, spec) -> None:
-        """The built workload's sizes (a forward of one sample counts its FLOPs if the factory
-        did not give them) and the unit its throughput counts."""
-        sizes = spec.sizes()
-        self.unit, self.units_per_sample = spec.sample_unit, spec.units_per_sample
-        self.sizes = {"parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"],
-                      "flops_per_sample": sizes["flops_per_sample"], "sample_unit": spec.sample_unit}
-
-    def phase_done(self, phase: str) -> None:
-        """Mark the end of a start-up phase (results.STARTUP_PHASES), in seconds since the launch."""
-        if (t := since_launch()) is not None:
-            self.startup[phase] = round(t, 3)
-
-    def write(self, status: str, reason: str = "") -> dict:   # type: ignore[override]
-        return super().write(
-            status, reason, launch=provenance.launch_facts(self.hosts),
-            provenance=device_facts.collect(self.dataset, self.cfg),
-            throughput=dict(measure.throughput(self.timed_ms, self.timed_batches, self.unit,
-                                                self.units_per_sample, self.host_ms), compile_s=self.compile_s))
 
 
 class WorkloadSkip(Exception):
@@ -120,66 +74,6 @@ def unseen_lease(cfg: RunConfig) -> str | None:
     where = f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; torch sees {seen}"
     return f"{reason} ({where})"
 
-
-class Context:
-    """Process layout: the devices this process drives, and its place in a DDP group. A context
-    manager: the process group is opened on entry and closed on exit, whatever happened."""
-
-    def __init__(self, cfg: RunConfig, waits: Waits | None = None):
-        self.cfg, self.waits = cfg, waits or Waits()
-        self.distributed = "LOCAL_RANK" in os.environ
-        self.world = int(os.environ.get("WORLD_SIZE", 1))
-        self.rank = int(os.environ.get("RANK", 0))
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        if self.distributed and (mismatch := world_mismatch(cfg, self.world)):
-            raise ValueError(mismatch)
-        cuda = uses_cuda(cfg)
-        if variants.spec(cfg.variant).layout == ALL_DEVICES_ONE_PROCESS:
-            self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
-        elif cuda:   # rehearsed ranks share the visible GPU(s), round-robin
-            self.devices = [torch.device("cuda", local % torch.cuda.device_count() if cfg.rehearse else local)]
-        else:
-            self.devices = [torch.device("cpu")]
-        self.device = self.devices[0]
-
-    def __enter__(self) -> "Context":
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)   # before the process group: NCCL binds to it
-            cap = self.cfg.memory_cap_gib
-            # The same answer on any card (a largest-batch search). A fraction of the device for
-            # this process's allocator alone: rehearsed ranks sharing a GPU are capped each.
-            for d in self.devices if cap else ():
-                total = torch.cuda.get_device_properties(d).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), d)
-        if self.distributed:
-            # NCCL refuses two ranks on one GPU (ncclInvalidUsage): rehearsed ranks use gloo on CUDA tensors.
-            nccl = self.device.type == "cuda" and not self.cfg.rehearse
-            self.waits.at("process group set-up (init_process_group)")
-            # Every wait on a peer is bounded: a rank that never joins ends the run as a failure.
-            dist.init_process_group("nccl" if nccl else "gloo", device_id=self.device if nccl else None,
-                                    timeout=timedelta(seconds=self.cfg.collective_timeout_s))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.distributed and dist.is_initialized():
-            dist.destroy_process_group()
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
-        if self.distributed:
-            dist.all_reduce(t, op=op)
-        return t
-
-    def gather(self, obj):
-        """Every rank's object, on every rank (one item when not distributed)."""
-        if not self.distributed:
-            return [obj]
-        out = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
 
 
 def set_numerics(cfg: RunConfig) -> None:
@@ -375,10 +269,10 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                 except Exception:
                     if not ctx.distributed:   # keep the steps that completed (peers can't be reduced with)
                         with suppress(Exception):
-                            _close_epoch(cfg, ctx, rec, epoch, ep)
+                            close_epoch(cfg, ctx, rec, epoch, ep)
                     raise
                 stall.after_epoch()
-                _close_epoch(cfg, ctx, rec, epoch, ep)
+                close_epoch(cfg, ctx, rec, epoch, ep)
                 warn.drain()
                 if dataset is None and ctx.device.type == "cuda":   # drawn per epoch, so counted per epoch
                     data_mib = {0: max(data_mib[0], feed.resident_bytes / measure.MIB)}
@@ -400,58 +294,6 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
                 one_process = variant_spec.devices_per_process(cfg.gpus) > 1   # the data sits on each device
                 row["data_mib"] = data_mib.get(row["device"] if one_process else 0, 0.0)
 
-
-class EpochLog:
-    """One epoch's per-step values, kept on the device until the epoch ends."""
-
-    def __init__(self, clock: measure.StepClock):
-        self.clock, self.started = clock, time.perf_counter()
-        self.sums, self.reported, self.sizes, self.lrs = [], [], [], []
-        clock.mark()
-
-    def add(self, losses, n_global: int, lr: float) -> None:
-        self.clock.mark()
-        self.sums.append(losses.global_sum)
-        self.reported.append(losses.reported)
-        self.sizes.append(n_global)
-        self.lrs.append(lr)
-
-
-def _close_epoch(cfg, ctx, rec, epoch, ep: EpochLog) -> None:
-    """Reduce the epoch's per-step values once (no host sync inside the loop) and record them."""
-    sums, reported, sizes, lrs = ep.sums, ep.reported, ep.sizes, ep.lrs
-    if not sums:
-        return
-    step_ms = torch.tensor(ep.clock.step_ms(), dtype=torch.float64)
-    sums = ctx.all_reduce(torch.stack(sums).double())
-    # The slowest rank sets the pace of a synchronous step.
-    step_ms = ctx.all_reduce(step_ms.to(ctx.device), dist.ReduceOp.MAX).cpu().tolist()
-    loss_global = (sums.cpu() / torch.tensor(sizes, dtype=torch.float64)).tolist()
-    # A rank's reported loss is its part of the global one: what the ranks report together is the global.
-    ranked = variants.spec(cfg.variant).distributed
-    loss_reported = loss_global if ranked else torch.stack(reported).double().cpu().tolist()
-    first, timed_before = len(rec.steps), len(rec.timed_ms)
-    for i, n in enumerate(sizes):
-        step = first + i
-        rec.steps.append({"epoch": epoch + 1, "step": step, "loss_global": loss_global[i],
-                          "loss_reported": loss_reported[i], "lr": lrs[i], "step_ms": step_ms[i]})
-        # Timed: full global batches after the warm-up. An epoch's short last batch is a new
-        # shape (with cudnn.benchmark, a new round of autotuning) and would skew the rate. A
-        # compiled run's first steps compile (and record CUDA graphs): never timed, whatever
-        # the warm-up.
-        if step >= max(cfg.warmup_steps, COMPILE_STEPS[cfg.compile]) and n == cfg.global_batch:
-            rec.timed_ms.append(step_ms[i])
-            rec.timed_batches.append(n)
-    bad = [r["step"] for r in rec.steps[first:] if not math.isfinite(r["loss_global"])]
-    if bad:
-        raise FloatingPointError(f"loss became non-finite at step {bad[0]}")
-    if cfg.compile != "none" and first == 0:
-        rec.compile_s = sum(step_ms[:COMPILE_STEPS[cfg.compile]]) / 1e3
-    n_timed = len(rec.timed_ms) - timed_before
-    if n_timed:
-        ips = sum(rec.timed_batches[-n_timed:]) / (sum(rec.timed_ms[-n_timed:]) / 1e3)
-        log(f"epoch {epoch + 1}: {ips:.0f} images/s over its timed steps (device clock), "
-            f"loss {loss_global[-1]:.4f}")
 
 
 def preload() -> None:
