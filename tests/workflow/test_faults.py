@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from conftest import TINY, write_official_cifar
 from fakes import copy_workflow, run_snakemake
-from test_data import make_pack
+from run.test_data import make_pack
 
 from dpbench import results
 
