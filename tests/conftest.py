@@ -92,7 +92,7 @@ def fixture_results(tmp_path_factory):
 def snapshot():
     """check(name, text): text must equal tests/fixtures/snapshots/<name>. Rewrite the
     snapshots after a deliberate change of wording with
-    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/test_fixture_sets.py (and commit them)."""
+    DPBENCH_UPDATE_SNAPSHOTS=1 python -m pytest tests/workflow/test_fixture_sets.py (and commit them)."""
     def check(name: str, text: str) -> None:
         path = SNAPSHOTS / name
         if os.environ.get("DPBENCH_UPDATE_SNAPSHOTS") == "1":

@@ -113,7 +113,7 @@ def test_a_run_labelled_with_a_commit_whose_sources_it_did_not_run_is_refused(ch
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 FOLDERS = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir())
 FIELDS = ("**What.**", "**Command.**", "**Commit.**", "**Machine.**", "**Date.**")
 

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 from conftest import TINY, write_official_cifar
 from fakes import copy_workflow, run_snakemake
-from test_data import make_pack
+from run.test_data import make_pack
 
 from dpbench import results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 ENV = dict(os.environ, PYTHONPATH=f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            OMP_NUM_THREADS="1")

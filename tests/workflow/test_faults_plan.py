@@ -16,7 +16,7 @@ from dpbench import results as R
 from dpbench.analysis import collect
 from dpbench.plan import pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            OMP_NUM_THREADS="1")
 

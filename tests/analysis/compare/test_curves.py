@@ -14,7 +14,7 @@ from dpbench import results
 from dpbench.analysis.compare import curves
 from dpbench.analysis.compare.loss import common_steps, curve_matrix, curves_of
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE = Path(__file__).resolve().parents[3] / "results" / "reference"
 A, B = "h200-torch-2.11.0+cu130", "h200-aa2-torch-2.11.0+cu130"
 
 

@@ -831,7 +831,7 @@ def test_the_pipeline_passes_a_a_launches_to_compare():
 
     cfg = pipeline.load_experiment({"experiment": "smoke", "baseline": "A",
                                     "compare": {"noise_from": ["A", "A2"], "threshold": "0.03"}},
-                                   Path(__file__).parents[1])
+                                   Path(__file__).parents[3])
     parsed = compare_cli._parser().parse_args(shlex.split(pipeline.compare_args(cfg, "B")))
     assert parsed.noise_from == ["A", "A2"] and parsed.threshold == 0.03 and parsed.candidate == "B"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "results" / "reference"
 ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
 BASELINE, CANDIDATE = "cpu_check-torch-2.13.0+cpu", "cpu_check-torch-2.14.1+cu130"

@@ -18,7 +18,7 @@ from fakes import copy_workflow, run_snakemake
 from dpbench import results
 from dpbench.plan import pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            OMP_NUM_THREADS="1")
 ENV.pop("DPBENCH_FAULT", None)

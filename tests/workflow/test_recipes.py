@@ -12,7 +12,7 @@ from fakes import copy_workflow, run_snakemake
 
 from dpbench.plan import pipeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ROOT / "experiments" / "recipes" / "fast.yaml"
 
 

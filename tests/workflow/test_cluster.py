@@ -27,7 +27,7 @@ from dpbench.host import gpu_lease
 from dpbench.plan.matrix import Plan
 from dpbench.plan.pipeline import load_experiment
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCAL_SLURM = REPO.parent / "shared" / "tools" / "local_slurm.sh"
 FAKE_GPUS = 2
 

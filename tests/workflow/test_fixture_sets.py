@@ -19,7 +19,7 @@ from dpbench import results
 from dpbench.report import plots, summarize
 from dpbench.report.figstyle import save, style
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 H200 = "h200-torch-2.11.0+cu130"                                          # fixture "gpu"
 # fixture "cpu": two torch versions on one CPU host, and the A/A launches of the first
 CPU_BASE, CPU_CAND = "cpu_check-aa1-torch-2.13.0+cpu", "cpu_check-aa1-torch-2.14.1+cu130"

@@ -15,7 +15,7 @@ from dpbench import results
 from dpbench.run.check_workload import main as check_main
 from dpbench.workloads.calls import OutputError, output_tensor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One model, its inputs and outputs in every form: the same numbers whichever form is asked for.
 FACTORY = '''

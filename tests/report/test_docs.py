@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # [text](target) and ![alt](target); the target ends at whitespace or ")".
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -57,7 +57,7 @@ def test_a_planted_edit_of_a_rendered_number_is_caught(tmp_path):
     import shutil
 
     from dpbench.report import docs_render
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     (tmp_path / "docs").mkdir()
     shutil.copytree(root / "docs" / "templates", tmp_path / "docs" / "templates")
     for page in ("findings.md", "sharding.md", "advise.md"):

@@ -24,8 +24,8 @@ from dpbench.claims.records import ProbeRecord
 from dpbench.plan import pipeline
 from dpbench.results import reference
 
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
-ARCHIVE_GROUPS = Path(__file__).resolve().parent / "fixtures" / "archive"
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+ARCHIVE_GROUPS = Path(__file__).resolve().parents[1] / "fixtures" / "archive"
 NAMES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir() and p.name != results.COMPARE_DIR)
 RUN_SETS = [n for n in NAMES if (REFERENCE / n / "runs").is_dir()]
 TABLE_SETS = [n for n in NAMES if (REFERENCE / n / "summary.csv").is_file()]

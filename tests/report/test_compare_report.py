@@ -12,7 +12,7 @@ from dpbench.analysis.compare import one_launch
 from dpbench.analysis.compare.thresholds import Thresholds
 from dpbench.report import compare_report
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_shown_centres_make_the_change_the_test_judges():

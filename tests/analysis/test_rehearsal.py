@@ -316,7 +316,7 @@ def test_the_device_script_runs_its_tiny_part_on_the_cpu(tmp_path):
     tables, figures and C9's text, at most 8 files under OUT; --combine redraws from the tar."""
     import subprocess
     import sys
-    script = str(Path(__file__).resolve().parents[1] / "tools" / "device" / "rehearse.py")
+    script = str(Path(__file__).resolve().parents[2] / "tools" / "device" / "rehearse.py")
     done = subprocess.run([sys.executable, script, "--part", "1", "--tiny", "--out", str(tmp_path / "out"),
                            "--work", str(tmp_path / "work")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -133,7 +133,7 @@ def test_summary_headline_names_what_its_intervals_cover():
     from pathlib import Path
 
     from dpbench.report.summarize import render_summary
-    ref = Path(__file__).resolve().parents[1] / "results" / "reference"
+    ref = Path(__file__).resolve().parents[2] / "results" / "reference"
     tag = "h200-torch-2.11.0+cu130"
     alone = render_summary(ref, tag)
     assert "75% CI of this launch" in alone and "across" not in alone

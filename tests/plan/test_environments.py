@@ -16,7 +16,7 @@ from plan.test_planning import BLOCKER   # the torch blocker of the torch-free p
 from dpbench.plan import environments as envs
 from dpbench.plan import pipeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fake_python(folder: Path, version: str) -> str:

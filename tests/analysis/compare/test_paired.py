@@ -132,7 +132,7 @@ def test_equivalence_on_a_committed_paired_launch():
     from pathlib import Path
 
     from dpbench.analysis.compare import one_launch
-    root = Path(__file__).resolve().parents[1] / "results" / "reference"
+    root = Path(__file__).resolve().parents[3] / "results" / "reference"
     rs = one_launch.load_paired(root, "h200-paired-slow-ddp-d5e46b6")
     same = paired_throughput(one_launch.samples(rs, "base", "same"), "base", "same")
     assert all(c.within and c.verdict == "no change" for c in same.cells) and same.launch.within

@@ -17,7 +17,7 @@ from dpbench import results
 from dpbench.plan import pipeline
 from dpbench.plan.config import RunConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LM = {"name": "transformer-lm", "args": {"width": 16, "layers": 1, "heads": 2, "seq_len": 8, "vocab": 64}}
 
 

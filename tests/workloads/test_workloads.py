@@ -17,7 +17,7 @@ from dpbench.run.check_workload import main as check_main
 from dpbench.workloads.registry import WorkloadError
 from dpbench.workloads.spec import build as spec_build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 
 TINY_LM = {"width": 32, "layers": 2, "heads": 4, "seq_len": 16, "vocab": 50}
