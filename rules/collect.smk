@@ -5,7 +5,7 @@ rule collect:
         runs=[str(RS.metrics_path(run_id)) for run_id in sorted(PLAN.runs)],
         # the set's experiment and config: a damaged run's "rerun it" names them (plan.json's `given`).
         # Not ancient(): with ancient(), a plan.json that must be rewritten (a changed config) left
-        # collect, and with it the training, out of Snakemake 9.27's DAG (tests/test_stopping.py).
+        # collect, and with it the training, out of Snakemake 9.27's DAG (tests/workflow/test_stopping.py).
         plan=str(RS.plan_path),
     output:
         *TABLES.values(),

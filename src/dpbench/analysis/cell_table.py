@@ -67,7 +67,7 @@ def reference_batch(kind: str, global_batch: float, per_gpu_batch: float) -> flo
 
 def reference_text(kind: str, batch: float | None) -> str:
     """The single runs a ratio compares with: a value of medians.csv's reference column (frozen
-    by tests/test_fixture_sets.py), so still written here."""
+    by tests/workflow/test_fixture_sets.py), so still written here."""
     if batch is None:
         return ""
     return f"single at global batch {value_text(batch)}" + (" (the per-GPU batch)" if kind == WEAK else "")

@@ -53,7 +53,7 @@ def digest(files: dict[str, bytes]) -> str:
 
 def source_digest(root: Path | None = None) -> str | None:
     """The digest of the source files as they are on disk: what a commit named by DPBENCH_GIT_SHA
-    can be checked against later (tests/test_archive.py), where that commit's files are
+    can be checked against later (tests/results/test_archive.py), where that commit's files are
     known. None outside a checkout (an installed package has no Snakefile beside it)."""
     root = root or PROJECT
     if not (root / "Snakefile").is_file():
