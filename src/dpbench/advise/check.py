@@ -11,10 +11,6 @@ advice was wrong for that card.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
 from typing import Any
 
 from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
@@ -22,6 +18,7 @@ from dpbench.advise.rank import speed
 from dpbench.advise.recommend import Advice
 from dpbench.analysis.memory_model import MIB, is_number, predicted_bytes
 from dpbench.report.markdown import md_table
+from dpbench.run.launch import record_of_fresh_run
 
 RUNNERS_UP = 2
 TIMEOUT_S = 300
@@ -83,15 +80,7 @@ def run_config(workload: Any, setup: Setup, gpus: int, batch: int, precision: st
 
 def launch(cfg: dict[str, Any]) -> dict[str, Any]:
     """A dpbench run in a fresh process; its record (a failed one where it left none)."""
-    from dpbench.results import read_metrics
-    with tempfile.TemporaryDirectory(prefix="advise-") as tmp:
-        cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return {"status": "failed", "reason": f"timed out after {TIMEOUT_S} s"}
-        tail = " / ".join(proc.stderr.strip().splitlines()[-2:])
-        return read_metrics(tmp) or {"status": "failed", "reason": f"no record (exit code {proc.returncode}): {tail}"}
+    return record_of_fresh_run(cfg, TIMEOUT_S, prefix="advise-")
 
 
 def _rel(measured: Any, predicted: Any) -> float | None:

@@ -32,6 +32,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -211,6 +212,20 @@ def train_here(cfg: RunConfig, out: Path) -> int:
     # run or of torchrun's ranks never needs (seconds each); the engine never imports this module.
     from dpbench.run.engine import run_process
     return run_process(cfg, out)
+
+
+def record_of_fresh_run(cfg: dict, timeout_s: float, prefix: str = "dpbench-") -> dict:
+    """One run through this launcher in a fresh process (its own CUDA context and allocator),
+    in a temporary folder: its record, or a failed one naming why there is none."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"status": results.STATUS_FAILED, "reason": f"timed out after {timeout_s:g} s"}
+        tail = " / ".join(proc.stderr.strip().splitlines()[-2:])
+        return results.read_metrics(tmp) or {"status": results.STATUS_FAILED,
+                                             "reason": f"no record (exit code {proc.returncode}): {tail}"}
 
 
 def parse_config(text: str) -> RunConfig:

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -34,7 +31,8 @@ from dpbench.claims.c9.verdict import BASELINE, CONDITIONS_ID, SHARDED, row_id, 
 from dpbench.claims.common import gpus_visible, record
 from dpbench.claims.records import obs
 from dpbench.report.markdown import md_table
-from dpbench.results import LARGEST_BATCH_COLUMNS, STATUS_FAILED, STATUS_OK, read_metrics
+from dpbench.results import LARGEST_BATCH_COLUMNS, STATUS_FAILED, STATUS_OK
+from dpbench.run.launch import record_of_fresh_run
 from dpbench.run.provenance import nvidia_smi_topology
 from dpbench.workloads.transformer_lm import parameter_count
 
@@ -99,15 +97,7 @@ def run_config(variant: str, gpus: int, size: tuple[int, int], batch: int, cap_g
 
 def launch(cfg: dict[str, Any]) -> dict[str, Any]:
     """A dpbench run in a fresh process; its record (a failed one where it left none)."""
-    with tempfile.TemporaryDirectory(prefix="c9-") as tmp:
-        cmd = [sys.executable, "-m", "dpbench.run.launch", "--config", json.dumps(cfg), "--out", tmp]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TRIAL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return {"status": STATUS_FAILED, "reason": f"timed out after {TRIAL_TIMEOUT_S} s"}
-        rec = read_metrics(tmp)
-        tail = " / ".join(proc.stderr.strip().splitlines()[-2:])
-        return rec or {"status": STATUS_FAILED, "reason": f"no record (exit code {proc.returncode}): {tail}"}
+    return record_of_fresh_run(cfg, TRIAL_TIMEOUT_S, prefix="c9-")
 
 
 def search_row(variant: str, gpus: int, size: tuple[int, int], cap_gib: float, precision: str = "fp32",
