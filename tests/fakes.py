@@ -25,6 +25,7 @@ The workflow in a temporary folder, for the tests that run the real Snakemake:
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -368,3 +369,20 @@ def overlapping_texts(fig) -> list:
             if own_a != own_b and box_a.overlaps(box_b):
                 bad.append((a, b))
     return bad
+
+
+def pids_naming(marker: str) -> list[int]:
+    """Live processes (not zombies) whose command line names `marker` (a run's out folder): its
+    launcher, torchrun and the ranks."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmd and state not in ("Z", "X"):
+            pids.append(int(proc.name))
+    return pids

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY, write_official_cifar
-from fakes import copy_workflow, run_snakemake
+from fakes import copy_workflow, pids_naming, run_snakemake
 from run.test_data import make_pack
 
 from dpbench import results
@@ -487,23 +487,6 @@ def test_killing_snakemake_stops_its_training_processes(workflow):
 
 # == item: a run stops with whatever started it, however it was started (issue 28, row 1) =====
 
-def _pids_naming(marker: str) -> list[int]:
-    """Live processes whose command line names `marker` (a run's out folder): its launcher,
-    torchrun and the ranks."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state not in ("Z", "X"):
-            pids.append(int(proc.name))
-    return pids
-
-
 def _kill_all(pids: list[int]) -> None:
     for pid in pids:   # only the processes this test started
         try:
@@ -525,7 +508,7 @@ def _detached_starter(cmd: list[str], tmp_path: Path) -> int:
 
 def _wait_gone(marker: str, seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
-    while (left := _pids_naming(marker)) and time.monotonic() < deadline:
+    while (left := pids_naming(marker)) and time.monotonic() < deadline:
         time.sleep(0.3)
     return left
 
@@ -540,15 +523,15 @@ def test_a_watchdog_stops_a_run_that_is_its_starters_direct_child(tmp_path):
     starter = _detached_starter([sys.executable, "-c", child], tmp_path)
     try:
         deadline = time.monotonic() + 30
-        while not _pids_naming(marker) and time.monotonic() < deadline:
+        while not pids_naming(marker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _pids_naming(marker), "the run never started"
+        assert pids_naming(marker), "the run never started"
         time.sleep(1.0)   # the run is up and watching
-        assert _pids_naming(marker)
+        assert pids_naming(marker)
         os.kill(starter, signal.SIGKILL)
         assert not _wait_gone(marker, 15), "the run outlived the process that started it"
     finally:
-        _kill_all([starter, *_pids_naming(marker)])
+        _kill_all([starter, *pids_naming(marker)])
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
@@ -597,7 +580,7 @@ def test_killing_the_direct_starter_of_a_ddp_run_stops_torchrun_and_its_ranks(tm
         assert rec["status"] == "failed"
         assert f"pid {starter}" in rec["reason"] and "gone" in rec["reason"], rec["reason"]
     finally:
-        _kill_all([starter, *_pids_naming(marker)])
+        _kill_all([starter, *pids_naming(marker)])
 
 
 # == item: one rank's line per line of the log (issue 28, row 10) ===========================

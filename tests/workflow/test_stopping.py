@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes import copy_workflow, run_snakemake
+from fakes import copy_workflow, pids_naming, run_snakemake
 
 from dpbench import results
 from dpbench.plan import pipeline
@@ -58,21 +58,6 @@ def wait_training(log: Path, snk: subprocess.Popen, out: Path, seconds: float = 
         time.sleep(0.5)
     raise AssertionError(f"the run never started training:\n{out.read_text()[-TAIL:]}\n"
                          f"{log.read_text()[-TAIL:] if log.exists() else ''}")
-
-
-def pids_naming(marker: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker in cmd and state not in ("Z", "X"):
-            found.append(int(proc.name))
-    return found
 
 
 def kill_left(snk: subprocess.Popen, marker: str) -> None:
