@@ -24,7 +24,9 @@ from dpbench.results.files import write_json
 
 # Config keys that do not make a different setup: the run's identity, its batch (what strong and
 # weak scaling vary) and DistributedDataParallel's and the sharded variants' knobs, which single
-# runs ignore.
+# runs ignore. Written out, not asked of the variant registry (plan.variants' setup_neutral_keys,
+# which sits above this layer): the setup ids of committed records hash with this set, so it is
+# part of the record format and changes only with a format version.
 NOT_SETUP = {"variant", "gpus", "repeat", "seed", "options", "global_batch", "per_gpu_batch",
              "bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "broadcast_buffers", "find_unused_parameters",
              "reshard_after_forward", "hsdp_shard_size", "collective_timeout_s", "max_cpu_ranks"}
