@@ -102,6 +102,7 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     cfg = _config(workload, precision, device)
+    engine.set_numerics(cfg)   # TF32 as a run sets it: without it an fp32 probe times other kernels
     rank = _Rank(cfg, device, checkpoint=False)
     rows = [rank.profiled(b) for b in batches]
     b1, b2 = batches
