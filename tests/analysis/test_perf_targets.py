@@ -276,11 +276,14 @@ def _snakemake_log(runs: int, seconds: float | None = 441, done: int | None = No
 
 
 def _default_set(tmp_path, drop: int = 0, provenance: dict = TWO_H200, log: str | None = "logs",
-                 **log_args) -> Path:
+                 plan_doc: dict | None = None, **log_args) -> Path:
     """The default experiment as planned on 2 GPUs, every run recorded (those on 3 and 4 GPUs as
-    skipped), with its Snakemake log kept in logs/ (or packed, or nowhere)."""
+    skipped), with its Snakemake log kept in logs/ (or packed, or nowhere), and its plan.json
+    where given (the plan's document with these keys changed)."""
     plan = _plan(experiment_time.DEFAULT_EXPERIMENT, 2)
     rs = results.ResultSet(tmp_path, "default")
+    if plan_doc is not None:
+        results.write_json(rs.plan_path, {**plan.document(), **plan_doc})
     for rid, rc in sorted(plan.runs.items())[drop:]:
         skipped = plan.skipped(rc)
         write_fake_run(rs.runs_dir, variant=rc.variant, gpus=rc.gpus, repeat=rc.repeat, options=rc.options,
@@ -318,6 +321,35 @@ def test_the_default_experiments_time_is_not_measured_without_its_evidence(tmp_p
     row = experiment_time.default_experiment_row(_default_set(tmp_path, **change))
     assert row["measured"] is None and row["outcome"] == "not measured"
     assert row["verdict"].startswith(f"not measured ({why}"), row["verdict"]
+
+
+@pytest.mark.parametrize("plan_doc,measured", [
+    ({}, True),
+    ({"given": {"experiment": experiment_time.DEFAULT_EXPERIMENT, "tag": "default", "gpus_available": 2}}, True),
+    ({"experiment": "perf"}, False),
+    ({"gpus_planned": 4}, False),
+    ({"given": {"experiment": experiment_time.DEFAULT_EXPERIMENT, "repeats": 1}}, False),
+])
+def test_a_set_with_its_plan_is_judged_by_that_plan(tmp_path, plan_doc, measured):
+    """A set that keeps plan.json is the default experiment as that plan planned it (its
+    experiment, its GPUs, nothing given that changes its runs), not as the checkout plans now."""
+    row = experiment_time.default_experiment_row(_default_set(tmp_path, plan_doc=plan_doc))
+    assert (row["outcome"] == "pass") is measured and (row["measured"] is not None) is measured, row["verdict"]
+    assert experiment_time.not_the_default_experiment(_default_set(tmp_path / "all", plan_doc=plan_doc))[1] == 69
+
+
+def test_a_set_is_judged_by_the_runs_its_plan_lists(tmp_path):
+    """The runs the set's plan.json lists are the ones it must hold, with the configs it gives."""
+    folder = _default_set(tmp_path, plan_doc={})
+    plan = json.loads(results.ResultSet.at(folder).plan_path.read_text())
+    rid = sorted(plan["runs"])[0]
+    one_less = {**plan, "runs": {k: v for k, v in plan["runs"].items() if k != rid}}
+    results.write_json(results.ResultSet.at(folder).plan_path, one_less)
+    assert experiment_time.not_the_default_experiment(folder)[1] == 68
+    changed = {**plan, "runs": {**plan["runs"], rid: {**plan["runs"][rid], "lr": 0.5}}}
+    results.write_json(results.ResultSet.at(folder).plan_path, changed)
+    why, runs = experiment_time.not_the_default_experiment(folder)
+    assert runs == 69 and why is not None and rid in why
 
 
 def test_the_perf_set_is_not_the_default_experiment(tmp_path):

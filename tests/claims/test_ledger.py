@@ -12,9 +12,11 @@ from dpbench.claims.c5 import text as c5_text
 from dpbench.claims.c6 import text as c6_text
 from dpbench.claims.c7 import text as c7_text
 from dpbench.claims.figures import DRAW
+from dpbench.claims.ledger import Evidence, build_sections
 from dpbench.claims.records import ProbeRecord
+from dpbench.plan.matrix import read_identities
 
-from claims.planted import CROSSING, RAN_ON_GPU, fake_gpu_probes, FakeTag, gpu_tag, evidence, ledger
+from claims.planted import CROSSING, PLANNED, RAN_ON_GPU, fake_gpu_probes, FakeTag, gpu_tag, evidence, ledger
 
 
 def fake_cpu_probes():
@@ -108,3 +110,28 @@ def test_ledger_on_cpu_says_what_was_not_measured_and_why(tmp_path):
     assert "**Not measured here:** needs 2 GPUs (found 0)" in md
     for key in DRAW:   # every figure written, saying why where nothing was measured
         assert results.ResultSet(tmp_path, "t").claim_figure_path(key).exists()
+
+
+def _with_runs_csv(tmp_path, tag):
+    """The planted set as collect writes it now: runs.csv beside summary.csv, each run with the
+    cell id and group plan.json gave it."""
+    tag.write(tmp_path, "t", fake_gpu_probes())
+    identities = read_identities(PLANNED)
+    rows = [{**row, "cell_id": identities[row["run_id"]].cell_id, "group": identities[row["run_id"]].group}
+            for row in tag.summary]
+    results.write_csv(results.ResultSet(tmp_path, "t").table_path("runs"), results.TABLES["runs"], rows)
+    return Evidence(tmp_path, "t", PLANNED)
+
+
+def test_a_groups_runs_are_its_cells_where_runs_csv_carries_them(tmp_path):
+    """c8_fp32_b2048 and c1_out10 share an options label: by label the C8 group also finds C1's
+    dp_sum runs; by the plan's cell ids only its own."""
+    by_label = evidence(tmp_path / "label", gpu_tag())
+    by_cell = _with_runs_csv(tmp_path / "cell", gpu_tag())
+    assert "cell_id" not in by_label.tables["summary"] and "cell_id" in by_cell.tables["summary"]
+    c8_variants = set(PLANNED["groups"][[g["name"] for g in PLANNED["groups"]].index("c8_fp32_b2048")]["variants"])
+    assert set(by_label.runs_of(["c8_fp32_b2048"])["variant"]) == c8_variants | {"dp_sum"}
+    assert set(by_cell.runs_of(["c8_fp32_b2048"])["variant"]) == c8_variants
+    assert set(by_cell.runs_of(["c8_fp32_b2048"])["cell_id"]) <= by_cell.group_cells["c8_fp32_b2048"]
+    verdicts = [{s.id: (s.verdict, s.data) for s in build_sections(ev)} for ev in (by_label, by_cell)]
+    assert verdicts[0] == verdicts[1]

@@ -2,9 +2,10 @@
 
 Within a result set a cell is the plan's `cell_id` (results.identity: the run id less its
 repeat), which runs.csv and cells.csv carry; the summary, the figures and the perf targets
-find a cell by it. CELL_KEY (variant, gpus, options label) is the same cell spelled by its
-settings, for what compares cells across two sets whose records may predate the cell id
-(compare) and for the cell statistics' grouping (tables.cells): the options label holds every
+find a cell by it, and compare pairs two sets' cells by it where both carry it. CELL_KEY
+(variant, gpus, options label) is the same cell spelled by its settings: what a row shows of its
+cell, compare's key for sets collected before runs.csv (compare.loading.key_cells), and the
+cell statistics' grouping (tables.cells): the options label holds every
 swept setting and the workload wherever the experiment set it, so across sets two models are
 never one cell. CELL_FACTS follow from that key (the setup, how the batch was planned, the
 batch sizes); cells.csv carries them as columns.

@@ -1,14 +1,16 @@
-"""The perf targets' last row: the whole default experiment (the one config.yaml names), as
-planned now, on DEFAULT_GPUS GPUs within DEFAULT_MINUTES, judged on a result set given for it.
+"""The perf targets' last row: the whole default experiment (the one config.yaml names) on
+DEFAULT_GPUS GPUs within DEFAULT_MINUTES, judged on a result set given for it.
 
-The set must hold the default experiment's runs as planned now, on that many GPUs, none failed,
-and keep the Snakemake log of the commands that made them (logs/snakemake.log: the last
-invocation that made every run, and any that continued it after a time limit). The records
-hold each run's own wall time but no start or end, so the whole experiment's time is only in
-that log.
+The set must be the default experiment as its own plan.json planned it (that experiment, on
+that many GPUs, nothing given that changes its runs), hold every run of that plan with the
+config the plan gave it, none failed, and keep the Snakemake log of the commands that made them
+(logs/snakemake.log: the last invocation that made every run, and any that continued it after a
+time limit). The records hold each run's own wall time but no start or end, so the whole
+experiment's time is only in that log.
 """
 from __future__ import annotations
 
+import json
 import re
 import tarfile
 from pathlib import Path
@@ -19,8 +21,10 @@ from dpbench import results
 from dpbench.analysis import options
 from dpbench.analysis.perf_targets import NOT_MEASURED, run_defaults
 from dpbench.host.source import PROJECT
+from dpbench.plan import pipeline
+from dpbench.plan.matrix import planned_runs
 
-# The default experiment, as planned now, on this many GPUs within this many minutes.
+# The default experiment on this many GPUs within this many minutes.
 DEFAULT_EXPERIMENT = yaml.safe_load((PROJECT / "config.yaml").read_text())["experiment"]
 DEFAULT_GPUS, DEFAULT_MINUTES = 2, 15
 WALL_TARGET = f"the whole default experiment ({DEFAULT_EXPERIMENT}) on {DEFAULT_GPUS} GPUs (min)"
@@ -29,19 +33,64 @@ WALL_TARGET = f"the whole default experiment ({DEFAULT_EXPERIMENT}) on {DEFAULT_
 # logs.tar.gz), or pipeline.log beside the tables (how the first 2-GPU reference kept it).
 SNAKEMAKE_LOG = "snakemake"
 LEGACY_LOG = "pipeline.log"
+# Config keys a set's plan.json may have been given without changing which runs it planned or
+# how they train: its name, where it is written, how many GPUs it is planned for (checked
+# apart), and what the pipeline does after the runs. Any other key given (repeats, variants,
+# gpus, train, matrix, ...) makes the set another experiment than the default.
+LEAVES_THE_RUNS = {"experiment", "tag", "results_dir", "gpus_available", "fail_on_failed_runs",
+                   "compare", "paired", "baseline", "candidate"}
 
 
-def not_the_default_experiment(folder: Path) -> tuple[str | None, int]:
-    """(why the result set is not the default experiment as planned now on DEFAULT_GPUS GPUs,
-    or None when it is: its runs and their configs, none failed, the GPUs they saw; the
-    number of runs the plan holds)."""
-    from dpbench.plan import pipeline
-    rs = results.ResultSet.at(folder)
+def _as_its_plan_says(rs: results.ResultSet) -> tuple[str | None, dict[str, dict]]:
+    """(why the set's own plan.json is not the default experiment on DEFAULT_GPUS GPUs, or None;
+    the runs it planned: run id -> config as they train)."""
+    try:
+        doc = json.loads(rs.plan_path.read_text())
+        planned = {rid: rc.to_dict() for rid, rc in planned_runs(doc).items()}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its {rs.plan_path.name} cannot be read ({type(exc).__name__}: {exc})", {}
+    give_it = "give the default experiment's result set with --default-experiment"
+    if doc.get("experiment") != DEFAULT_EXPERIMENT:
+        return (f"{rs.tag} is the {doc.get('experiment')} experiment, not the default "
+                f"({DEFAULT_EXPERIMENT}); {give_it}"), planned
+    gpus = doc.get("gpus_planned")
+    if gpus != DEFAULT_GPUS:
+        return f"{rs.tag} was planned for {options.gpus_label(gpus or 0)}; the target is for {DEFAULT_GPUS}", planned
+    # a plan.json written before plans kept what they were given says nothing here: its runs
+    # are still checked against the records below
+    changed = sorted(set(doc.get("given") or {}) - LEAVES_THE_RUNS)
+    if changed:
+        return (f"{rs.tag} is the default experiment with {', '.join(changed)} given, not the whole "
+                f"of it; {give_it}"), planned
+    return None, planned
+
+
+def _as_planned_now(rs: results.ResultSet) -> tuple[str | None, dict[str, dict]]:
+    """(why the default experiment cannot be planned here, or None; its runs as the checkout
+    plans them now on DEFAULT_GPUS GPUs: run id -> config as they train)."""
     try:
         planned = pipeline.make_plan(pipeline.load_experiment(
             {"experiment": DEFAULT_EXPERIMENT, "gpus_available": DEFAULT_GPUS}, PROJECT)).runs
     except (pipeline.ConfigError, ImportError, OSError, ValueError) as exc:
-        return f"the default experiment cannot be planned here: {exc}", 0
+        return f"the default experiment cannot be planned here: {exc}", {}
+    return None, {rid: rc.to_dict() for rid, rc in planned.items()}
+
+
+def not_the_default_experiment(folder: Path) -> tuple[str | None, int]:
+    """(why the result set is not the whole default experiment on DEFAULT_GPUS GPUs, or None
+    when it is: its runs and their configs as planned, none failed, the GPUs they saw; the
+    number of runs the plan holds)."""
+    rs = results.ResultSet.at(folder)
+    if rs.plan_path.is_file():
+        why, planned = _as_its_plan_says(rs)
+        as_planned, plan_says = "as its plan.json planned it", "its plan.json says"
+    else:
+        # Older committed sets keep no plan.json: the checkout plans the default experiment again
+        # and the set is judged against that (as every set was before plans were kept).
+        why, planned = _as_planned_now(rs)
+        as_planned, plan_says = "as planned now", "the plan now says"
+    if why:
+        return why, len(planned)
     found = list(results.iter_runs(rs.runs_dir, damaged=True))
     damaged = [rec.run_id for rec, _ in found if isinstance(rec, results.DamagedRecord)]
     if damaged:
@@ -52,16 +101,16 @@ def not_the_default_experiment(folder: Path) -> tuple[str | None, int]:
         return (f"{rs.tag} holds none of the default experiment's {len(planned)} runs; give its "
                 f"result set with --default-experiment"), len(planned)
     if missing or extra:
-        return (f"{rs.tag} is not the default experiment as planned now: " + "; ".join(
+        return (f"{rs.tag} is not the default experiment {as_planned}: " + "; ".join(
             f"{len(ids)} {what} (e.g. {ids[0]})" for ids, what in (
                 (missing, f"of its {len(planned)} runs missing"), (extra, "runs not in it")) if ids)), len(planned)
     defaults = run_defaults()
-    for rid, rc in planned.items():
-        plan, ran = rc.to_dict(), {**defaults, **(records[rid].get("config") or {})}
+    for rid, plan in planned.items():
+        ran = {**defaults, **(records[rid].get("config") or {})}
         differ = sorted(k for k, v in plan.items() if ran.get(k) != v)
         if differ:
             k = differ[0]
-            return f"run {rid} ran with {k}={ran.get(k)!r}, the plan now says {plan[k]!r}", len(planned)
+            return f"run {rid} ran with {k}={ran.get(k)!r}, {plan_says} {plan[k]!r}", len(planned)
     failed = sorted(rid for rid, rec in records.items() if rec.get("status") == results.STATUS_FAILED)
     if failed:
         return (f"{len(failed)} of its runs failed (e.g. {failed[0]}): its time is not the whole "

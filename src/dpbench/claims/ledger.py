@@ -3,8 +3,10 @@
     python -m dpbench.claims.ledger --results-dir results --tag TAG [--plan results/TAG/plan.json]
 
 Each verdict is computed from the evidence (each claim's cN/verdict.py and text.py, found through
-dpbench.claims.registry), never copied from a table of expectations. Runs are found by (variant, gpus, options label) of the
-experiment's groups; a claim whose runs are absent says why, quoting the skip reasons.
+dpbench.claims.registry), never copied from a table of expectations. A group's runs are the rows of
+runs.csv whose cell_id is one the plan gave the group's runs (an older set without runs.csv: the
+summary.csv rows with the group's options label); a claim whose runs are absent says why, quoting
+the skip reasons.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dpbench.claims import figures as claim_figures
 from dpbench.claims.records import Finding, ProbeRecord, Section
 from dpbench.claims.registry import REGISTRY
 from dpbench.claims.settings import claim_groups
-from dpbench.plan.matrix import read_plan
+from dpbench.plan.matrix import read_identities, read_plan
 from dpbench.report.markdown import md_table
 
 # Claim -> stems of results.FIGURE_NAMES drawn over the whole tag that show its evidence
@@ -35,13 +37,24 @@ def _table(rs: results.ResultSet, name: str) -> pd.DataFrame:
     return rs.table(name)
 
 
+def _runs_table(rs: results.ResultSet) -> pd.DataFrame:
+    """A row a run: runs.csv, with the cell id its plan gave each run, where collect wrote it;
+    else summary.csv (a set collected before runs.csv existed), whose rows carry no cell id."""
+    return rs.table("runs") if rs.table_path("runs").exists() else _table(rs, "summary")
+
+
 class Evidence:
     """Everything a verdict may look at, for one tag."""
 
     def __init__(self, results_dir: Path | str, tag: str, experiment_path: Path | str):
         self.rs = results.ResultSet(results_dir, tag)
         self.groups = read_plan(experiment_path)
-        self.tables = {name: _table(self.rs, name) for name in ("summary", "memory", "steps", "warnings")}
+        identities = read_identities(experiment_path)
+        # each group's cells: the cell ids the plan gave the group's runs
+        self.group_cells = {name: {identities[rid].cell_id for rid in group["runs"]}
+                            for name, group in self.groups.items()}
+        self.tables = {name: _table(self.rs, name) for name in ("memory", "steps", "warnings")}
+        self.tables["summary"] = _runs_table(self.rs)
         self.provenance = self.rs.provenance() if self.rs.provenance_path.exists() else {}
         self.probes = {cid: ProbeRecord.from_json(results.read_json(path))
                        for cid, path in self.rs.probe_paths().items()}
@@ -76,10 +89,18 @@ class Evidence:
         """The experiment's groups for a claim (settings.claim_groups)."""
         return claim_groups(self.groups, cid)
 
+    def runs_of(self, groups: list[str]) -> pd.DataFrame:
+        """The runs of these groups, whatever their status: by the cell ids the plan gave them,
+        or, in a set without cell ids (no runs.csv), by the groups' options labels."""
+        s = self.tables["summary"]
+        if "cell_id" in s.columns:
+            return s[s["cell_id"].isin(set().union(*(self.group_cells[g] for g in groups)))]
+        return s[s["options"].isin({self.groups[g]["label"] for g in groups})]
+
     def rows(self, group: str, variant: str | None = None, gpus: int | None = None) -> pd.DataFrame:
-        """The group's ok runs in summary.csv, optionally of one variant and GPU count."""
-        df = self.tables["summary"]
-        df = df[(df["options"] == self.groups[group]["label"]) & (df["status"] == results.STATUS_OK)]
+        """The group's ok runs, optionally of one variant and GPU count."""
+        df = self.runs_of([group])
+        df = df[df["status"] == results.STATUS_OK]
         if variant is not None:
             df = df[df["variant"] == variant]
         if gpus is not None:
@@ -96,12 +117,12 @@ class Evidence:
     def not_run(self, needed: int, groups: list[str]) -> str:
         """`not run here: needs N GPUs (found M)`, plus the engine's own reasons for its runs."""
         found = self.gpus_found()
-        s = self.tables["summary"]
-        mine = s[s["options"].isin({self.groups[g]["label"] for g in groups})]
+        mine = self.runs_of(groups)
         not_ok = mine[mine["status"] != results.STATUS_OK]
         parts = [needs_text(needed, found)] if found < needed else []
         if mine.empty:
-            parts.append(f"summary.csv has no runs of {', '.join(groups) or 'any group for this claim'}")
+            table = self.rs.table_path("runs" if "cell_id" in self.tables["summary"].columns else "summary").name
+            parts.append(f"{table} has no runs of {', '.join(groups) or 'any group for this claim'}")
         elif len(not_ok):
             reasons = sorted({f"{r.status}: {r.reason}" for r in not_ok.itertuples()})
             parts.append(f"{len(not_ok)} runs {'/'.join(sorted(set(not_ok['status'])))}, e.g. "

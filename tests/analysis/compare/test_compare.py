@@ -906,3 +906,38 @@ def test_compare_never_pairs_two_models_as_one_cell(tmp_path, stale_labels):
     assert report["throughput"] == [] and report["memory"] == [] and report["accuracy"] == []
     only = {(c["variant"], c["options"]) for c in report["sets"]["only_candidate"]}
     assert only == {("single", f"workload={R.workload_label(TIMM)}"), ("ddp", f"workload={R.workload_label(TIMM)}")}
+
+
+# -- cells by the plans' cell ids (issue 37) --------------------------------------------------------
+
+def _planned(tmp_path: Path, tag: str, cell_of=lambda cell: cell) -> None:
+    """A fake set as the pipeline leaves it now: plan.json lists every run's identity, and
+    runs.csv carries the cell id that plan gave it (`cell_of` of the one collect wrote)."""
+    runs = R.read_table(tmp_path, tag, "runs")
+    runs = runs.assign(cell_id=runs["cell_id"].map(cell_of))
+    runs.to_csv(R.table_path(tmp_path, tag, "runs"), index=False)
+    R.write_json(R.ResultSet(tmp_path, tag).plan_path, {"identities": {
+        rid: {"run_id": rid, "cell_id": cell, "setup_id": "", "group": ""}
+        for rid, cell in zip(runs["run_id"], runs["cell_id"])}})
+
+
+@pytest.mark.parametrize("planned", ["both", "baseline only", "neither"])
+def test_cells_are_the_plans_cell_ids_where_both_sets_carry_them(tmp_path, planned):
+    """Both sets carry their plans' cell ids: cells pair by them (here the candidate's plan put
+    ddp's runs in a cell of their own, so ddp pairs with nothing), the rows showing variant,
+    gpus and options as before; otherwise by (variant, gpus, options)."""
+    from fakes import fake_result_set
+    spec = [dict(variant="single", images_per_s=[1000, 1010]), dict(variant="ddp", gpus=2, images_per_s=[1800, 1790])]
+    fake_result_set(tmp_path, spec, tag="A")
+    fake_result_set(tmp_path, spec, tag="B")
+    if planned != "neither":
+        _planned(tmp_path, "A")
+    if planned == "both":
+        _planned(tmp_path, "B", lambda cell: f"{cell}-elsewhere" if cell.startswith("ddp") else cell)
+    report = cmp.compare(tmp_path, "A", "B")
+    paired = [(r["variant"], r["gpus"], r["options"]) for r in report["throughput"]]
+    if planned == "both":
+        assert paired == [("single", 1, "")] and report["sets"]["shared_cells"] == 1
+        assert [(c["variant"], c["gpus"]) for c in report["sets"]["only_candidate"]] == [("ddp", 2)]
+    else:
+        assert paired == [("ddp", 2, ""), ("single", 1, "")] and report["sets"]["shared_cells"] == 2

@@ -134,7 +134,7 @@ def seeded():
     for k in cells:
         steps = common_steps([s for c, _ in per.values() for s in c[k].values()])
         for t, (c, sd) in per.items():
-            out[t][k] = (curve_matrix(c[k], steps), [sd[(*k, r)] for r in sorted(c[k])])
+            out[t][k] = (curve_matrix(c[k], steps), [sd[(k, r)] for r in sorted(c[k])])
     assert all(out[t][k][1] == [0, 1, 2] for t in SEEDED for k in cells)  # seed = repeat everywhere
     return out
 

@@ -11,6 +11,7 @@ from test_compare import make_runs, write_set
 from dpbench import compare_cli
 from dpbench import results as R
 from dpbench.analysis.compare import one_launch
+from dpbench.results import identity
 from dpbench.report import compare_report
 
 ORDER = [("base", "cand"), ("cand", "base"), ("base", "cand")]   # ABBA over 3 repeats
@@ -96,3 +97,24 @@ def test_two_launches_without_a_a_data_point_to_the_paired_mode(tmp_path):
     write_set(tmp_path, "B", make_runs())
     text = compare_report.render_markdown(cmp.compare(tmp_path, "A", "B"))
     assert "cannot be told from the shift between two launches" in text and "compare --paired" in text
+
+
+def test_a_launch_with_its_plans_cell_ids_compares_its_sides_by_them(tmp_path):
+    """A paired launch whose plan lists identities and whose runs.csv carries them: each side's
+    cells are the launch's cell ids less the environment, and the report is the same as by
+    (variant, gpus, options)."""
+    write_paired(tmp_path / "labels")
+    by_label = one_launch.compare_paired(tmp_path / "labels", "P")
+    write_paired(tmp_path / "ids")
+    summary = R.read_table(tmp_path / "ids", "P", "summary")
+    ids = {rid: identity.cell_of_run_id(rid) for rid in summary["run_id"]}
+    summary.assign(cell_id=summary["run_id"].map(ids), group="").reindex(columns=R.TABLES["runs"]).to_csv(
+        R.table_path(tmp_path / "ids", "P", "runs"), index=False)
+    plan = R.ResultSet(tmp_path / "ids", "P").plan_path
+    R.write_json(plan, {**R.read_json(plan), "identities": {
+        rid: {"run_id": rid, "cell_id": cell, "setup_id": "", "group": ""} for rid, cell in ids.items()}})
+    rs = one_launch.load_paired(tmp_path / "ids", "P")
+    cand = one_launch.side(rs, "cand")
+    assert rs["by_id"] and set(cand["tables"]["summary"]["cell"]) == {"single-g1", "dp-g2", "ddp-g2"}
+    assert cand["cells"]["ddp-g2"] == ("ddp", 2, "")
+    assert one_launch.compare_paired(tmp_path / "ids", "P") == by_label

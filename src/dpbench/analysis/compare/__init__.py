@@ -13,7 +13,7 @@ so a nightly job cannot read it as "regression found".
 
 A change counts only beyond the noise measured for it:
 
-- Throughput, per (variant, gpus, options) cell, one rate (the workload's unit) per ok repeat:
+- Throughput, per cell, one rate (the workload's unit) per ok repeat:
       change = geometric mean(candidate) / geometric mean(baseline) - 1
       |change| <= max(threshold, noise_floor)                   -> "no change"
       |change| <= k_spread x pooled CV of the repeats, or
@@ -38,6 +38,10 @@ A change counts only beyond the noise measured for it:
   per-step band of the baseline's spread is reported as a picture, not a verdict.
 - Final accuracy: Welch's test over repeats, Holm-adjusted over cells.
 
+Every aspect matches cells by the cell_id the sets' plans gave them where every set compared
+carries it (runs.csv), else by (variant, gpus, options label) (loading.key_cells); a row shows
+the cell's variant, gpus and options either way.
+
 The command line is dpbench.compare_cli, the markdown dpbench.report.compare_report; this
 package is numbers and verdicts only: loading, stats, throughput, loss, aspects, provenance,
 verdict, thresholds. The report's `sets` says when the two sides are one result set (the same
@@ -60,7 +64,7 @@ import pandas as pd
 from dpbench.analysis.cells import cell_fields
 from dpbench.analysis.compare.mechanisms import compare_mechanisms
 from dpbench.analysis.compare.aspects import compare_accuracy, compare_memory, compare_status, compare_warnings
-from dpbench.analysis.compare.loading import InputError, MissingInput, load_set
+from dpbench.analysis.compare.loading import InputError, MissingInput, key_cells, load_set, shown
 from dpbench.analysis.compare.loss import compare_loss, curves_of
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, pooled_cv, welch_p
@@ -94,13 +98,14 @@ def compare(results_dir: Path | str, baseline: str, candidate: str,
     launches = {t: {baseline: base, candidate: cand}.get(t) or load_set(results_dir, t, "A/A launch")
                 for t in dict.fromkeys(noise_from or [])}
     aa_sides = {t: s for t, s in launches.items() if t != candidate}
+    key_cells(base, cand, *[s for s in launches.values() if s is not base and s is not cand])
     model, fitted = load_launch_noise(results_dir, noise_from, base, launches) if noise_from else (None, {})
     throughput, judged = compare_throughput(base, cand, th, model, fitted.get("fitted_cells"), report_format)
     sets = compare_sets(results_dir, baseline, candidate, base, cand)
     noise_row = None if model is None else {
         **model.to_dict(), **fitted, **{k: v for k, v in (judged or {}).items() if k != "cells"}}
     return assemble(baseline, candidate, base, cand, th, sets, prov,
-                    [{**cell_fields(k), **v.to_dict()} for k, v in throughput.items()], noise_row,
+                    [{**cell_fields(shown(k, base, cand)), **v.to_dict()} for k, v in throughput.items()], noise_row,
                     aa_curves=_aa_curves(aa_sides, baseline), aa_sides=list(aa_sides.values()),
                     report_format=report_format, noise_from=list(dict.fromkeys(noise_from or [])),
                     **({"noise_unfitted": fitted["unfitted"]} if "unfitted" in fitted else {}))

@@ -1,5 +1,6 @@
 """The aspects of a comparison besides throughput and loss curves: peak memory, warnings, final
-accuracy and each run's status, one dataclass per row (its fields in the report's key order)."""
+accuracy and each run's status, one dataclass per row (its fields in the report's key order).
+Cells are matched by their CELL key (loading.key_cells); a row shows the cell's CELL_KEY fields."""
 from __future__ import annotations
 
 import math
@@ -8,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpbench import results as R
-from dpbench.analysis.cells import CELL_KEY, cell_fields, cell_key
-from dpbench.analysis.compare.loading import ok_values
+from dpbench.analysis.cells import cell_fields, cell_key
+from dpbench.analysis.compare.loading import CELL, in_order, ok_values, shown
 from dpbench.analysis.compare.stats import holm, welch_p
 from dpbench.analysis.compare.thresholds import Thresholds
 
@@ -75,48 +76,51 @@ class StatusChange:
 def compare_memory(base: dict, cand: dict, th: Thresholds) -> list[MemoryChange]:
     def peaks(rs: dict) -> dict[tuple, float]:
         mem = rs["tables"]["memory"]
-        return mem[mem["allocated_mib"].notna()].groupby(CELL_KEY + ["device"])["allocated_mib"].max().to_dict()
+        return mem[mem["allocated_mib"].notna()].groupby([CELL, "device"])["allocated_mib"].max().to_dict()
 
     a, b = peaks(base), peaks(cand)
     rows = []
-    for k in sorted(a.keys() & b.keys()):
+    for k in sorted(a.keys() & b.keys(), key=lambda k: (shown(k[0], base, cand), k[1])):
         delta = float(b[k] - a[k])
         rel = 100.0 * delta / a[k] if a[k] > 0 else math.inf
         # Both limits must be exceeded: small absolute noise on small tensors is not a regression.
         mib, pct = th.mem_threshold_mib, th.mem_threshold_pct
         verdict = ("regression" if delta > mib and rel > pct else
                    "improvement" if -delta > mib and -rel > pct else "no change")
-        rows.append(MemoryChange(**cell_fields(k), device=int(k[3]), baseline_mib=float(a[k]),
+        rows.append(MemoryChange(**cell_fields(shown(k[0], base, cand)), device=int(k[1]), baseline_mib=float(a[k]),
                                  candidate_mib=float(b[k]), delta_mib=delta, delta_pct=rel, verdict=verdict,
                                  severity="regression" if verdict == "regression" else "info"))
     return rows
 
 
 def compare_warnings(base: dict, cand: dict) -> dict[str, list[WarningChange]]:
-    runs_a = base["tables"]["ok_summary"].groupby(CELL_KEY).size().to_dict()
-    runs_b = cand["tables"]["ok_summary"].groupby(CELL_KEY).size().to_dict()
+    runs_a = base["tables"]["ok_summary"].groupby(CELL).size().to_dict()
+    runs_b = cand["tables"]["ok_summary"].groupby(CELL).size().to_dict()
     shared = runs_a.keys() & runs_b.keys()  # a missing group is reported under status, not here
 
     def per_run(rs: dict, runs: dict) -> dict[tuple, float]:
         w = rs["tables"]["warnings"]
-        totals = w[w["count"].notna()].groupby(CELL_KEY + ["category", "message"])["count"].sum()
-        return {k: float(v) / runs[k[:3]] for k, v in totals.items() if k[:3] in shared}
+        totals = w[w["count"].notna()].groupby([CELL, "category", "message"])["count"].sum()
+        return {k: float(v) / runs[k[0]] for k, v in totals.items() if k[0] in shared}
 
     a, b = per_run(base, runs_a), per_run(cand, runs_b)
 
     def row(k: tuple, severity: str) -> WarningChange:
-        return WarningChange(**cell_fields(k), category=k[3], message=k[4], count_per_run_baseline=a.get(k),
-                             count_per_run_candidate=b.get(k), severity=severity)
+        return WarningChange(**cell_fields(shown(k[0], base, cand)), category=k[1], message=k[2],
+                             count_per_run_baseline=a.get(k), count_per_run_candidate=b.get(k), severity=severity)
 
-    return {"new": [row(k, "finding") for k in sorted(b.keys() - a.keys())],
-            "vanished": [row(k, "info") for k in sorted(a.keys() - b.keys())],
-            "changed": [row(k, "info") for k in sorted(a.keys() & b.keys()) if not math.isclose(a[k], b[k])]}
+    def ordered(keys: set) -> list:
+        return sorted(keys, key=lambda k: (shown(k[0], base, cand), k[1], k[2]))
+
+    return {"new": [row(k, "finding") for k in ordered(b.keys() - a.keys())],
+            "vanished": [row(k, "info") for k in ordered(a.keys() - b.keys())],
+            "changed": [row(k, "info") for k in ordered(a.keys() & b.keys()) if not math.isclose(a[k], b[k])]}
 
 
 def compare_accuracy(base: dict, cand: dict, th: Thresholds) -> list[AccuracyChange]:
     a = ok_values(base["tables"]["summary"], "test_acc")
     b = ok_values(cand["tables"]["summary"], "test_acc")
-    keys = sorted(a.keys() & b.keys())
+    keys = in_order(a.keys() & b.keys(), base, cand)
     raw = [welch_p(a[k], b[k]) for k in keys]
     rows = []
     for k, p, q in zip(keys, raw, holm(raw)):
@@ -125,7 +129,7 @@ def compare_accuracy(base: dict, cand: dict, th: Thresholds) -> list[AccuracyCha
             verdict = "noise unknown" if change else "no change"
         else:
             verdict = "differs" if q < th.alpha else "no change"
-        rows.append(AccuracyChange(**cell_fields(k), acc_baseline=float(np.mean(a[k])),
+        rows.append(AccuracyChange(**cell_fields(shown(k, base, cand)), acc_baseline=float(np.mean(a[k])),
                                    acc_candidate=float(np.mean(b[k])), change_pp=change, p_value=p, p_holm=q,
                                    verdict=verdict, severity="finding" if verdict == "differs" else "info"))
     return rows
@@ -146,12 +150,12 @@ def _status_change(before: str | None, after: str | None) -> tuple[str | None, s
 NOT_IN_OTHER = "not in the other experiment"
 
 
-def _one_sided_cells(sets: dict | None) -> set[tuple]:
+def _one_sided_cells(base: dict, cand: dict, sets: dict | None) -> set:
     """The cells only one side planned, when the two sides ran different experiments (compare_sets):
     their runs are the other experiment's absence, not a run that went missing."""
     if not sets or not sets["experiments"]["differ"]:
         return set()
-    return {cell_key(c) for c in sets["only_baseline"] + sets["only_candidate"]}
+    return set(base["tables"]["summary"][CELL]) ^ set(cand["tables"]["summary"][CELL])
 
 
 def compare_status(base: dict, cand: dict, sets: dict | None = None) -> list[StatusChange]:
@@ -160,12 +164,12 @@ def compare_status(base: dict, cand: dict, sets: dict | None = None) -> list[Sta
     a run the candidate lacks stays a regression."""
     a = base["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
     b = cand["tables"]["summary"].drop_duplicates("run_id").set_index("run_id").to_dict("index")
-    one_sided = _one_sided_cells(sets)
+    one_sided = _one_sided_cells(base, cand, sets)
     rows = []
     for rid in sorted(a.keys() | b.keys()):
         before, after = a.get(rid, {}).get("status"), b.get(rid, {}).get("status")
         run = b.get(rid) or a[rid]
-        if (before is None or after is None) and cell_key(run) in one_sided:
+        if (before is None or after is None) and run[CELL] in one_sided:
             change, severity = NOT_IN_OTHER, "info"
         else:
             change, severity = _status_change(before, after)

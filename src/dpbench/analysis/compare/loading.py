@@ -1,5 +1,6 @@
-"""A result set as compare reads it: its tables (typed, checked), provenance and run records.
-Every failure is an InputError whose message names the file (and column)."""
+"""A result set as compare reads it: its tables (typed, checked), provenance and run records,
+every row keyed by its cell (CELL). Every failure is an InputError whose message names the file
+(and column)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dpbench import results as R
-from dpbench.analysis.cells import CELL_KEY
+from dpbench.analysis.cells import CELL_KEY, cell_key
 from dpbench.results.errors import error_text, message_line
 
 class InputError(Exception):
@@ -20,6 +21,13 @@ class InputError(Exception):
 class MissingInput(InputError, FileNotFoundError):
     """An input result set (folder, table or provenance.json) is not there."""
 
+
+# The column every table of a loaded set keys its cells by (key_cells): the cell_id its plan
+# gave each run where every set compared carries one (runs.csv, collected with a plan.json that
+# lists identities), else CELL_KEY's (variant, gpus, options label), the fallback for sets
+# collected before (every committed reference made before it). CELL_KEY's fields stay what a
+# report row shows of its cell either way: a loaded set's "cells" maps each CELL value to them.
+CELL = "cell"
 
 # The columns compare reads from each table; numeric ones must hold numbers (or nothing).
 COLUMNS = {
@@ -105,8 +113,74 @@ def load_set(root: Path | str, tag: str, role: str) -> dict[str, Any]:
     records = _records(root, tag)
     _label_by_records(tables, records)
     tables["ok_summary"] = tables["summary"][tables["summary"]["run_id"].isin(ok_ids)]
-    return {"tables": tables, "provenance": _read_json(prov_path, "the result set's provenance"),
-            "records": records}
+    ids = _cell_ids(root, tag, tables["summary"])
+    if ids is not None:
+        tables = {name: table.assign(cell_id=table["run_id"].map(ids)) for name, table in tables.items()}
+    loaded = {"tables": tables, "provenance": _read_json(prov_path, "the result set's provenance"),
+              "records": records}
+    keyed(loaded, by_id=ids is not None)
+    return loaded
+
+
+def _cell_ids(root: Path | str, tag: str, summary: pd.DataFrame) -> dict[str, str] | None:
+    """Run id -> the cell id its plan gave it, from runs.csv; None for a set collected before
+    runs.csv, one whose plan.json lists no identities (its cell ids would be older records' run
+    ids less the repeat, which before issue 36 did not name a workload set in `train`: not an
+    identity to pair two sets by), or one whose runs.csv does not name every run of its summary
+    (then no run of it is keyed by a cell id: one set, one way)."""
+    plan = R.ResultSet(root, tag).plan_path
+    if not R.table_path(root, tag, "runs").exists() or not plan.exists():
+        return None
+    if "identities" not in _read_json(plan, "the set's plan"):
+        return None
+    try:
+        runs = R.read_table(root, tag, "runs", require=["run_id", "cell_id"])
+    except R.TableError as exc:
+        raise InputError(str(exc)) from None
+    ids = {str(rid): str(cid) for rid, cid in zip(runs["run_id"], runs["cell_id"]) if cid}
+    return ids if set(summary["run_id"].astype(str)) <= ids.keys() else None
+
+
+def keyed(side: dict, by_id: bool) -> None:
+    """Gives every table of a loaded set its CELL column (the cell_id column where `by_id`, else
+    the CELL_KEY tuple), the set its "cells": CELL value -> (variant, gpus, options), and
+    "by_id": which of the two it is keyed by."""
+    side["by_id"] = by_id
+    tables = side["tables"]
+    for name, table in tables.items():
+        fields = [(str(v), int(g), str(o)) for v, g, o in zip(table["variant"], table["gpus"], table["options"])]
+        tables[name] = table.assign(**{CELL: list(table["cell_id"]) if by_id else fields})
+    summary = tables["summary"]
+    side["cells"] = {}
+    for cell, row in zip(summary[CELL], summary[CELL_KEY].to_dict("records")):
+        side["cells"].setdefault(cell, cell_key(row))
+
+
+def key_cells(*sides: dict) -> None:
+    """Keys the sets compared together one way: by the cell_id of their plans where every one
+    is keyed by it (carries it, and was not keyed by CELL_KEY for another set already), else all
+    by CELL_KEY; one map of what each cell shows, the first set's first."""
+    by_id = all(side["by_id"] for side in sides)
+    shown: dict = {}
+    for side in sides:
+        keyed(side, by_id)
+        for cell, fields in side["cells"].items():
+            shown.setdefault(cell, fields)
+    for side in sides:
+        side["cells"] = shown
+
+
+def shown(cell: Any, *sides: dict) -> tuple[str, int, str]:
+    """A cell's (variant, gpus, options), as the first of these sets that has it shows it."""
+    for side in sides:
+        if cell in side["cells"]:
+            return side["cells"][cell]
+    raise KeyError(cell)
+
+
+def in_order(cells: Any, *sides: dict) -> list:
+    """Cells in the reports' order: by what they show (variant, gpus, options)."""
+    return sorted(cells, key=lambda cell: shown(cell, *sides))
 
 
 def _label_by_records(tables: dict, records: dict[str, R.RunRecord]) -> None:
@@ -123,8 +197,8 @@ def _label_by_records(tables: dict, records: dict[str, R.RunRecord]) -> None:
             tables[name] = table.assign(options=table["options"].where(~stale, fixed))
 
 
-def ok_values(summary, column: str) -> dict[tuple, np.ndarray]:
+def ok_values(summary, column: str) -> dict[Any, np.ndarray]:
     ok = summary[(summary["status"] == R.STATUS_OK) & summary[column].notna()]
-    return {k: g[column].to_numpy(float) for k, g in ok.groupby(CELL_KEY)}
+    return {k: g[column].to_numpy(float) for k, g in ok.groupby(CELL)}
 
 

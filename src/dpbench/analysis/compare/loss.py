@@ -16,7 +16,7 @@ import pandas as pd
 
 from dpbench.analysis.cells import CELL_KEY, cell_fields
 from dpbench.analysis.compare.curves import CurveTest, curve_summary_tests
-from dpbench.analysis.compare.loading import ok_values
+from dpbench.analysis.compare.loading import CELL, in_order, ok_values, shown
 from dpbench.analysis.compare.provenance import EXACT_HARDWARE_KEYS, SOFTWARE_KEYS, flatten
 from dpbench.analysis.compare.stats import envelope_check, exact_check, holm, welch_p
 from dpbench.analysis.compare.thresholds import Thresholds
@@ -25,23 +25,26 @@ from dpbench.analysis.compare.thresholds import Thresholds
 INERT_CONFIG_KEYS = {"data_root", "download", "log_every", "save_checkpoint", "collective_timeout_s"}
 
 
-def curves_of(steps) -> dict[tuple, dict[int, Any]]:
-    """(variant, gpus, options) -> repeat -> loss_global as a Series indexed by (epoch, step)."""
-    out: dict[tuple, dict[int, Any]] = {}
-    for (*key, repeat), g in steps.groupby(CELL_KEY + ["repeat"]):
+def curves_of(steps) -> dict[Any, dict[int, Any]]:
+    """cell -> repeat -> loss_global as a Series indexed by (epoch, step). The cell is a loaded
+    set's CELL; a steps table read as it is on disk (the calibration's) has none: its cells are
+    then its (variant, gpus, options)."""
+    by = [CELL] if CELL in steps.columns else CELL_KEY
+    out: dict[Any, dict[int, Any]] = {}
+    for (*key, repeat), g in steps.groupby(by + ["repeat"]):
         index = pd.MultiIndex.from_arrays([g["epoch"].to_numpy(int), g["step"].to_numpy(int)],
                                           names=["epoch", "step"])
-        out.setdefault(tuple(key), {})[int(repeat)] = pd.Series(
+        out.setdefault(key[0] if by == [CELL] else tuple(key), {})[int(repeat)] = pd.Series(
             g["loss_global"].to_numpy(float), index=index).sort_index()
     return out
 
 
 def seeds_of(side: dict) -> dict[tuple, Any]:
-    """(variant, gpus, options, repeat) -> the seed its run record names (None: no record)."""
-    ids = side["tables"]["steps"].drop_duplicates(CELL_KEY + ["repeat"])
+    """(cell, repeat) -> the seed its run record names (None: no record)."""
+    ids = side["tables"]["steps"].drop_duplicates([CELL, "repeat"])
     recs = side["records"]
-    return {(v, int(g), o, int(r)): getattr(recs.get(str(rid)), "seed", None) for v, g, o, r, rid in
-            zip(ids["variant"], ids["gpus"], ids["options"], ids["repeat"], ids["run_id"])}
+    return {(cell, int(r)): getattr(recs.get(str(rid)), "seed", None)
+            for cell, r, rid in zip(ids[CELL], ids["repeat"], ids["run_id"])}
 
 
 def _mode(base: dict, cand: dict, rids: list[str], hardware_same: bool) -> tuple[bool, str]:
@@ -99,9 +102,9 @@ def curve_tests(curves_a: dict, curves_b: dict, keys: list, th: Thresholds,
         cells[k] = (curve_matrix(curves_a[k], steps), curve_matrix(curves_b[k], steps))
         aa_cells[k] = [curve_matrix(c, steps) for c in launches]
         if seeds:
-            seed_cells[k] = tuple([side.get((*k, r)) for r in sorted(cur[k])]
+            seed_cells[k] = tuple([side.get((k, r)) for r in sorted(cur[k])]
                                   for side, cur in zip(seeds, (curves_a, curves_b)))
-            aa_seed_cells[k] = [(curve_matrix(c, steps), [sd.get((*k, r)) for r in sorted(c)]) for c, sd in paired]
+            aa_seed_cells[k] = [(curve_matrix(c, steps), [sd.get((k, r)) for r in sorted(c)]) for c, sd in paired]
     return curve_summary_tests(cells, th.alpha, th.loss_tolerance, aa_cells, seed_cells, aa_seed_cells,
                                offset_once)
 
@@ -122,17 +125,16 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
     the baseline in when named); seed_paired False: every cell unpaired (report formats 1-2)."""
     sa, sb = base["tables"]["steps"], cand["tables"]["steps"]
     curves_a, curves_b = curves_of(sa), curves_of(sb)
-    keys = sorted(curves_a.keys() & curves_b.keys())
-    ids = sa.drop_duplicates(CELL_KEY + ["repeat"])
-    run_of = {(v, int(g), o, int(r)): str(rid) for v, g, o, r, rid in
-              zip(ids["variant"], ids["gpus"], ids["options"], ids["repeat"], ids["run_id"])}
+    keys = in_order(curves_a.keys() & curves_b.keys(), base, cand)
+    ids = sa.drop_duplicates([CELL, "repeat"])
+    run_of = {(cell, int(r)): str(rid) for cell, r, rid in zip(ids[CELL], ids["repeat"], ids["run_id"])}
     hardware_same = not any(prov["keys"][k]["differs"] for k in EXACT_HARDWARE_KEYS)
     software = [k for k in SOFTWARE_KEYS if prov["keys"][k]["differs"]]
     fa = ok_values(base["tables"]["summary"], "final_loss")
     fb = ok_values(cand["tables"]["summary"], "final_loss")
     raw = [welch_p(fa[k], fb[k]) if k in fa and k in fb else None for k in keys]
     adjusted = holm(raw)
-    modes = {k: _mode(base, cand, [run_of[(*k, r)] for r in sorted(set(curves_a[k]) & set(curves_b[k]))],
+    modes = {k: _mode(base, cand, [run_of[(k, r)] for r in sorted(set(curves_a[k]) & set(curves_b[k]))],
                       hardware_same) for k in keys}
     # Holm's family: the cells the curve test judges (not those held bit for bit with nothing
     # changed, nor same-bits curves, which it never judges).
@@ -144,7 +146,7 @@ def compare_loss(base: dict, cand: dict, th: Thresholds, prov: dict, aa: dict | 
     for key, p, q in zip(keys, raw, adjusted):
         ca, cb = curves_a[key], curves_b[key]
         exact, why = modes[key]
-        row: dict[str, Any] = {**cell_fields(key), "mode": "exact" if exact else "envelope",
+        row: dict[str, Any] = {**cell_fields(shown(key, base, cand)), "mode": "exact" if exact else "envelope",
                                "repeats": f"{len(ca)}/{len(cb)}", "final_loss_p": p, "final_loss_p_holm": q,
                                "why_not_exact": why, **_curve_fields(tests.get(key))}
         if exact:

@@ -21,7 +21,7 @@ from dpbench import results as R
 from dpbench.analysis.cells import cell_fields, cell_key
 from dpbench.analysis.collect import provenance_summary
 from dpbench.analysis.compare import assemble
-from dpbench.analysis.compare.loading import InputError, load_set
+from dpbench.analysis.compare.loading import InputError, key_cells, keyed, load_set
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.thresholds import Thresholds
 
@@ -42,9 +42,10 @@ def _without(label: str, name: str) -> str:
 
 
 def _plain_id(run_id: str, name: str) -> str:
-    """A run id without its environment part (`ddp-g2-envbase-r0` -> `ddp-g2-r0`)."""
+    """A run id without its environment part (`ddp-g2-envbase-r0` -> `ddp-g2-r0`); a cell id
+    too (`ddp-g2-envbase` -> `ddp-g2`)."""
     part = R.run_id("x", 1, 0, {"environment": name})[len("x-g1-"):-len("-r0")]
-    return run_id.replace(f"-{part}-", "-", 1)
+    return f"{run_id}-".replace(f"-{part}-", "-", 1)[:-1]
 
 
 def side(rs: dict, name: str) -> dict:
@@ -56,6 +57,8 @@ def side(rs: dict, name: str) -> dict:
         frame = frame[frame["run_id"].isin(mine)].copy()
         frame["options"] = frame["options"].map(lambda label: _without(label, name))
         frame["run_id"] = frame["run_id"].map(lambda rid: _plain_id(rid, name))
+        if "cell_id" in frame:
+            frame["cell_id"] = frame["cell_id"].map(lambda cid: _plain_id(cid, name))
         tables[table] = frame
     records = {}
     for rid, rec in mine.items():
@@ -67,7 +70,9 @@ def side(rs: dict, name: str) -> dict:
     readable = [{"provenance": rec.raw.get("provenance"), "status": rec.status} for rec in mine.values()]
     provenance = (provenance_summary(readable, name) if any(isinstance(r["provenance"], dict) for r in readable)
                   else rs["provenance"])
-    return {"tables": tables, "provenance": provenance, "records": records}
+    plain = {"tables": tables, "provenance": provenance, "records": records}
+    keyed(plain, rs["by_id"])   # the launch's cells without the environment
+    return plain
 
 
 def samples(rs: dict, base: str, cand: str) -> pd.DataFrame:
@@ -151,6 +156,7 @@ def compare_paired(results_dir: Path | str, tag: str, base: str | None = None, c
                          f"(its runs' environments: {', '.join(named) or 'none'}); make one with "
                          f"--config experiment=upgrade base=/venv-a/bin/python cand=/venv-b/bin/python")
     a, b = side(rs, base), side(rs, cand)
+    key_cells(a, b)
     sets = compare_sets(results_dir, tag, tag, a, b)
     sets.update(same_set=False, same_because=None)   # one folder, two sides: not one set twice
     rows, paired = paired_throughput_rows(samples(rs, base, cand), base, cand, th)

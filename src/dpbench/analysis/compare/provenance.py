@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from dpbench import results as R
+from dpbench.analysis.cells import cell_fields
+from dpbench.analysis.compare.loading import CELL, in_order, shown
 
 PROVENANCE_KEYS = ["torch", "torch_git", "cuda", "cudnn", "nccl", "driver", "gpu_names",
                    "python", "hostname", "device_type", "git_sha"]
@@ -68,14 +70,9 @@ def compare_provenance(base: dict, cand: dict) -> dict[str, Any]:
             "severity": "finding" if hardware else "info"}
 
 
-def _cells(rs: dict) -> set[tuple[str, int, str]]:
-    """The (variant, gpus, options) cells a set planned: every summary row, whatever its status."""
-    summary = rs["tables"]["summary"]
-    return {(str(v), int(g), str(o)) for v, g, o in zip(summary["variant"], summary["gpus"], summary["options"])}
-
-
-def _cell(key: tuple[str, int, str]) -> dict[str, Any]:
-    return {"variant": key[0], "gpus": key[1], "options": key[2]}
+def _cells(rs: dict) -> set:
+    """The cells a set planned (their CELL keys): every summary row, whatever its status."""
+    return set(rs["tables"]["summary"][CELL])
 
 
 def compare_sets(results_dir: Path | str, baseline: str, candidate: str, base: dict, cand: dict) -> dict[str, Any]:
@@ -93,6 +90,6 @@ def compare_sets(results_dir: Path | str, baseline: str, candidate: str, base: d
                         "candidate": {"cells": len(cb), "runs": len(cand["tables"]["summary"])},
                         "differ": ca != cb},
         "shared_cells": len(ca & cb),
-        "only_baseline": [_cell(k) for k in sorted(ca - cb)],
-        "only_candidate": [_cell(k) for k in sorted(cb - ca)],
+        "only_baseline": [cell_fields(shown(k, base)) for k in in_order(ca - cb, base)],
+        "only_candidate": [cell_fields(shown(k, cand)) for k in in_order(cb - ca, cand)],
     }

@@ -13,7 +13,7 @@ import numpy as np
 
 from dpbench.analysis import noise
 from dpbench.analysis.cells import cell_fields
-from dpbench.analysis.compare.loading import InputError, load_set, ok_values
+from dpbench.analysis.compare.loading import InputError, in_order, key_cells, load_set, ok_values, shown
 from dpbench.analysis.compare.provenance import EXACT_HARDWARE_KEYS, SOFTWARE_KEYS, prov_value
 from dpbench.analysis.compare.stats import holm, pooled_cv, welch_p
 from dpbench.analysis.compare.thresholds import Thresholds
@@ -139,18 +139,18 @@ def _launch_noise_verdict(v: ThroughputVerdict, x: np.ndarray, y: np.ndarray, th
 
 def compare_throughput(base: dict, cand: dict, th: Thresholds, launch_noise: noise.LaunchNoise | None = None,
                        fitted: list[dict] | None = None,
-                       report_format: int = 2) -> tuple[dict[tuple, ThroughputVerdict], dict | None]:
-    """Per cell (CELL_KEY) in both sets, its verdict; and the launch-noise judgement (as
+                       report_format: int = 2) -> tuple[dict[Any, ThroughputVerdict], dict | None]:
+    """Per cell (its CELL key) in both sets, its verdict; and the launch-noise judgement (as
     throughput_verdicts)."""
     # throughput in the workload's unit (images/s, tokens/s): the same ratio either way
     a = ok_values(base["tables"]["summary"], "rate")
     b = ok_values(cand["tables"]["summary"], "rate")
-    verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in sorted(a.keys() & b.keys())}, th,
+    verdicts, judged = throughput_verdicts({k: (a[k], b[k]) for k in in_order(a.keys() & b.keys(), base, cand)}, th,
                                            launch_noise, report_format)
     if launch_noise is not None:
         # The pooled wobble may not hold for a cell the A/A launches never ran (or not in all).
         for k, v in verdicts.items():
-            if cell_fields(k) not in (fitted or []):
+            if cell_fields(shown(k, base, cand)) not in (fitted or []):
                 v.note = "; ".join(filter(None, [v.note, "not in every A/A launch"]))
     return verdicts, judged
 
@@ -177,6 +177,7 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict,
         raise InputError(f"--noise-from needs at least 2 launches of the same experiment (A/A), got "
                          f"{len(tags)}: {', '.join(tags) or 'none'}")
     sets = {t: (loaded or {}).get(t) or load_set(root, t, "A/A launch") for t in tags}
+    key_cells(baseline, *[s for s in sets.values() if s is not baseline])   # one key for all, as compare's
     for t, s in sets.items():
         for k in EXACT_HARDWARE_KEYS:
             if prov_value(s, k) != prov_value(baseline, k):
@@ -185,7 +186,7 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict,
                                  f"nothing here: pass launches made on the baseline's machine")
     medians = {t: {k: float(np.median(v)) for k, v in ok_values(s["tables"]["summary"], "rate").items()}
                for t, s in sets.items()}
-    cells = sorted(set.intersection(*(set(m) for m in medians.values())))
+    cells = in_order(set.intersection(*(set(m) for m in medians.values())), baseline, *sets.values())
     try:
         model = noise.fit(np.log([[medians[t][c] for t in tags] for c in cells]).reshape(len(cells), len(tags)),
                           tags)
@@ -194,6 +195,7 @@ def load_launch_noise(root: Path | str, tags: list[str], baseline: dict,
             raise InputError(str(exc)) from None
         return None, {"unfitted": f"{exc}: throughput keeps the fixed noise floor"}
     differs = [k for k in SOFTWARE_KEYS if len({_comparable(k, prov_value(s, k)) for s in sets.values()}) > 1]
-    return model, {"fitted_cells": [cell_fields(c) for c in cells], "software_differs": differs}
+    return model, {"fitted_cells": [cell_fields(shown(c, baseline, *sets.values())) for c in cells],
+                   "software_differs": differs}
 
 
