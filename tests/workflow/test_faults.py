@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from conftest import TINY, write_official_cifar
 from fakes import copy_workflow, pids_naming, run_snakemake
-from run.test_data import make_pack
+from run.test_cifar_pack import make_pack
 
 from dpbench import results
 

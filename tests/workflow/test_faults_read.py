@@ -84,34 +84,34 @@ def test_failed_runs_on_the_same_machine_do_not_read_as_other_hardware(tmp_path,
 
 @pytest.mark.parametrize("which", ["data_root", "cifar folder"])
 def test_a_data_path_that_is_a_file_is_named_as_a_file(tmp_path, which):
-    from dpbench.run import data
+    from dpbench.run import datasets
     root = tmp_path / "data"
     if which == "data_root":
         root.write_text("")
         path = root
     else:
         root.mkdir()
-        path = root / data.CIFAR_FOLDER
+        path = root / datasets.CIFAR_FOLDER
         path.write_text("")
-    with pytest.raises(data.DatasetUnavailable) as err:
-        data.load_cifar10(root, download=True)
+    with pytest.raises(datasets.DatasetUnavailable) as err:
+        datasets.load_cifar10(root, download=True)
     first = str(err.value).splitlines()[0]
     assert f"{path} is a file" in first and "synthetic" in first
 
 
 def test_a_failed_download_creates_no_folder(tmp_path, monkeypatch):
-    from dpbench.run import data
+    from dpbench.run import datasets
 
     class OfflineCIFAR10:   # what torchvision does offline: makes the root, leaves part of the archive
         def __init__(self, root, train, download):
             Path(root).mkdir(parents=True, exist_ok=True)
-            (Path(root) / data.ARCHIVE).write_bytes(b"\x1f\x8b part")
+            (Path(root) / datasets.ARCHIVE).write_bytes(b"\x1f\x8b part")
             raise OSError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(data, "import_torchvision", lambda module="": types.SimpleNamespace(CIFAR10=OfflineCIFAR10))
+    monkeypatch.setattr(datasets, "import_torchvision", lambda module="": types.SimpleNamespace(CIFAR10=OfflineCIFAR10))
     root = tmp_path / "no" / "such" / "data"
-    with pytest.raises(data.DatasetUnavailable) as err:
-        data.load_cifar10(root, download=True)
+    with pytest.raises(datasets.DatasetUnavailable) as err:
+        datasets.load_cifar10(root, download=True)
     assert "could not be downloaded" in str(err.value)
     assert not (tmp_path / "no").exists() and tmp_path.exists()
 
