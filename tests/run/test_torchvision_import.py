@@ -1,4 +1,6 @@
 """dpbench.run.torchvision_import: a torchvision built for another torch, in one line."""
+from importlib import metadata
+
 import pytest
 import torch
 
@@ -18,11 +20,13 @@ def test_a_torchvision_built_for_another_torch_gives_one_clear_line(monkeypatch)
     monkeypatch.setattr(importlib, "import_module", broken)
     with pytest.raises(torchvision_import.TorchvisionMismatch) as err:
         data.TorchFeed(datasets.synthetic(8, 1, 0).train, 4, 0, torch.device("cpu"), workers=0)
-    text = str(err.value)
-    assert "\n" not in text
-    from importlib import metadata
-    assert f"torchvision {metadata.version('torchvision')}" in text and f"torch {torch.__version__}" in text
-    assert "torchvision::nms" in text and "pip install" in text
+    mismatch = err.value
+    # the release as installed; the version read from the package may add its build (+cpu, +cu130)
+    assert mismatch.torchvision.startswith(metadata.version("torchvision")) and mismatch.torch == torch.__version__
+    assert mismatch.pair == torchvision_import._matching_torchvision(torch.__version__)
+    text = str(mismatch)
+    assert "\n" not in text and "torchvision::nms" in text   # the cause, on one line
+    assert mismatch.torchvision in text and mismatch.torch in text and f"torchvision=={mismatch.pair}" in text
     # Other RuntimeErrors are not dressed up as a mismatch.
     monkeypatch.setattr(importlib, "import_module", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
     with pytest.raises(RuntimeError, match="^other$"):

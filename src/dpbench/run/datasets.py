@@ -29,11 +29,22 @@ TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 
 
 class DatasetUnavailable(RuntimeError):
-    """The dataset is neither on disk nor downloadable; the message says what to do."""
+    """The dataset is neither on disk nor downloadable; the message says what to do. `folder` is
+    the CIFAR-10 folder looked in, `missing` the files it lacks, `in_the_way` a file standing
+    where a folder must be (None where there is none)."""
+
+    def __init__(self, message: str, *, folder: Path | None = None, missing: list[str] | None = None,
+                 in_the_way: Path | None = None):
+        super().__init__(message)
+        self.folder, self.missing, self.in_the_way = folder, list(missing or []), in_the_way
 
 
 class DatasetDamaged(DatasetUnavailable):
-    """A file of the dataset is there but unreadable; the message names it and the way out."""
+    """A file of the dataset (`path`) is there but unreadable; the message names it and the way out."""
+
+    def __init__(self, message: str, *, path: Path | None = None):
+        super().__init__(message, folder=path.parent if path else None)
+        self.path = path
 
 
 # The first line of an error becomes a failed run's reason, so each message below says what
@@ -116,7 +127,7 @@ def _read_batch(path: Path) -> Split:
     except Exception as exc:   # truncated, random bytes, another pickle: all end the same way
         cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
         raise DatasetDamaged(f"CIFAR-10 file {path} is damaged ({cause}); "
-                             f"{_ways_out(path.parent)}") from exc
+                             f"{_ways_out(path.parent)}", path=path) from exc
     # A view: the gpu feed turns it back to channel-first, which is then a free reshape.
     return Split(raw.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels)
 
@@ -142,11 +153,12 @@ def load_cifar10(root: Path, download: bool = True) -> Dataset:
     files = TRAIN_FILES + ["test_batch"]
     for path in (root, folder):
         if path.exists() and not path.is_dir():
-            raise DatasetUnavailable(not_a_folder_message(path, folder))
+            raise DatasetUnavailable(not_a_folder_message(path, folder), folder=folder, in_the_way=path)
     missing = [f for f in files if not (folder / f).is_file()]
     if missing:
         if not download:
-            raise DatasetUnavailable(missing_message(folder, "download disabled", missing))
+            raise DatasetUnavailable(missing_message(folder, "download disabled", missing),
+                                     folder=folder, missing=missing)
         _download(root, folder, missing)
     # Read before the checksum: a damaged file fails with its own name, not a mismatch warning.
     parts = [_read_batch(folder / f) for f in TRAIN_FILES]
@@ -196,7 +208,8 @@ def _download(root: Path, folder: Path, missing: list[str]) -> None:
     except Exception as exc:  # offline, DNS, proxy, partial file: all end the same way
         _undo_download(created)
         cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-        raise DatasetUnavailable(missing_message(folder, cause, missing)) from exc
+        raise DatasetUnavailable(missing_message(folder, cause, missing), folder=folder, missing=missing) from exc
     still = [f for f in missing if not (folder / f).is_file()]
     if still:
-        raise DatasetUnavailable(missing_message(folder, "the download did not bring them", still))
+        raise DatasetUnavailable(missing_message(folder, "the download did not bring them", still),
+                                 folder=folder, missing=still)

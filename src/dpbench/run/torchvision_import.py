@@ -13,7 +13,12 @@ import torch
 
 
 class TorchvisionMismatch(RuntimeError):
-    """torchvision was built for another torch than the one installed."""
+    """torchvision was built for another torch than the one installed: `torchvision` and `torch`
+    are the two versions, `pair` the torchvision release that matches this torch (None: unknown)."""
+
+    def __init__(self, message: str, *, torchvision: str = "?", torch: str = "", pair: str | None = None):
+        super().__init__(message)
+        self.torchvision, self.torch, self.pair = torchvision, torch, pair
 
 
 def import_torchvision(module: str = "torchvision"):
@@ -28,7 +33,8 @@ def import_torchvision(module: str = "torchvision"):
     except RuntimeError as exc:
         if "torchvision::" not in str(exc):
             raise
-        raise TorchvisionMismatch(mismatch_message(str(exc))) from exc
+        raise TorchvisionMismatch(mismatch_message(str(exc)), torchvision=_torchvision_build()[0],
+                                  torch=torch.__version__, pair=_matching_torchvision(torch.__version__)) from exc
 
 
 def mismatch_message(cause: str) -> str:
