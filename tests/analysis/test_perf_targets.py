@@ -16,7 +16,7 @@ from fakes import SYNTHETIC_PROVENANCE, fake_result_set, write_fake_run
 
 from dpbench import cli, results
 from dpbench.analysis import cell_table, experiment_time, intervals
-from dpbench.analysis import perf_targets
+from dpbench.analysis import perf_cells, perf_tables, perf_targets
 from dpbench.plan import pipeline
 from dpbench.report import figstyle
 from dpbench.report import perf_targets as words
@@ -91,7 +91,7 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
     assert sum(line.endswith("| not measured (skipped: needs 2 GPUs, 1 visible) |") for line in table) == 2
     assert "No DDP cell was measured (2 cells skipped: needs 2 GPUs, 1 visible)." in md.read_text()
 
-    ladder = perf_targets.recipe_rows(perf_targets.load_cells(folder))
+    ladder = perf_tables.recipe_rows(perf_cells.load_cells(folder))
     assert [r["label"] for r in ladder if r["kind"] == "step"] == LADDER
     kinds = [(r["kind"], r["label"]) for r in ladder]
     assert kinds.index(("ceiling", "ceiling: one fixed batch (fp32)")) == kinds.index(("step", "+ channels_last")) + 1
@@ -105,16 +105,16 @@ def test_unmeasured_cells_never_read_ok_and_the_figure_shows_the_ladder(tmp_path
 def test_the_epoch_is_the_training_split_the_records_name(tmp_path):
     """Not CIFAR-10's 50,000 written into the tool: a run on 10,000 images has a five times
     shorter epoch, and a run whose records name no split gets no epoch time at all."""
-    small = perf_targets.load_cells(_perf_set(tmp_path / "small", provenance={
+    small = perf_cells.load_cells(_perf_set(tmp_path / "small", provenance={
         **CIFAR, "dataset": {"name": "synthetic", "train_size": 10000, "test_size": 100}}))
     epoch = next(r for r in perf_targets.target_rows(small) if r["target"] == "single bf16 + channels_last epoch (s)")
     assert epoch["measured"] == pytest.approx(10000 / 55000) and epoch["outcome"] == "pass"
     assert words.epoch_words(small) == "epoch = 10,000 images"
 
-    unknown = perf_targets.load_cells(_perf_set(tmp_path / "unknown", provenance=SYNTHETIC_PROVENANCE))
+    unknown = perf_cells.load_cells(_perf_set(tmp_path / "unknown", provenance=SYNTHETIC_PROVENANCE))
     rows = [r for r in perf_targets.target_rows(unknown) if r["kind"] == "epoch" and "cell" in r]
     assert rows and {r["verdict"] for r in rows} == {"not measured (its records name no training split)"}
-    assert all(r["epoch_s"] is None for r in perf_targets.fastest_rows(unknown))
+    assert all(r["epoch_s"] is None for r in perf_tables.fastest_rows(unknown))
 
 
 def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
@@ -125,7 +125,7 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
             dict(variant="ddp", gpus=2, options={**DDP_WEAK, "precision": "bf16", "channels_last": True},
                  images_per_s=[99000.0, 100000.0, 101000.0])]
     rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
-    cells = perf_targets.load_cells(rs.root / rs.tag)
+    cells = perf_cells.load_cells(rs.root / rs.tag)
     row = next(r for r in perf_targets.target_rows(cells) if r["target"].startswith("single bf16 + channels_last vs"))
     expected = intervals.ratio_ci([54000, 55000, 56000], [56000, 57000, 58000])
     assert (row["measured"], row["low"], row["high"]) == pytest.approx(expected[:3])
@@ -133,7 +133,7 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
     # 0.97 lies between 54,000 / 58,000 and 56,000 / 56,000: said, whichever way the median falls
     assert row["verdict"] == "FAIL (the goal lies inside the interval)"
 
-    [ddp] = perf_targets.sweep_rows(cells)
+    [ddp] = perf_tables.sweep_rows(cells)
     cell = cell_table.cells(rs.table("summary"))
     want = cell[cell["variant"] == "ddp"].iloc[0]
     assert ddp["efficiency"] == pytest.approx(want["efficiency_weak"]) == pytest.approx(100000 / (2 * 55000))
@@ -144,14 +144,15 @@ def test_ratios_and_efficiencies_carry_dpbench_tables_intervals(tmp_path):
 def test_compile_time_is_a_column_from_the_records(tmp_path):
     folder = _perf_set(tmp_path, ddp_measured=True)
     _set_throughput(folder, compile_s=12.5)
-    cells = perf_targets.load_cells(folder)
-    assert {r["compile_s"] for r in perf_targets.fastest_rows(cells)} == {12.5}
-    assert perf_targets.sweep_rows(cells)[0]["compile_s"] == 12.5
+    cells = perf_cells.load_cells(folder)
+    assert {r["compile_s"] for r in perf_tables.fastest_rows(cells)} == {12.5}
+    assert perf_tables.sweep_rows(cells)[0]["compile_s"] == 12.5
+    compiled = next(r for r in perf_tables.fastest_rows(cells) if "compile" in r["recipe"])
+    assert (compiled["images_per_s"], round(compiled["epoch_s"], 2)) == (61000, 0.82)
     text = words.markdown(folder, cells, perf_targets.target_rows(cells))
-    assert "| recipe | images/s | epoch (s) | compile (s) |" in text
-    assert "| bf16, channels_last, batch 512, feed gpu, compile default | 61,000 | 0.82 | 12.5 |" in text
-    step = next(r for r in perf_targets.recipe_rows(cells) if r["label"].startswith("+ compile"))
-    assert "compiled in 12 s" in words._bar_words(step, "bf16 + channels_last")
+    assert compiled["recipe"] in text   # the recipes' table shows each row
+    step = next(r for r in perf_tables.recipe_rows(cells) if r["label"].startswith("+ compile"))
+    assert step["compile_s"] == 12.5
 
 
 def test_the_bucket_size_in_effect_is_the_runs_or_pytorchs_said_as_such(tmp_path):
@@ -161,7 +162,7 @@ def test_the_bucket_size_in_effect_is_the_runs_or_pytorchs_said_as_such(tmp_path
             dict(variant="ddp", gpus=2, images_per_s=98000.0,
                  options={**DDP_WEAK, "bucket_cap_mb": 5, "precision": "bf16", "channels_last": True})]
     rs = fake_result_set(tmp_path, [dict(e, provenance=CIFAR) for e in spec])
-    rows = {r["bucket_mb"]: r for r in perf_targets.sweep_rows(perf_targets.load_cells(rs.root / rs.tag, lambda: (40.0, "9.9")))}
+    rows = {r["bucket_mb"]: r for r in perf_tables.sweep_rows(perf_cells.load_cells(rs.root / rs.tag, lambda: (40.0, "9.9")))}
     assert set(rows) == {5.0, 40.0}
     assert rows[5.0]["setting"] == "bucket 5 MB, views + static graph" and rows[5.0]["bucket_note"] == ""
     assert rows[40.0]["setting"] == ("bucket 40 MB (PyTorch's default in torch 9.9; the runs used "
@@ -192,7 +193,7 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path):
                        options=rc.options, config=rc.to_dict(), provenance=CIFAR,
                        images_per_s=20000.0 if rc.variant == "single" else 39000.0 * rc.gpus / 2)
     fake = fake_result_set(tmp_path, [], tag="perf")
-    cells = perf_targets.load_cells(fake.root / fake.tag)
+    cells = perf_cells.load_cells(fake.root / fake.tag)
     targets = perf_targets.target_rows(cells)
     assert {r["target"] for r in targets} == {t[0] for t in perf_targets.TARGETS}
     assert all(r["measured"] is not None for r in targets), [r for r in targets if r["measured"] is None]
@@ -202,14 +203,15 @@ def test_perf_experiment_plans_every_target_cell_once(tmp_path):
     assert all(math.isclose(r["measured"], 39000 / 40000) and r["verdict"] == "pass" for r in strong)
     epoch = next(r for r in targets if r["target"].startswith("single bf16") and r["kind"] == "epoch")
     assert math.isclose(epoch["measured"], 2.5) and epoch["verdict"] == "FAIL"
-    sweep = perf_targets.sweep_rows(cells)
+    sweep = perf_tables.sweep_rows(cells)
     assert len(sweep) == sum(rc.variant == "ddp" for rc in plan.runs.values())
     # every cell but the compiled one (its own step budget, a setup of its own) has its baseline
     assert [r["cell"] for r in sweep if r["efficiency"] is None] == [
         next(plan.identities[rid].cell_id for rid, rc in plan.runs.items() if rc.variant == "ddp" and
              rc.compile != "none")]
-    assert all(abs(r["gap"]) < 1e-9 for r in perf_targets.agreement_rows(cells))
-    assert "| ddp fp32, 2 GPUs, weak" in words.markdown(fake.root / fake.tag, cells, targets)
+    assert all(abs(r["gap"]) < 1e-9 for r in perf_tables.agreement_rows(cells))
+    md = words.markdown(fake.root / fake.tag, cells, targets)
+    assert all(r["target"] in md for r in targets)   # every target has its row
 
 
 def test_perf_experiment_covers_the_knobs_and_times_alone():
@@ -249,14 +251,14 @@ def test_the_two_gpu_overlay_measures_every_ddp_target_with_the_perf_experiments
     perf = {g["name"]: g for g in yaml.safe_load((ROOT / "experiments" / "perf.yaml").read_text())["matrix"]}
     overlay = yaml.safe_load((ROOT / "tools" / "device" / "perf_ddp_targets.yaml").read_text())["matrix"]
     assert overlay and all(g == perf[g["name"]] for g in overlay)
-    train = {**perf_targets.run_defaults(), **pipeline.load_experiment({"experiment": "perf"}, ROOT)["train"]}
-    cells = [perf_targets.Cell(g["name"], {**train, **g.get("options", {}), "variant": v,
+    train = {**perf_cells.run_defaults(), **pipeline.load_experiment({"experiment": "perf"}, ROOT)["train"]}
+    cells = [perf_cells.Cell(g["name"], {**train, **g.get("options", {}), "variant": v,
                                            "gpus": (g.get("gpus") or [1])[0]})
              for g in overlay for v in g["variants"]]
     ddp_targets = [t for t in perf_targets.TARGETS if t[0].startswith("ddp")]
     for name, _, numerator, baseline, *_ in ddp_targets:
-        assert any(perf_targets.matches(c, numerator) for c in cells), name
-        assert any(perf_targets.matches(c, baseline) for c in cells), name
+        assert any(perf_cells.matches(c, numerator) for c in cells), name
+        assert any(perf_cells.matches(c, baseline) for c in cells), name
 
 
 # -- the whole default experiment's time -------------------------------------------------------------
@@ -403,8 +405,8 @@ def _sweep_set(tmp_path):
 
 def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path):
     folder = _sweep_set(tmp_path)
-    cells = perf_targets.load_cells(folder, torch_bucket_default)
-    panels = words.sweep_panels(perf_targets.sweep_rows(cells))
+    cells = perf_cells.load_cells(folder, torch_bucket_default)
+    panels = words.sweep_panels(perf_tables.sweep_rows(cells))
     fig = words.sweep_figure(folder, cells)
     axes = [ax for ax in fig.axes if ax.get_title()]
     assert [" ".join(ax.get_title().split()) for ax in axes] == [   # panel_title breaks between phrases
@@ -419,7 +421,7 @@ def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path):
         lines = [line for line in ax.lines if line.get_linestyle() != "None"]
         assert len(lines) == len(panel)
         drawn += sum(len(line.get_xdata()) for line in lines)
-    assert drawn == len(perf_targets.sweep_rows(cells))   # every measured DDP cell is one point of a line
+    assert drawn == len(perf_tables.sweep_rows(cells))   # every measured DDP cell is one point of a line
     sweep = [line for line in axes[0].lines if line.get_linestyle() != "None"]
     assert [list(line.get_xdata()) for line in sweep] == [[1, 5, 25, 100]]
     assert list(sweep[0].get_ydata()) == [88000, 91000, 92000, 91000 - 2000]
@@ -437,15 +439,15 @@ def test_the_bucket_figure_draws_every_measured_cell_inside_its_panel(tmp_path):
 
 def test_the_bucket_figure_says_why_it_is_empty(tmp_path):
     folder = _perf_set(tmp_path)
-    fig = words.sweep_figure(folder, perf_targets.load_cells(folder))
+    fig = words.sweep_figure(folder, perf_cells.load_cells(folder))
     texts = [" ".join(t.get_text().split()) for ax in fig.axes for t in ax.texts]   # wrapped lines joined
     assert texts == ["no DDP cell was measured (2 cells skipped: needs 2 GPUs, 1 visible)"]
 
 
 def test_the_recipe_figure_gets_a_ddp_panel_once_a_ddp_cell_was_measured(tmp_path):
     folder = _perf_set(tmp_path, ddp_measured=True)
-    cells = perf_targets.load_cells(folder)
-    assert len(perf_targets.sweep_rows(cells)) == 1
+    cells = perf_cells.load_cells(folder)
+    assert len(perf_tables.sweep_rows(cells)) == 1
     fig = words.recipe_figure(folder, cells)
     assert len(fig.axes) == 2 and fig.axes[1].get_title().startswith("DDP: knobs")
     assert fig.axes[1].get_yticklabels()[0].get_text().startswith("2 GPUs · bf16 + channels_last · weak")
@@ -478,12 +480,12 @@ def test_the_wall_time_line_of_every_device_script_is_read():
 def test_an_unmeasured_cell_reads_its_reason_without_the_detail_and_recipes_name_fused_sgd():
     reason = ("needs 2 GPUs, 1 visible (CUDA_VISIBLE_DEVICES=unset; "
               "the plan was made for 1 GPU(s))")   # launch's reason, with a nested parenthesis
-    skipped = perf_targets.Cell("ddp-g2", {}, status=["skipped"], reasons=[reason])
-    assert perf_targets.why_unmeasured(skipped) == "skipped: needs 2 GPUs, 1 visible"
+    skipped = perf_cells.Cell("ddp-g2", {}, status=["skipped"], reasons=[reason])
+    assert perf_cells.why_unmeasured(skipped) == "skipped: needs 2 GPUs, 1 visible"
     base = {"variant": "single", "precision": "bf16", "channels_last": True, "global_batch": 512, "feed": "gpu"}
-    cells = [perf_targets.Cell(f"single-{fused}", {**base, "fused_sgd": fused}, ips=[ips], images_per_s=ips)
+    cells = [perf_cells.Cell(f"single-{fused}", {**base, "fused_sgd": fused}, ips=[ips], images_per_s=ips)
              for fused, ips in ((True, 55146.0), (False, 45526.0))]
-    recipes = [r["recipe"] for r in perf_targets.fastest_rows(cells)]
+    recipes = [r["recipe"] for r in perf_tables.fastest_rows(cells)]
     assert len(set(recipes)) == 2 and "fused SGD" in recipes[0] and "fused SGD" not in recipes[1]
 
 

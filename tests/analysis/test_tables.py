@@ -50,6 +50,6 @@ def test_a_damaged_record_becomes_a_failed_row_and_the_rest_is_collected(tmp_pat
     assert summary.loc["single-g1-r0", "status"] == "ok"
     row = summary.loc["ddp-g2-r0"]
     assert (row["status"], row["variant"], row["gpus"]) == ("failed", "ddp", 2)
-    assert str(bad) in row["reason"] and "--forcerun train" in row["reason"]
+    assert str(bad) in row["reason"] and "--forcerun" in row["reason"]   # the file and the rerun
     assert "JSONDecodeError" in row["reason"]
     assert "Traceback" not in capsys.readouterr().err

@@ -31,9 +31,9 @@ def test_probes_take_their_batches_and_widths_from_the_experiments_groups():
     groups = _groups(c1_out32768={"global_batch": 1024}, c7_benchmark_on={"global_batch": 256}, **c8_8192)
     assert settings.probe_settings("C1", groups) == {"batch": 1024, "classes": [10, 32768]}
     assert settings.probe_settings("C7", groups) == {"batches": [256, 2048]}
-    with pytest.raises(ValueError, match="no C7 group sets cudnn_benchmark: true"):
+    with pytest.raises(ValueError, match="C7.*cudnn_benchmark"):   # the claim and the key
         settings.probe_settings("C7", _groups(c7_benchmark_on={"cudnn_benchmark": False}))
-    with pytest.raises(ValueError, match="no C1 group \\(c1_...\\).*drop C1 from `probes`"):
+    with pytest.raises(ValueError, match=r"C1.*c1_.*`probes`"):   # the claim, its groups' prefix, the key
         settings.probe_settings("C1", {g: v for g, v in groups.items() if not g.startswith("c1_")})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -105,34 +106,35 @@ def bare_venv(where: Path, fake_torch: bool = False) -> str:
     return str(python)
 
 
-def check_line(name: str, python: str) -> str:
+def check_line(name: str, python: str) -> envs.EnvironmentProblem:
+    """The problem found with `python`: one line naming the environment, the python and the fix."""
     envs.torch_version_of.cache_clear()
     with pytest.raises(envs.EnvironmentProblem) as caught:
         envs.torch_version_of(name, python)
-    text = str(caught.value)
-    assert "\n" not in text and f"environment {name!r}" in text and python in text
-    return text
+    problem, text = caught.value, str(caught.value)
+    assert (problem.name, problem.python) == (name, python) and problem.problem in envs.PROBLEMS
+    assert "\n" not in text and repr(name) in text and python in text and problem.fix in text
+    return problem
 
 
 def test_a_missing_python_is_named_with_the_way_out(tmp_path):
-    text = check_line("cand", str(tmp_path / "nowhere" / "bin" / "python"))
-    assert "no executable python" in text and "venv" in text
+    assert check_line("cand", str(tmp_path / "nowhere" / "bin" / "python")).problem == "not_executable"
 
 
 def test_a_python_without_torch_is_named_with_the_install_line(tmp_path):
     python = bare_venv(tmp_path / "v")
-    text = check_line("base", python)
-    assert "has no torch" in text and f"{python} -m pip install torch" in text
+    problem = check_line("base", python)
+    assert (problem.problem, problem.fix) == ("no_torch", f"{python} -m pip install torch")
 
 
 def test_a_python_that_cannot_import_dpbench_is_named_with_the_install_line(tmp_path):
     python = bare_venv(tmp_path / "v", fake_torch=True)
-    text = check_line("cand", python)
-    assert "cannot import dpbench" in text and f"{python} -m pip install -e {REPO}" in text
+    problem = check_line("cand", python)
+    assert (problem.problem, problem.fix) == ("no_dpbench", f"{python} -m pip install -e {REPO}")
 
 
 def test_the_plan_stops_on_a_bad_environment_before_anything_trains(tmp_path):
-    with pytest.raises(pipeline.ConfigError, match="environment 'cand'.*no executable python"):
+    with pytest.raises(pipeline.ConfigError, match=f"'cand'.*{re.escape(str(tmp_path / 'missing'))}"):
         pipeline.make_plan(pipeline.load_experiment(
             {"experiment": "upgrade", "base": fake_python(tmp_path, "2.14.1"),
              "cand": str(tmp_path / "missing"), "gpus_available": 0}, REPO))

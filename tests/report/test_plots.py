@@ -418,6 +418,15 @@ def test_memory_bars_show_the_resident_dataset_as_their_base(tmp_path):
     assert any("dataset" in t.get_text() for leg in fig.legends for t in leg.get_texts())
 
 
+def curves_of(fig, title: str | None = None) -> tuple[set[str], set[str], str]:
+    """The variants a panel (the one of that title; else the first) draws, those drawn dashed
+    (identical to single), and its note."""
+    ax = next(a for a in fig.axes if title is None or a.get_title() == title)
+    lines = [(line.get_gid()[len(DATA):], line.get_linestyle()) for line in ax.get_lines()
+             if (line.get_gid() or "").startswith(DATA)]
+    return {v for v, _ in lines}, {v for v, ls in lines if ls != "-"}, " ".join(t.get_text() for t in ax.texts)
+
+
 def test_loss_vs_single_shows_each_seed_where_their_mean_would_cancel(tmp_path):
     # dp's two seeds differ from single by +0.5 and -0.5 at every step: a mean of 0, not identical
     def loss(sign):
@@ -426,9 +435,10 @@ def test_loss_vs_single_shows_each_seed_where_their_mean_would_cancel(tmp_path):
     spec += [dict(variant="dp", repeat=r, loss=loss(1)) for r in range(2)]
     spec += [dict(variant="ddp", repeat=r, loss=loss(0)) for r in range(2)]
     rs = fake_result_set(tmp_path, spec)
-    ax = DRAW["loss_vs_single"](load_tables(rs.root, rs.tag)).axes[0]
-    text = " ".join(t.get_text() for t in ax.texts)
-    assert "identical to single (0 at every step): ddp" in text and "dp," not in text
+    fig = DRAW["loss_vs_single"](load_tables(rs.root, rs.tag))
+    ax = fig.axes[0]
+    _, same, note = curves_of(fig)
+    assert same == {"ddp"} and "ddp" in note and "dp," not in note   # dp's seeds cancel only in their mean
     bands = [c for c in ax.collections if c.get_paths() and len(c.get_paths()[0].vertices) > 2]
     heights = sorted(float(np.ptp(c.get_paths()[0].vertices[:, 1])) for c in bands)
     assert heights[-1] == pytest.approx(1.0)   # dp's band spans -0.5 to +0.5
@@ -444,18 +454,13 @@ def test_throughput_axes_are_independent_when_ranges_differ(mixed):
 
 def test_curves_equal_to_single_are_named(mixed):
     _, figures = mixed
-
-    def notes(fig, title):
-        ax = next(a for a in fig.axes if a.get_title() == title)
-        return " ".join(t.get_text() for t in ax.texts)
-
-    assert "identical to single (0 at every step): dp, ddp" in \
-        notes(figures["loss_vs_single"], "fp32, batch 512 · 1 GPU")
+    drawn, same, note = curves_of(figures["loss_vs_single"], "fp32, batch 512 · 1 GPU")
+    assert same == {"dp", "ddp"} and all(v in note for v in same)
     # the mean over repeats: single's three repeats against dp's two differ, bf16's two do not
-    assert "identical to single: dp" in notes(figures["loss_curves"],
-                                              "bf16 + channels_last, batch 512 · 1 GPU")
-    assert "no single run at global batch 1024" in notes(figures["loss_curves"],
-                                                         "fp32, batch 1024 · 2 GPUs")
+    drawn, same, note = curves_of(figures["loss_curves"], "bf16 + channels_last, batch 512 · 1 GPU")
+    assert same == {"dp"} and "dp" in note
+    drawn, same, note = curves_of(figures["loss_curves"], "fp32, batch 1024 · 2 GPUs")
+    assert "single" not in drawn and "1024" in note   # no single run at that global batch, and the note says which
 
 
 # One evaluation each (one point per curve), no single run at global batch 512, the best

@@ -82,8 +82,7 @@ def test_the_planted_noop_deferral_trains_the_same_and_fails_its_check(two, vari
     planted = two[f"{variant}_acc_noop"]
     assert within(max_differences(two[variant], planted))   # only the mechanism check can see it
     sync = verdicts(two, f"{variant}_acc_noop")["accumulate.sync"]
-    assert (sync["held"], sync["expected"], sync["counted"]) == (False, 1, K)
-    assert "expected 1, counted 4: the knob did nothing" in sync["text"]
+    assert (sync["held"], sync["expected"], sync["counted"]) == (False, 1, K)   # the knob did nothing
     reduction = "reduce_scatter" if variant == "fsdp" else "all_reduce"
     assert counts(planted.collectives)[reduction] == K * counts(two[variant].collectives)[reduction]
     if variant == "fsdp":   # reduce-scattered every micro-batch: the gradients were never whole
@@ -102,7 +101,7 @@ def test_checkpointing_changes_no_loss_and_keeps_only_unit_inputs(two):
 def test_offload_changes_no_loss_and_says_the_cpu_has_nothing_to_offload_from(two):
     assert within(max_differences(two["fsdp"], two["fsdp_offload"]))
     check = verdicts(two, "fsdp_offload")["offload.device_bytes"]
-    assert check["held"] is None and "step host time" in check["text"]
+    assert (check["held"], check["expected"], check["counted"]) == (None, 0, None)   # nothing to count on a CPU
 
 
 def test_runs_without_knobs_judge_nothing(two):
@@ -126,7 +125,8 @@ def test_four_ranks_accumulation_parity_and_the_hsdp_mesh_keeps_its_shards():
             assert verdicts(trained, f"{v}_acc")["accumulate.sync"]["held"] is True, v
         hsdp, base = counts(trained["hsdp_acc"].collectives), counts(trained["hsdp"].collectives)
         assert hsdp["all_reduce"] == base["all_reduce"] and hsdp["reduce_scatter"] == 2 * base["reduce_scatter"]
-        assert "reduced shards (1/2)" in verdicts(trained, "hsdp_acc")["accumulate.gradients"]["text"]
+        kept, whole = (verdicts(trained, f"{v}_acc")["accumulate.gradients"] for v in ("hsdp", "fsdp"))
+        assert kept["held"] is True and kept["expected"] == pytest.approx(whole["expected"] / 2, rel=1e-4)   # 1/2 shards
         assert verdicts(trained, "fsdp_acc_noop")["accumulate.sync"]["held"] is False
 
 
@@ -137,8 +137,8 @@ def cfg(**kw) -> RunConfig:
 
 
 def test_refused_combinations_are_skips_with_the_reason():
-    assert "FSDP2's CPUOffloadPolicy" in skips.skip_reason(cfg(variant="ddp", offload=True), 0)
-    assert "does not divide the per-rank batch" in skips.skip_reason(cfg(variant="ddp", accumulate=3), 0)
+    assert "offload" in skips.skip_reason(cfg(variant="ddp", offload=True), 0)            # the key named
+    assert "accumulate=3" in skips.skip_reason(cfg(variant="ddp", accumulate=3), 0)
     assert skips.skip_reason(cfg(variant="fsdp", offload=True, accumulate=4), 0) is None
     assert skips.skip_reason(cfg(variant="fsdp", compile="default"), 2) is None   # per-unit compile is wired
     with pytest.raises(ValueError, match="checkpoint"):

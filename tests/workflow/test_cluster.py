@@ -24,8 +24,10 @@ from fakes import copy_workflow, run_snakemake
 
 from dpbench import results
 from dpbench.host import gpu_lease
+from dpbench.plan.config import RunConfig
 from dpbench.plan.matrix import Plan
 from dpbench.plan.pipeline import load_experiment
+from dpbench.plan.skips import world_mismatch
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_SLURM = REPO.parent / "shared" / "tools" / "local_slurm.sh"
@@ -158,7 +160,7 @@ def test_gpus_other_than_the_world_size_is_a_failed_record_not_a_mislabel(tmp_pa
     assert all(a.returncode != 0 for a in agents)   # the job fails too, not only its record
     rec = results.read_json(tmp_path / results.METRICS)
     assert rec["status"] == "failed"
-    assert "gpus=1" in rec["reason"] and "2 processes" in rec["reason"], rec["reason"]
+    assert rec["reason"] == world_mismatch(RunConfig.from_dict(rec["config"]), 2), rec["reason"]
     assert rec["launch"]["world_size"] == 2 and rec["final_loss"] is None
 
 
@@ -171,7 +173,7 @@ def test_any_rank_records_a_world_size_mismatch_before_it_exits(tmp_path, monkey
         monkeypatch.setenv(var, value)
     assert launch.main(["--config", json.dumps(dict(TRAIN, variant="ddp", gpus=1)), "--out", str(tmp_path)]) == 1
     rec = results.read_json(tmp_path / results.METRICS)
-    assert rec["status"] == "failed" and "gpus=1" in rec["reason"] and "2 processes" in rec["reason"]
+    assert rec["status"] == "failed" and rec["reason"] == world_mismatch(RunConfig.from_dict(rec["config"]), 2)
     assert rec["launch"]["world_size"] == 2 and rec["launch"]["nodes"] == 2
 
 

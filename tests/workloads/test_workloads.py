@@ -163,7 +163,7 @@ def test_the_command_line_exits_2_with_one_line():
     out = subprocess.run([sys.executable, "-m", "dpbench.cli", "check-workload", "no_such_package_xyz:build"],
                          capture_output=True, text=True, env=ENV, timeout=120)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.count("\n") == 1 and "cannot import no_such_package_xyz" in out.stderr
+    assert out.stderr.count("\n") == 1 and "no_such_package_xyz" in out.stderr   # the module named
 
 
 def test_the_registry_resolves_and_describes_without_torch():

@@ -30,7 +30,16 @@ print(torch.__version__)
 
 
 class EnvironmentProblem(ValueError):
-    """A named environment cannot run dpbench; the message is one line with the way out."""
+    """A named environment cannot run dpbench; the message is one line with the way out. `name`
+    and `python` say which, `problem` what (one of PROBLEMS), `fix` the command that mends it
+    ("" where there is none to give)."""
+
+    def __init__(self, message: str, *, name: str = "", python: str = "", problem: str = "", fix: str = ""):
+        super().__init__(message)
+        self.name, self.python, self.problem, self.fix = name, python, problem, fix
+
+
+PROBLEMS = ("not_executable", "timed_out", "cannot_start", "no_torch", "no_dpbench", "failed")
 
 
 def src_dir() -> Path:
@@ -53,25 +62,32 @@ def torch_version_of(name: str, python: str, src: str | None = None) -> str:
     install = f"{python} -m pip install -e {repo}"
     if not Path(python).is_file() or not os.access(python, os.X_OK):
         raise EnvironmentProblem(f"environment {name!r}: {python} is no executable python; give the "
-                                f"path of one (e.g. /path/to/venv/bin/python, `python -m venv` makes one)")
+                                 f"path of one (e.g. /path/to/venv/bin/python, `python -m venv` makes one)",
+                                 name=name, python=python, problem="not_executable", fix="python -m venv")
     try:
         done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
                               timeout=CHECK_TIMEOUT_S, env=run_env(src), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(f"environment {name!r}: {python} did not import torch within "
-                                f"{CHECK_TIMEOUT_S} s; try `{python} -c 'import torch'`") from None
+                                 f"{CHECK_TIMEOUT_S} s; try `{python} -c 'import torch'`",
+                                 name=name, python=python, problem="timed_out",
+                                 fix=f"{python} -c 'import torch'") from None
     except OSError as exc:
-        raise EnvironmentProblem(f"environment {name!r}: {python} cannot be started ({exc.strerror})") from None
+        raise EnvironmentProblem(f"environment {name!r}: {python} cannot be started ({exc.strerror})",
+                                 name=name, python=python, problem="cannot_start") from None
     said = (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or [""])[-1]
     if done.returncode == _NO_TORCH:
         raise EnvironmentProblem(f"environment {name!r}: {python} has no torch ({said}); install it: "
-                                f"{python} -m pip install torch")
+                                 f"{python} -m pip install torch",
+                                 name=name, python=python, problem="no_torch", fix=f"{python} -m pip install torch")
     if done.returncode == _NO_DPBENCH:
         raise EnvironmentProblem(f"environment {name!r}: {python} cannot import dpbench ({said}); "
-                                f"install it there: {install}")
+                                 f"install it there: {install}", name=name, python=python, problem="no_dpbench",
+                                 fix=install)
     if done.returncode != 0 or not said:
         raise EnvironmentProblem(f"environment {name!r}: {python} failed to start "
-                                f"(exit {done.returncode}: {said or 'no output'}); try {install}")
+                                 f"(exit {done.returncode}: {said or 'no output'}); try {install}",
+                                 name=name, python=python, problem="failed", fix=install)
     return said
 
 

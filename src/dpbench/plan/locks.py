@@ -18,7 +18,12 @@ LOCK_FREE_TARGETS = frozenset({"compare"})
 
 
 class PipelineBusy(ConfigError):
-    """Another pipeline holds the result set: its runs would train twice at once, timed together."""
+    """Another pipeline holds the result set: its runs would train twice at once, timed together.
+    `tag` is the result set's, `holder` the holding process's pid as its lock file says it ("": unknown)."""
+
+    def __init__(self, message: str, *, tag: str = "", holder: str = ""):
+        super().__init__(message)
+        self.tag, self.holder = tag, holder
 
 
 def needs_pipeline_lock(targets: Any) -> bool:
@@ -52,7 +57,7 @@ def hold_pipeline_lock(set_dir: Path | str, tag: str) -> Path:
         os.close(fd)
         raise PipelineBusy(f"result set {tag!r} is in use by another pipeline (pid {holder or 'unknown'}, "
                            f"{path}): wait for it, stop it (kill {holder or '<pid>'}), or use "
-                           f"--config tag=<another>") from None
+                           f"--config tag=<another>", tag=tag, holder=holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _HELD[str(path)] = fd

@@ -1,7 +1,7 @@
 """The perf targets in words and pictures: targets.md (the targets table, DDP's cells with their
 knobs, the single-GPU recipes, how far images/s is from what the median step time implies),
-targets.json (dpbench.analysis.perf_targets' rows as they are), what each step of the fast
-single-GPU recipe buys (recipe_steps.png) and DDP's throughput against bucket size
+targets.json (dpbench.analysis.perf_targets' and perf_tables' rows as they are), what each step
+of the fast single-GPU recipe buys (recipe_steps.png) and DDP's throughput against bucket size
 (bucket_sweep.png). A benchmark's report, not a test: it prints and never fails.
 
     dpbench perf-targets [results/perf-torch-<version>] [--default-experiment DIR]
@@ -20,9 +20,9 @@ from pathlib import Path
 from dpbench import results
 from dpbench.analysis import options
 from dpbench.analysis.experiment_time import default_experiment_row
-from dpbench.analysis.perf_targets import (NOT_MEASURED, BucketDefault, Cell, agreement_rows, fastest_rows,
-                                           load_cells, recipe_rows, sweep_rows, target_rows,
-                                           why_unmeasured)
+from dpbench.analysis.perf_cells import BucketDefault, Cell, load_cells, why_unmeasured
+from dpbench.analysis.perf_tables import agreement_rows, fastest_rows, recipe_rows, sweep_rows
+from dpbench.analysis.perf_targets import NOT_MEASURED, target_rows
 from dpbench.host.source import PROJECT
 
 

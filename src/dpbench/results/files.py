@@ -20,9 +20,11 @@ def _not_writable(path: Path, exc: OSError) -> NotWritable:
     folder = path.parent
     while not folder.exists() and folder != folder.parent:   # the folder that refused: the
         folder = folder.parent                               # nearest one that exists
-    return NotWritable(f"cannot write {path.name}: folder {folder} is not writable "
-                       f"({exc.strerror or type(exc).__name__}); make it writable for this user, "
-                       f"or copy the result set to a writable place and run there")
+    err = NotWritable(f"cannot write {path.name}: folder {folder} is not writable "
+                      f"({exc.strerror or type(exc).__name__}); make it writable for this user, "
+                      f"or copy the result set to a writable place and run there")
+    err.filename = str(folder)   # the folder that refused, as an OSError names its file
+    return err
 
 
 def write_atomic(path: Path | str, text: str | bytes) -> None:

@@ -26,7 +26,8 @@ from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.results.errors import error_text
 from dpbench.run import measure, sharded
 from dpbench.run.context import Context
-from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.data import WorkloadFeed, make_feed
+from dpbench.run.datasets import load_dataset
 from dpbench.run.epochs import COMPILE_STEPS, EpochLog, close_epoch
 from dpbench.run.hooks import FaultInjection, StallGuard, WarmupProbes
 from dpbench.run.measured import Measured

@@ -30,7 +30,8 @@ from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
 from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.run import engine, sharded
-from dpbench.run.data import WorkloadFeed, load_dataset, make_feed
+from dpbench.run.data import WorkloadFeed, make_feed
+from dpbench.run.datasets import load_dataset
 from dpbench.run.intervals import exposed, length, union
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant

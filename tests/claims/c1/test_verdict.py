@@ -166,7 +166,7 @@ def test_c1_momentum_comes_from_the_run_config(tmp_path):
 
 
 def test_c1_says_which_precision_it_cannot_size(tmp_path):
-    with pytest.raises(ValueError, match="no sizes known for precision 'fp8' \\(known: bf16, fp32\\)"):
+    with pytest.raises(ValueError, match=r"'fp8'.*bf16.*fp32"):   # the precision asked, those known
         c1_verdict.device0_excess_estimate(2048, 2, precision="fp8")
     t = gpu_tag()
     for cfg in t.configs.values():

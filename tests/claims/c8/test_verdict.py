@@ -92,7 +92,7 @@ def test_c8_medians_crossing_one_within_noise_are_no_crossover(tmp_path):
     f = _c8(tmp_path, dp_speedup={128: 0.2, 512: 0.5, 2048: 0.98, 8192: 1.03}, spread=0.06)
     fp32 = next(c for c in f.data["curves"] if c["series"] == "fp32" and c["variant"] == "dp")
     assert fp32["crossings"] == [] and fp32["statuses"] == ["slower", "slower", "within noise", "within noise"]
-    assert "paid off" not in f.advice
+    assert fp32["paid_off_from"] is None and not fp32["paid_off_only_from"]
 
 
 def test_c8_one_repeat_measures_no_noise(tmp_path):
@@ -202,6 +202,7 @@ def test_c8_advice_says_only_where_no_smaller_batch_paid_off(tmp_path, speedups,
     t = FakeTag()
     plant_c8(t, dp_speedup=speedups)
     f = c8_text.finding(evidence(tmp_path, t))
-    assert ("with fp32 DataParallel on 2 GPUs paid off only from 2,048" in f.advice) == only
-    assert "with fp32 DataParallel on 2 GPUs paid off" in f.advice
-    assert "with bf16+channels_last DataParallel on 2 GPUs paid off only from 2,048" in f.advice   # starts at 512
+    paid = {c["series"]: (c["paid_off_from"], c["paid_off_only_from"])
+            for c in f.data["curves"] if c["variant"] == "dp" and c["gpus"] == 2}
+    assert paid["fp32"] == (2048, only)
+    assert paid["bf16+channels_last"] == (2048, True)   # starts at 512

@@ -1,5 +1,7 @@
 """C9's probe: the largest-batch search on fake trials, the sweep, the interconnect."""
 
+import re
+
 import pytest
 
 from dpbench import results
@@ -47,7 +49,8 @@ def test_a_failure_other_than_out_of_memory_stops_the_search_with_its_reason():
 def test_the_search_skips_without_cuda_and_runs_nothing():
     ran = []
     row = probe.search_row("fsdp", 1, (256, 4), 12.0, run=ran.append, cuda_gpus=0)
-    assert ran == [] and row["largest_batch"] is None and "needs 1 CUDA GPU (found 0)" in row["reason"]
+    assert ran == [] and row["largest_batch"] is None
+    assert re.findall(r"\d+", row["reason"]) == ["1", "0"]   # GPUs needed, found
     assert row["parameters"] > 10e6 and row["reshard_after_forward"] is True
     assert set(row) == set(results.LARGEST_BATCH_COLUMNS)
 

@@ -85,10 +85,9 @@ def _c8_advice(curves: list[dict], cause: dict | None, growth: dict | None, dtyp
     parts = []
     for c in curves:
         ups = [x for x in c["crossings"] if x["direction"] == "faster above"]
-        if ups:
+        if c["paid_off_from"] is not None:
             a, b = ups[-1]["between"]
-            # "only from B" holds when no smaller batch was faster too
-            only = not any(st == "faster" and bt < a for bt, st in zip(c["batches"], c["statuses"]))
+            only = c["paid_off_only_from"]
             parts.append(f"with {c['series']} DataParallel on {c['gpus']} GPUs paid off {'only ' if only else ''}from "
                          f"{fmt_batch(b)} images a step of the batches measured (slower at {fmt_batch(a)}; the "
                          f"crossover about {about(ups[-1]['batch'])}, interpolated)")

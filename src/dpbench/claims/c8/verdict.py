@@ -103,7 +103,13 @@ def crossovers(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 found.append({"batch": _interpolate(curve[i:j + 1]), "between": [a["global_batch"], b["global_batch"]],
                               "within_noise": [p["global_batch"] for p in curve[i + 1:j]],
                               "direction": "faster above" if b["faster"] else "slower above"})
+        ups = [x for x in found if x["direction"] == "faster above"]
+        # where it paid off: above its last crossing to faster; "only from" where no smaller batch was faster too
+        paid_off_from = ups[-1]["between"][1] if ups else None
+        only = bool(ups) and not any(p["status"] == "faster" and p["global_batch"] < ups[-1]["between"][0]
+                                     for p in curve)
         out.append({"series": series, "variant": variant, "gpus": gpus, "crossings": found,
+                    "paid_off_from": paid_off_from, "paid_off_only_from": only,
                     "batches": [p["global_batch"] for p in curve], "speedups": [p["speedup"] for p in curve],
                     "statuses": [p["status"] for p in curve],
                     "level": min((p["level"] for p in curve if p["level"] is not None), default=None),
