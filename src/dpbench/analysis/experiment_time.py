@@ -19,7 +19,8 @@ import yaml
 
 from dpbench import results
 from dpbench.analysis import options
-from dpbench.analysis.perf_targets import NOT_MEASURED, run_defaults
+from dpbench.analysis.perf_cells import run_defaults
+from dpbench.analysis.perf_targets import NOT_MEASURED
 from dpbench.host.source import PROJECT
 from dpbench.plan import pipeline
 from dpbench.plan.matrix import planned_runs

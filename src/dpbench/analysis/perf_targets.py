@@ -12,9 +12,6 @@ from __future__ import annotations
 
 from dpbench.analysis import intervals
 from dpbench.analysis.perf_cells import Cell, epoch_estimate, finite, knobs_label, matches, why_unmeasured
-# analysis.experiment_time reads the run defaults from here; they are perf_cells' (a re-export
-# until that import moves).
-from dpbench.analysis.perf_cells import run_defaults as run_defaults
 
 # The layouts the targets speak of (everything else at the experiment's settings: gpu feed,
 # no compile, cudnn.benchmark off).
