@@ -79,7 +79,9 @@ def summarise(events, cuda: bool, steps: int) -> dict:
     hi = max((e.time_range.end for e in ranges), default=0.0)
     inside = lambda e: lo <= e.time_range.start <= hi
     if cuda:
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and inside(e)]
+        # record_function ranges also appear on the GPU's timeline, spanning their kernels: not kernels
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and inside(e)
+                   and not getattr(e, "is_user_annotation", False)]
         times = {}
         for e in kernels:
             times[e.name] = times.get(e.name, 0.0) + (e.time_range.end - e.time_range.start) / 1e3
