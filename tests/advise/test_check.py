@@ -59,5 +59,40 @@ def test_a_run_that_fails_is_a_row_with_its_reason(monkeypatch):
     a = advise(f, gpus=2, gpu_memory_gib=80)
     rows = C.check(a, "w", f, "fp32", run=lambda cfg: {"status": "failed", "reason": "CUDA out of memory"},
                    runners_up=0)
-    assert len(rows) == 1 and rows[0]["what"] == "run" and "out of memory" in rows[0]["reason"]
-    assert "run failed" in C.check_table(rows)
+    assert rows[0]["what"] == "run" and rows[0]["status"] == "failed" and rows[0]["reason"] == "CUDA out of memory"
+    # out of memory one bisection step below too: the largest batch was not within that step
+    assert [(r["what"], r["measured"]) for r in rows[1:]] == [("largest_batch", None)]
+
+
+def test_an_advised_batch_out_of_memory_is_tried_one_bisection_step_below(monkeypatch):
+    f = facts()
+    monkeypatch.setattr(C, "visible_gpus", lambda: (2, 139 * 1024.0))
+    a = advise(f, gpus=2, gpu_memory_gib=80)
+    advised = C.chosen_setups(a, 0)[0]["batch"]
+    seen: list = []
+    ok = fake_run([], f)
+
+    def run(cfg):
+        seen.append(cfg["per_gpu_batch"])
+        if cfg["per_gpu_batch"] >= advised:
+            return {"status": "failed", "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"}
+        return ok(cfg)
+
+    rows = C.check(a, "w", f, "fp32", run=run, runners_up=0)
+    below = int(advised * (1 - C.BISECTION_STEP))
+    assert seen == [advised, below]
+    largest = next(r for r in rows if r["what"] == "largest_batch")
+    assert (largest["predicted"], largest["measured"]) == (advised, below)
+    assert largest["error"] == pytest.approx(below / advised - 1)
+    # the memory rows compare at the batch that ran
+    assert {r["batch"] for r in rows if r["what"] in ("allocated", "reserved")} == {below}
+
+
+def test_a_failure_other_than_memory_is_not_retried(monkeypatch):
+    f = facts()
+    monkeypatch.setattr(C, "visible_gpus", lambda: (2, 139 * 1024.0))
+    a = advise(f, gpus=2, gpu_memory_gib=80)
+    seen: list = []
+    rows = C.check(a, "w", f, "fp32", run=lambda cfg: seen.append(cfg) or {"status": "failed", "reason": "timeout"},
+                   runners_up=0)
+    assert len(seen) == 1 and [r["what"] for r in rows] == ["run"]

@@ -7,7 +7,8 @@ NVML only where each rank has its GPU to itself), and the tensors each rank hold
 (parameters, gradients, optimizer state: counted, so also on the CPU), and samples/s against
 advise.rank's rule where each rank has its GPU. On CUDA each rank may allocate what the advised
 card leaves PyTorch (the run option memory_cap_gib), so a run that runs out of memory says the
-advice was wrong for that card.
+advice was wrong for that card; the check then runs one bisection step below the advised batch,
+which says whether the largest batch was still predicted within that step.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ RUNNERS_UP = 2
 TIMEOUT_S = 300
 CPU_BATCH = 4          # the CPU measures counted tensors: a small batch says as much
 DEVICE_SHARE = 0.9     # rehearsed ranks together use at most this share of their GPU
+# The resolution of the measured largest-batch search the advice's error is judged by
+# (claims.c9.rehearsal.RESOLUTION; not imported: that module needs torch and a process group).
+BISECTION_STEP = 1 / 8
 COMPONENTS = ("parameters", "gradients", "optimizer")
 COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "error"]   # MiB; samples/s
 
@@ -131,14 +135,47 @@ def check(advice: Advice, workload: Any, facts: ProbeFacts, precision: str, gpus
         setup = Setup(**_setup_fields(row["options"]))
         b = check_batch(facts, setup, row, advice.gpus, here, device_mib if cuda else 0.0, gpus_per_node)
         cap = cap_gib(facts, advice.gpu_memory_gib, here, device_mib if cuda else 0.0)
-        rec = run(run_config(workload, setup, advice.gpus, b, precision, steps, rehearsed, cuda, gpus_per_node, cap))
+        how = "rehearsed" if rehearsed else "ranks"
+
+        def attempt(batch: int) -> dict[str, Any]:
+            return run(run_config(workload, setup, advice.gpus, batch, precision, steps, rehearsed, cuda,
+                                  gpus_per_node, cap))
+
+        rec = attempt(b)
         if rec.get("status") != "ok":
-            out.append({"setup": setup.name, "gpus": advice.gpus, "batch": b, "how": "rehearsed" if rehearsed else "ranks",
-                        "what": "run", "predicted": None, "measured": None, "error": None,
-                        "status": rec.get("status"), "reason": str(rec.get("reason") or "")[:300]})
-            continue
+            out.append(failed_row(setup, advice.gpus, b, how, rec))
+            below = one_step_below(b, setup.accumulate)
+            if not (cuda and out_of_memory(rec) and below < b):
+                continue
+            # the advised batch did not fit the card: one bisection step below says whether the
+            # largest batch was still predicted within that step
+            rec = attempt(below)
+            fits = rec.get("status") == "ok"
+            out.append({"setup": setup.name, "gpus": advice.gpus, "batch": below, "how": how, "what": "largest_batch",
+                        "predicted": float(b), "measured": float(below) if fits else None,
+                        "error": below / b - 1.0 if fits else None, "status": rec.get("status"),
+                        "reason": "" if fits else str(rec.get("reason") or "")[:300]})
+            if not fits:
+                continue
+            b = below
         out += compare(rec, facts, setup, advice.gpus, b, rehearsed, gpus_per_node)
     return out
+
+
+def failed_row(setup: Setup, gpus: int, batch: int, how: str, rec: dict[str, Any]) -> dict[str, Any]:
+    return {"setup": setup.name, "gpus": gpus, "batch": batch, "how": how, "what": "run", "predicted": None,
+            "measured": None, "error": None, "status": rec.get("status"), "reason": str(rec.get("reason") or "")[:300]}
+
+
+def out_of_memory(rec: dict[str, Any]) -> bool:
+    reason = str(rec.get("reason") or "")
+    return "OutOfMemoryError" in reason or "out of memory" in reason
+
+
+def one_step_below(batch: int, granule: int) -> int:
+    """The batch one bisection step (BISECTION_STEP of it) below `batch`, a multiple of `granule`."""
+    below = int(batch * (1 - BISECTION_STEP)) // granule * granule
+    return max(granule, below)
 
 
 def _setup_fields(options: dict[str, Any]) -> dict[str, Any]:
