@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -336,6 +337,8 @@ def test_the_device_script_runs_its_tiny_part_on_the_cpu(tmp_path):
     assert {(r["variant"], r["gpus"]) for r in rows} >= {("ddp", "1"), ("fsdp", "2"), ("fsdp-keep", "2")}
     records = [json.loads(x) for x in (tmp_path / "work" / "1" / "runs" / "cases-2.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" and r["config"]["rehearse"] for r in records)
+    with tarfile.open(tmp_path / "out" / "rehearsal-part1.tar.gz") as tar:   # every launch's ranks' output
+        assert {"launch-1.log", "launch-2.log"} <= set(tar.getnames())
     again = subprocess.run([sys.executable, script, "--combine", str(tmp_path / "out" / "rehearsal-part1.tar.gz"),
                             "--out", str(tmp_path / "combined"), "--work", str(tmp_path / "work")],
                            capture_output=True, text=True, timeout=300)

@@ -120,17 +120,22 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
         # bounded: the budget, plus one case's worst (a collective's timeout), then the whole
         # process group goes (a rank left alive holds its GPU memory for whatever runs next)
         limit = max(60.0, started + budget_s + LAUNCH_GRACE_S - time.time())
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            _, err = proc.communicate()
-            err = f"N={ranks}: killed after {limit:.0f} s (the budget and a collective's timeout spent)\n{err}"
-        print(f"N={ranks}: {len(cases)} cases, exit {proc.returncode}, {time.time() - t:.0f} s", flush=True)
+        # every rank's output, whole, in the work folder (it travels back in the tar): a failed
+        # launch is diagnosed from the first rank that failed, not from the launcher's last lines
+        log_path = work / f"launch-{ranks}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                log.write(f"\nN={ranks}: killed after {limit:.0f} s (the budget and a collective's timeout spent)\n")
+        print(f"N={ranks}: {len(cases)} cases, exit {proc.returncode}, {time.time() - t:.0f} s (log: {log_path})",
+              flush=True)
         if proc.returncode:
-            print(err[-3000:], flush=True)
+            print(log_path.read_text(errors="replace")[-3000:], flush=True)
         if lines.exists():
             records += [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
     (out / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
@@ -249,7 +254,7 @@ def probe_record(rows: list[dict]):
 
 
 def pack(out: Path, records: list[dict], tag: str) -> Path:
-    """records (JSON lines) + the tables and figures under `out`, as one tar."""
+    """records (JSON lines) + the tables, figures and launch logs under `out`, as one tar."""
     tar = out / f"rehearsal-{tag}.tar.gz"
     with tarfile.open(tar, "w:gz") as t:
         data = "\n".join(json.dumps(r, default=str) for r in records).encode()
@@ -259,6 +264,8 @@ def pack(out: Path, records: list[dict], tag: str) -> Path:
         for p in sorted(out.iterdir()):
             if p.is_file() and p.suffix in (".csv", ".md", ".png", ".json"):
                 t.add(p, arcname=p.name)
+        for p in sorted((out / "runs").glob("launch-*.log")):   # the ranks' own output
+            t.add(p, arcname=p.name)
     return tar
 
 

@@ -260,6 +260,15 @@ def nvml_process_mib() -> float | None:
     return None
 
 
+def failed_case(case: dict[str, Any], world: int, reason: str) -> dict[str, Any]:
+    """The record of a case that did not run to its end: its identity and size, for the tables."""
+    a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
+    return {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"], "gpus": world,
+            "status": "failed", "reason": reason, "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
+            "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
+            "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--plan", required=True, help="JSON: a list of cases")
@@ -287,12 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 rec = run_case(case, device, world, rank)
             except Exception as exc:   # one case's failure must not end the others' (all ranks see it)
-                a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
-                rec = {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"],
-                       "gpus": world, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500],
-                       "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
-                       "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
-                       "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
+                rec = failed_case(case, world, f"{type(exc).__name__}: {exc}"[:500])
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
@@ -308,9 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                     why = f"not run: the ranks lost step in case {case['name']} ({type(exc).__name__})"
                     with open(args.out, "a") as f:
                         for later in cases[i + 1:]:
-                            f.write(json.dumps({"run_id": f"{later['name']}-g{world}", "case": later["name"],
-                                                "variant": later["variant"], "gpus": world, "status": "failed",
-                                                "reason": why}) + "\n")
+                            f.write(json.dumps(failed_case(later, world, why)) + "\n")
                 return 3
     finally:
         dist.destroy_process_group()

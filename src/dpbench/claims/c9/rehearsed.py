@@ -42,6 +42,8 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
     fits = one_rank_fit(recs)
     rows = []
     for r in recs:
+        if not r.get("size"):   # a case the ranks never reached, as older rehearsals wrote it: no model to name
+            continue
         cfg = r.get("config") or {}
         size = str(r.get("size"))
         width, layers = (int(x) for x in size.split("x"))
