@@ -26,10 +26,10 @@ import numpy as np
 
 from dpbench.analysis.bisect import search
 from dpbench.analysis.compare import calibration as cc
+from dpbench.report.bisect_queries import OUTCOMES, simulation_table   # the table docs/bisect.md renders
 
 ENVS, CELLS = 8, 2
 CHANGES = (0.02, 0.05)
-OUTCOMES = ("right", "wrong", "none", "inconclusive")
 
 
 def pools() -> list[np.ndarray]:
@@ -68,24 +68,9 @@ def rates(pool_list, n: int, change: float, k: int | None, draws: int, rng) -> d
 
 
 def markdown(res: dict) -> str:
-    pct = lambda v: f"{100 * v:.1f}%"
-    lines = [f"Rule: alpha {res['rule']['alpha']} a step (Holm over the cells), margin "
-             f"{100 * res['rule']['margin']:g}%, {res['repeats']} runs a side; {res['draws']} bisections a row, "
-             f"8 environments, 2 cells, noise from {', '.join(res['launches'])}.", "",
-             "| planted | first bad k | right | wrong | none | inconclusive | steps (mean) |",
-             "|---|--:|--:|--:|--:|--:|--:|"]
-    for change, by_k in res["planted"].items():
-        for k, v in by_k.items():
-            lines.append(f"| {100 * float(change):g}% in one cell | {k} | " + " | ".join(pct(v[o]) for o in OUTCOMES)
-                         + f" | {v['steps_mean']:.2f} |")
-        allk = res["planted_all_k"][change]
-        lines.append(f"| {100 * float(change):g}% in one cell | all k | " + " | ".join(pct(allk[o]) for o in OUTCOMES)
-                     + f" | {allk['steps_mean']:.2f} |")
-    v = res.get("nothing")
-    if v:
-        lines.append("| nothing | – | – | " + pct(v["wrong"]) + " (any named) | " + pct(v["none"]) + " | "
-                     + pct(v["inconclusive"]) + f" | {v['steps_mean']:.2f} |")
-    return "\n".join(lines)
+    return (f"Rule: alpha {res['rule']['alpha']} a step (Holm over the cells), margin "
+            f"{100 * res['rule']['margin']:g}%, {res['repeats']} runs a side; {res['draws']} bisections a row, "
+            f"8 environments, 2 cells, noise from {', '.join(res['launches'])}.\n\n" + simulation_table(res))
 
 
 def main() -> None:

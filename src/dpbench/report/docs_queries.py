@@ -1,7 +1,9 @@
 """Named queries on the committed references: every number docs/findings.md and docs/sharding.md
 quote, computed from the reference folder it comes from (its tables, records or bench json), never
 typed by hand. A page's template (docs/templates/<page>.md.in) names them as {{query}}; the
-renderer (dpbench.report.docs_render) fills them in and a test re-renders and diffs.
+renderer (dpbench.report.docs_render) fills them in and a test re-renders and diffs. Other pages'
+queries register here with `query` from their own modules (dpbench.advise.docs for advise.md,
+dpbench.report.bisect_queries for bisect.md).
 
 Each query names the one reference it reads; the page links that folder where it quotes it.
 """
