@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dpbench.advise.predict import GIB, ProbeFacts, Setup, largest_batch, predict, setups
-from dpbench.advise.recommend import advise
+from dpbench.advise.check import _setup_fields
+from dpbench.advise.recommend import HEADROOM, advise
 from dpbench.analysis.memory_model import MIB, Setting, predicted_bytes
 
 P = 100_000_000   # 100M parameters, fp32: 381 MiB a copy
@@ -73,10 +74,23 @@ def test_a_model_too_large_for_any_setup_says_so_and_what_would_fit():
     m = a.misfit
     assert m["need_mib"] > 24 * GIB / MIB
     assert not m["offload_fits"] and not m["bf16_fits"]             # a unit gathered alone is 3 x 20 GB
-    n = m["gpus_needed"]
-    assert n > 2 and largest_batch(big, Setup("fsdp", checkpoint=True), n, 24 * 1024.0, gpus_per_node=n) >= 1
-    assert largest_batch(big, Setup("fsdp", checkpoint=True), n // 2, 24 * 1024.0, gpus_per_node=n // 2) == 0
+    n, usable = m["gpus_needed"], 24 * 1024.0 * (1 - HEADROOM)     # what the advice plans to fill
+    assert n > 2 and largest_batch(big, Setup("fsdp", checkpoint=True), n, usable, gpus_per_node=n) >= 1
+    assert largest_batch(big, Setup("fsdp", checkpoint=True), n // 2, usable, gpus_per_node=n // 2) == 0
     smaller = facts(parameters=20_000_000_000, largest_unit_bytes=4.0 * 20e9 / 40)   # 20B, units of 2 GB
     a = advise(smaller, gpus=1, gpu_memory_gib=80)                  # 240 GB of state on one 80 GiB GPU
     assert a.chosen is not None and "offload" in a.chosen            # offload leaves the device the units
     assert not any(r["fits"] for r in a.rows if "offload" not in r["setup"])
+
+
+def test_the_advised_batch_leaves_the_headroom_and_the_edge_is_reported():
+    f = facts()
+    a = advise(f, gpus=2, gpu_memory_gib=80)
+    top = next(r for r in a.rows if r["setup"] == a.chosen)
+    card = 80 * GIB / MIB
+    setup = Setup(**_setup_fields(top["options"]))
+    assert predict(f, setup, 2, top["batch"]).nvml_mib <= (1 - HEADROOM) * card
+    assert predict(f, setup, 2, top["batch"] + 1).nvml_mib > (1 - HEADROOM) * card
+    assert top["largest_batch"] == largest_batch(f, setup, 2, card) > top["batch"]
+    edge = advise(f, gpus=2, gpu_memory_gib=80, headroom=0.0)
+    assert next(r for r in edge.rows if r["setup"] == a.chosen)["batch"] == top["largest_batch"]

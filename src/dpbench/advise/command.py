@@ -10,7 +10,7 @@ import math
 import sys
 from dataclasses import asdict
 
-from dpbench.advise.recommend import COLUMNS, advise, table_rows
+from dpbench.advise.recommend import COLUMNS, HEADROOM, advise, table_rows
 from dpbench.advise.rank import LINK_GBS
 from dpbench.report.markdown import md_table
 from dpbench.results.errors import error_text
@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, help="per-GPU batch wanted (default: each setup's largest)")
     ap.add_argument("--gpus-per-node", type=int, help="hsdp's shard group (default: all --gpus)")
     ap.add_argument("--link-gbs", type=float, default=LINK_GBS, help="GPU-to-GPU bandwidth, GB/s")
+    ap.add_argument("--headroom", type=float, default=HEADROOM, metavar="FRACTION",
+                    help="share of each GPU's memory left unplanned (default %(default)g)")
     ap.add_argument("--probe-batches", type=int, nargs=2, default=[2, 8], metavar=("B1", "B2"))
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the probe runs")
     ap.add_argument("--check", action="store_true", help="run the recommended setup and runners-up")
@@ -69,6 +71,8 @@ def validate(args: argparse.Namespace):
         raise BadInput(f"--probe-batches {b1} {b2}: two batches, 1 <= B1 < B2")
     if not args.link_gbs > 0:
         raise BadInput(f"--link-gbs {args.link_gbs:g}: a positive bandwidth")
+    if not 0 <= args.headroom < 0.5:
+        raise BadInput(f"--headroom {args.headroom:g}: a share of the card from 0 up to 0.5")
     workload = parse(args.workload)
     resolve(workload)
     return workload
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:   # the probe failed: the workload's problem, in one line
         print(f"{PROG}: error: probing {args.workload}: {error_text(exc)}", file=sys.stderr)
         return 2
-    advice = advise(facts, args.gpus, args.gpu_memory, args.batch, args.gpus_per_node, args.link_gbs)
+    advice = advise(facts, args.gpus, args.gpu_memory, args.batch, args.gpus_per_node, args.link_gbs, args.headroom)
     checked = None
     if args.check:
         from dpbench.advise.check import check, check_table

@@ -1,14 +1,17 @@
 """docs/advise.md's named queries (registered with dpbench.report.docs_queries' `query`): the
 error table of advise.error over the rehearsal and sharding references, DeepSpeed's and
 accelerate's estimates read from advise/estimates.json (so the page renders the same where they
-are not installed). Torch-free."""
+are not installed), and the advice and --check runs of the H200 reference. Torch-free."""
 from __future__ import annotations
 
+import json
 from functools import cache
+from itertools import groupby
 from pathlib import Path
 
 from dpbench.advise import error
 from dpbench.report.docs_queries import query
+from dpbench.report.markdown import md_table
 
 
 @cache   # every query of the page reads the same cells: computed once a render
@@ -58,3 +61,64 @@ def advise_nvml_misses(ref: Path) -> str:
     where = sorted({f"{r['model']} {r['setup']} on {r['gpus']} ({r['source']})" for r in misses})
     low, high = min(r["error"] for r in misses), max(r["error"] for r in misses)
     return f"{len(misses)}: {', '.join(where)}, {low:+.1%} to {high:+.1%}"
+
+
+ON_H200 = "h200-advise-032c2c6"   # dpbench advise and --check on one H200 (its README: the calls)
+
+
+def _h200_advice(ref: Path) -> list[tuple[str, dict]]:
+    """(call folder/file stem, the advice's JSON) of every advise run in the H200 reference."""
+    return [(f"{p.parent.name}/{p.stem}", json.loads(p.read_text()))
+            for p in sorted((ref / ON_H200).glob("*/advise-*.json"))]
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:+.1%}"
+
+
+@query("advise_h200_advice", ON_H200)
+def advise_h200_advice(ref: Path) -> str:
+    """Each advice of the reference: the workload, GPUs and card, the recommended setup, its batch."""
+    rows = []
+    for name, d in _h200_advice(ref):
+        top = next((r for r in d["rows"] if r["setup"] == d["chosen"]), {})
+        rows.append([name, d["probe"]["parameters"], d["gpus"], f"{d['gpu_memory_gib']:g}", d["probe"]["precision"],
+                     d["chosen"] or "none", top.get("batch"), top.get("largest_batch"),
+                     None if top.get("nvml_gib") is None else round(top["nvml_gib"], 1)])
+    return md_table(["advice", "parameters", "GPUs", "card GiB", "precision", "recommended", "batch",
+                     "largest batch", "NVML GiB (predicted)"], rows, right=(1, 2, 6, 7, 8))
+
+
+@query("advise_h200_checks", ON_H200)
+def advise_h200_checks(ref: Path) -> str:
+    """Every setup --check ran: out of memory, or its measured against predicted, per quantity."""
+    rows = []
+    for name, d in _h200_advice(ref):
+        for (setup, batch, how), got in groupby(d.get("check") or [], key=lambda c: (c["setup"], c["batch"], c["how"])):
+            got = list(got)
+            by = {c["what"]: c for c in got}
+            failed = by.get("run")
+            outcome = "out of memory" if failed and "out of memory" in (failed.get("reason") or "") else \
+                (f"failed: {failed.get('reason', '')[:60]}" if failed else "ran")
+            rows.append([name, setup, batch, how, outcome,
+                         *[_pct(by[w]["error"]) if w in by else "–"
+                           for w in ("allocated", "reserved", "nvml", "samples_per_s")]])
+    return md_table(["advice", "setup", "batch", "how", "outcome", "allocated", "reserved", "NVML", "samples/s"],
+                    rows, right=(2,))
+
+
+@query("advise_h200_out_of_memory", ON_H200)
+def advise_h200_out_of_memory(ref: Path) -> str:
+    """Of the setups --check ran on the GPU itself (not rehearsed) at their advised batch (each
+    setup's first row; a retry one step below comes after it), how many ran out of memory."""
+    advised: dict[tuple, bool] = {}
+    for name, d in _h200_advice(ref):
+        for c in d.get("check") or []:
+            if c["how"] == "ranks":
+                advised.setdefault((name, c["setup"]), c["what"] == "run")
+    return f"{sum(advised.values())} of the {len(advised)} setups"
+
+
+@query("advise_h200_ref", ON_H200)
+def advise_h200_ref(ref: Path) -> str:
+    return ON_H200
