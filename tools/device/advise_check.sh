@@ -11,11 +11,12 @@
 # Estimate: the 1B probe ~25 s (two batches, then checkpointed), a 1B launch ~30 s at one GPU and
 # ~60 s rehearsed (FSDP2 over gloo); ResNet18 ~10 s a probe, ~15 s a launch: ~4 x 55 s; then
 # timm's ViT-S/16 and Hugging Face's GPT-2 (the GPU image's libraries), ~20 s a probe. Every call
-# has its own timeout (85 + 75 + 90 + 40 + 90 + 40 + 50 s), so the script ends within 8 minutes
+# has its own timeout (120 + 75 + 90 + 90 + 90 + 40 + 50 s), so the script ends within 9.5 minutes
 # whatever happens; a call cut short leaves its line in advise.log.
 #
 # Writes under $OUT: advise-<name>-g<N>.json (the table's data, the probe's facts, the check's
-# rows) and advise-<name>-g<N>.md (the table, the sentence, predicted against measured), advise.log.
+# rows) and advise-<name>-g<N>.md (the table, the sentence, predicted against measured), advise.log,
+# and all of them again in advise.tgz (the device returns at most 8 files a call: read the tar).
 set -uo pipefail
 out=${OUT:-/tmp/advise-out}
 mkdir -p "$out"
@@ -41,11 +42,12 @@ if [ "${1:-}" = "--tiny" ]; then
     exit 0
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$out/advise.log"
-advise lm1b 1 85 "$LM1B" --gpu-memory 80 --check --runners-up 1
+advise lm1b 1 120 "$LM1B" --gpu-memory 80 --check --runners-up 1
 advise lm1b 2 75 "$LM1B" --gpu-memory 80 --check --runners-up 0
 advise resnet18 1 90 "$RESNET" --gpu-memory 24 --probe-batches 32 128 --check --runners-up 1
-advise resnet18 2 40 "$RESNET" --gpu-memory 24 --probe-batches 32 128 --check --runners-up 1
-# models nobody here wrote (the image's timm and transformers, built from configs): advice only
+advise resnet18 2 90 "$RESNET" --gpu-memory 24 --probe-batches 32 128 --check --runners-up 1
+# models nobody here wrote (the image's timm and transformers, built from configs)
 advise vit-s16 1 90 "$VIT" --gpu-memory 24 --precision bf16 --probe-batches 32 64 --check --runners-up 1
 advise vit-s16 8 40 "$VIT" --gpu-memory 16 --precision bf16 --probe-batches 32 64
 advise gpt2 8 50 "$GPT2" --gpu-memory 24 --precision bf16 --probe-batches 2 4
+tar czf "$out/advise.tgz" -C "$out" --exclude=advise.tgz .
