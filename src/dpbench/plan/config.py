@@ -17,7 +17,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import yaml
@@ -26,6 +26,7 @@ from dpbench.plan import variants as variant_registry
 from dpbench.workloads.registry import WorkloadError, _is_file, resolve
 
 SCHEMA_FILE = "schema.yaml"
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1)
@@ -228,6 +229,11 @@ class RunConfig:
             resolve(self.workload)
         except WorkloadError as exc:
             raise ValueError(f"run config: {exc}") from None
+
+    def variant_settings(self, kind: type[T]) -> T | None:
+        """Its variant's own settings of `kind` (plan.variants.settings: DDPSettings, FSDPSettings,
+        ProcessGroupSettings), typed, as the runtimes take them; None where the variant owns none."""
+        return variant_registry.spec(self.variant).setting(kind, self)
 
     @property
     def gpus_held(self) -> int:
