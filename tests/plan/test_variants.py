@@ -98,6 +98,7 @@ def test_settings_round_trip_through_a_records_config():
 def test_a_specs_knobs_are_its_settings_fields():
     for spec in variants.all_specs():
         assert spec.knob_keys == tuple(f.name for c in spec.config for f in dataclasses.fields(c)), spec.name
+        assert set(spec.knob_keys) <= {f.name for f in dataclasses.fields(RunConfig)}   # the record keeps them flat
     assert knobs_of(HSDPSettings)[-1] == Knob("hsdp_shard_size", changes_setup=False, quiet_at_default=True)
     assert [k.key for k in knobs_of(HSDPSettings)[:2]] == [f.name for f in dataclasses.fields(FSDPSettings)]
     with pytest.raises(TypeError):
