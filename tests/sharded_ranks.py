@@ -67,6 +67,7 @@ def whole(t: torch.Tensor) -> torch.Tensor:
 
 def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int) -> Trained | None:
     from dpbench.plan.config import RunConfig
+    from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
     from dpbench.run import components, engine, mechanisms, sharded
     from dpbench.run.knobs import PLANT_ENV
     os.environ[PLANT_ENV] = case.plant
@@ -79,9 +80,9 @@ def train_case(case: Case, world: int, rank: int, steps: int, global_batch: int)
     cpu = torch.device("cpu")
     spec = engine.build_workload(cfg)
     model = engine.build_model(cfg, SimpleNamespace(device=cpu), spec)
-    variant = Variant(cfg.variant, model, [cpu], world, engine.ddp_options(cfg), loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size,
-                                                 checkpoint=cfg.checkpoint == "units", offload=cfg.offload))
+    variant = Variant(cfg.variant, model, [cpu], world, cfg.variant_settings(DDPSettings), loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings),
+                                                 checkpoint=cfg.checkpoint == "units"))
     if case.plant_scale:
         losses_of = variant.losses
 

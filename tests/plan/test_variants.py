@@ -2,6 +2,7 @@
 and the lists, the schema's enum and the docs' table read off it."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ import pytest
 import dpbench
 from dpbench.plan import config, variants
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import (DDPSettings, FSDPSettings, HSDPSettings, ProcessGroupSettings, knobs_of,
+                                            read)
 from dpbench.plan.variants.spec import Knob, VariantSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_variant_module_declares_its_spec_in_order():
     found = sorted(p.stem for p in (REPO / "src/dpbench/plan/variants").glob("*.py")
-                   if not p.stem.startswith("_") and p.stem != "spec")
+                   if not p.stem.startswith("_") and p.stem not in ("spec", "settings"))
     assert sorted(variants.names()) == found
     assert list(variants.names()) == [s.name for s in sorted(variants.all_specs(), key=lambda s: s.order)]
     assert variants.names()[0] == "single"   # the baseline comes first in tables and figures
@@ -66,10 +69,40 @@ def test_a_spec_refuses_an_option_set_away_from_its_default():
     assert variants.spec("ddp").refusal({"compile": "default", "channels_last": True}, defaults) is None
 
 
-def test_a_variants_settings_are_its_knobs_values():
-    cfg = RunConfig.from_dict({"variant": "hsdp", "gpus": 4, "hsdp_shard_size": 2})
-    assert variants.spec("hsdp").settings(cfg)["hsdp_shard_size"] == 2
-    assert set(variants.spec("single").settings(cfg)) == set()
+def test_a_variants_settings_are_typed_and_read_from_a_run_config():
+    cfg = RunConfig.from_dict({"variant": "hsdp", "gpus": 4, "hsdp_shard_size": 2, "offload": True,
+                               "collective_timeout_s": 60})
+    assert variants.spec("hsdp").settings(cfg) == (
+        HSDPSettings(reshard_after_forward=True, offload=True, hsdp_shard_size=2),
+        ProcessGroupSettings(collective_timeout_s=60, rehearse=False))
+    assert variants.spec("hsdp").setting(FSDPSettings, cfg).shard_size == 2   # hsdp's is FSDP2's, and more
+    assert variants.spec("fsdp").setting(FSDPSettings, cfg).shard_size is None
+    assert variants.spec("fsdp").setting(DDPSettings, cfg) is None
+    assert variants.spec("single").settings(cfg) == ()
+
+
+def test_settings_round_trip_through_a_records_config():
+    cfg = RunConfig.from_dict({"variant": "ddp", "gpus": 2, "bucket_cap_mb": 10, "static_graph": True,
+                               "find_unused_parameters": True})
+    record = cfg.to_dict()
+    defaults = RunConfig().to_dict() | {k: config.train_schema()[k]["default"] for k in variants.quiet_keys()}
+    for kind in (DDPSettings, ProcessGroupSettings):
+        typed = variants.spec("ddp").setting(kind, cfg)
+        assert variants.spec("ddp").setting(kind, record, defaults) == typed
+        assert RunConfig.from_dict({**record, **dataclasses.asdict(typed)}).to_dict() == record
+    assert variants.spec("ddp").setting(DDPSettings, cfg) == DDPSettings(10, False, True, True, True)
+    with pytest.raises(KeyError, match="find_unused_parameters"):   # a quiet key left out, no default given
+        read(DDPSettings, RunConfig(variant="ddp").to_dict())
+
+
+def test_a_specs_knobs_are_its_settings_fields():
+    for spec in variants.all_specs():
+        assert spec.knob_keys == tuple(f.name for c in spec.config for f in dataclasses.fields(c)), spec.name
+        assert set(spec.knob_keys) <= {f.name for f in dataclasses.fields(RunConfig)}   # the record keeps them flat
+    assert knobs_of(HSDPSettings)[-1] == Knob("hsdp_shard_size", changes_setup=False, quiet_at_default=True)
+    assert [k.key for k in knobs_of(HSDPSettings)[:2]] == [f.name for f in dataclasses.fields(FSDPSettings)]
+    with pytest.raises(TypeError):
+        knobs_of(dict)
 
 
 def test_quiet_keys_stay_out_of_a_default_config_and_the_setup_neutral_ones_are_tuning():
@@ -83,17 +116,62 @@ def test_the_readmes_variant_table_is_the_registrys():
     assert variants.markdown_table() in (REPO / "README.md").read_text()
 
 
-def test_a_module_named_apart_from_its_variant_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "oddly_named.py").write_text(
-        "from dpbench.plan.variants.spec import VariantSpec, ONE_DEVICE, GLOBAL_MEAN\n"
-        "SPEC = VariantSpec(name='other', order=99, summary='', layout=ONE_DEVICE, wrapper='', "
-        "runtime='plain', loss=GLOBAL_MEAN)\n")
+def _with_module(tmp_path, monkeypatch, name: str, text: str):
+    """The registry as it loads with one more module under the package (tmp_path's)."""
+    (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.setattr(variants, "__path__", [*variants.__path__, str(tmp_path)])
     monkeypatch.syspath_prepend(str(tmp_path))
     variants.all_specs.cache_clear()
+
+
+def test_a_module_named_apart_from_its_variant_is_refused(tmp_path, monkeypatch):
+    _with_module(tmp_path, monkeypatch, "oddly_named",
+                 "from dpbench.plan.variants.spec import VariantSpec, ONE_DEVICE, GLOBAL_MEAN\n"
+                 "SPEC = VariantSpec(name='other', order=99, summary='', layout=ONE_DEVICE, wrapper='', "
+                 "runtime='plain', loss=GLOBAL_MEAN)\n")
     try:
         with pytest.raises(ValueError, match="oddly_named"):
             variants.all_specs()
+    finally:
+        monkeypatch.undo()
+        variants.all_specs.cache_clear()
+
+
+MADE_UP = """
+from dataclasses import dataclass
+from dpbench.plan.variants.settings import ProcessGroupSettings, knob
+from dpbench.plan.variants.spec import PROCESS_PER_GPU, RANK_SUM_SCALED, VariantSpec
+
+@dataclass(frozen=True)
+class MadeUpSettings:
+    seed: int = knob(changes_setup=False)
+    tf32: bool = knob(quiet_at_default=True)
+
+SPEC = VariantSpec(name="made_up", order=99, summary="", layout=PROCESS_PER_GPU, wrapper="",
+                   runtime="plain", loss=RANK_SUM_SCALED, config=(MadeUpSettings, ProcessGroupSettings))
+"""
+
+
+def test_a_made_up_variant_declaring_its_own_settings_is_picked_up(tmp_path, monkeypatch):
+    _with_module(tmp_path, monkeypatch, "made_up", MADE_UP)   # existing options stand in for its own
+    try:
+        made_up = variants.spec("made_up")
+        assert made_up.knob_keys == ("seed", "tf32", "collective_timeout_s", "rehearse")
+        assert variants.takers("tf32") == ("made_up",) and "tf32" in variants.quiet_keys()
+        assert "seed" in variants.setup_neutral_keys() and "tf32" not in variants.setup_neutral_keys()
+        own = made_up.settings(RunConfig(seed=7))[0]
+        assert (type(own).__name__, own.seed, own.tf32) == ("MadeUpSettings", 7, RunConfig().tf32)
+    finally:
+        monkeypatch.undo()
+        variants.all_specs.cache_clear()
+
+
+def test_a_key_two_settings_declare_differently_is_refused(tmp_path, monkeypatch):
+    clash = MADE_UP.replace("seed: int = knob(changes_setup=False)", "rehearse: bool = knob()")
+    _with_module(tmp_path, monkeypatch, "clash", clash.replace('name="made_up"', 'name="clash"'))
+    try:
+        with pytest.raises(ValueError, match="rehearse"):
+            variants.quiet_keys()
     finally:
         monkeypatch.undo()
         variants.all_specs.cache_clear()

@@ -16,10 +16,16 @@ from conftest import run_engine
 
 from dpbench import results
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import DDPSettings
 from dpbench.run import engine as train
 from dpbench.run.variants import Variant, ddp_kwargs
 
 CPU = [torch.device("cpu")]
+
+
+def ddp_settings(**knobs) -> DDPSettings:
+    """DDP's settings as a ddp run with these knobs reads them."""
+    return RunConfig(variant="ddp", **knobs).variant_settings(DDPSettings)
 
 
 class Tiny(nn.Module):
@@ -45,7 +51,7 @@ def tiny(seed: int = 0) -> nn.Module:
 def test_run_config_knobs_reach_ddp(one_rank_group):
     cfg = RunConfig(variant="ddp", bucket_cap_mb=1.5, gradient_as_bucket_view=True,
                     static_graph=True, broadcast_buffers=False)
-    ddp = Variant("ddp", tiny(), CPU, 1, train.ddp_options(cfg)).module
+    ddp = Variant("ddp", tiny(), CPU, 1, cfg.variant_settings(DDPSettings)).module
     assert ddp.bucket_bytes_cap == int(1.5 * 1024 * 1024)
     assert ddp.gradient_as_bucket_view is True
     assert ddp.static_graph is True
@@ -55,16 +61,20 @@ def test_run_config_knobs_reach_ddp(one_rank_group):
 def test_default_knobs_are_pytorchs_and_warn_nothing(one_rank_group):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ddp = Variant("ddp", tiny(), CPU, 1, train.ddp_options(RunConfig(variant="ddp"))).module
+        ddp = Variant("ddp", tiny(), CPU, 1, ddp_settings()).module
     assert [str(w.message) for w in caught] == []   # e.g. no deprecation of broadcast_buffers
     assert ddp.bucket_bytes_cap == 25 * 1024 * 1024
     assert (ddp.gradient_as_bucket_view, ddp.static_graph, ddp.broadcast_buffers) == (False, False, True)
 
 
-def test_only_buffer_syncing_off_is_passed_on():
-    assert ddp_kwargs({"broadcast_buffers": True, "static_graph": True}) == {"static_graph": True}
-    off = ddp_kwargs({"broadcast_buffers": False})
+def test_only_buffer_syncing_off_and_the_knobs_asked_for_are_passed_on():
+    assert ddp_kwargs(None) == {}
+    assert ddp_kwargs(ddp_settings(static_graph=True)) == {"gradient_as_bucket_view": False, "static_graph": True}
+    off = {k: v for k, v in ddp_kwargs(ddp_settings(broadcast_buffers=False)).items()
+           if k not in ("gradient_as_bucket_view", "static_graph")}
     assert list(off.values()) == [False] and set(off) <= {"broadcast_buffers", "forward_sync_buffers"}
+    asked = ddp_kwargs(ddp_settings(bucket_cap_mb=2.0, find_unused_parameters=True))
+    assert (asked["bucket_cap_mb"], asked["find_unused_parameters"]) == (2.0, True)
 
 
 @pytest.mark.parametrize("knobs", [{}, {"gradient_as_bucket_view": True, "static_graph": True,
@@ -74,7 +84,7 @@ def test_ddp_step_with_knobs_matches_single(one_rank_group, knobs):
     one bucket per parameter tensor)."""
     x, y = torch.randn(6, 3, 8, 8), torch.randint(0, 10, (6,))
     grads = []
-    for name, opts in (("single", None), ("ddp", knobs)):
+    for name, opts in (("single", None), ("ddp", ddp_settings(**knobs))):
         model = tiny()
         v = Variant(name, model, CPU, 1, opts)
         for _ in range(2):   # static_graph records the graph in the first step
@@ -93,7 +103,7 @@ def test_ddp_step_with_knobs_matches_single(one_rank_group, knobs):
 def test_compiled_variant_computes_what_eager_does(one_rank_group, name):
     """Inductor on the CPU (C++ kernels through the system compiler; a minute without its cache),
     the full batch then a short one: both shapes give eager's loss and gradients."""
-    opts = {"gradient_as_bucket_view": True, "static_graph": True} if name == "ddp" else None
+    opts = ddp_settings(gradient_as_bucket_view=True, static_graph=True) if name == "ddp" else None
     eager_model, compiled_model = tiny(), tiny()
     eager = Variant(name, eager_model, CPU, 1, opts)
     compiled = Variant(name, compiled_model, CPU, 1, opts)

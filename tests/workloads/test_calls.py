@@ -130,7 +130,7 @@ def _variant_losses(name: str, spec, steps: int = 2, **kwargs) -> list[float]:
     from dpbench.run.step import train_step
     from dpbench.run.variants import Variant
     cpu = torch.device("cpu")
-    v = Variant(name, spec.model, [cpu], 1, kwargs.pop("ddp", {}), loss=spec.loss, output=spec.output)
+    v = Variant(name, spec.model, [cpu], 1, kwargs.pop("ddp", None), loss=spec.loss, output=spec.output)
     opt = sharded.make_optimizer(name, spec.model.parameters(), 0.1, 0.9, 0.0, False)
     feed = WorkloadFeed(spec.batch, 7 * steps, 7, 0, cpu, total=steps)
     return [train_step(v, opt, x, y, n).global_sum.item() for x, y, n in feed.epoch(0)]
@@ -217,21 +217,22 @@ def test_an_unused_parameter_fails_ddp_in_one_whole_sentence_without_the_option(
 @pytest.mark.parametrize("name", ["ddp", "zero1"])
 def test_an_unused_parameter_trains_with_find_unused_parameters(name, factory, one_rank_group):
     from dpbench.plan.config import RunConfig
-    from dpbench.run.engine import ddp_options
+    from dpbench.plan.variants.settings import DDPSettings
     expected = _variant_losses("single", _build(factory), steps=3)
     with pytest.raises(RuntimeError, match="find_unused_parameters"):
         _variant_losses(name, _build(factory, unused=True), steps=3)
-    opts = ddp_options(RunConfig(variant=name, find_unused_parameters=True))
+    opts = RunConfig(variant=name, find_unused_parameters=True).variant_settings(DDPSettings)
     assert _variant_losses(name, _build(factory, unused=True), steps=3, ddp=opts) == pytest.approx(expected)
 
 
 def test_find_unused_parameters_is_a_run_option_quiet_at_its_default():
     from dpbench.plan.config import RunConfig
-    from dpbench.run.engine import ddp_options
+    from dpbench.plan.variants.settings import DDPSettings
+    from dpbench.run.variants import ddp_kwargs
     assert "find_unused_parameters" not in RunConfig(variant="ddp").to_dict()
-    assert "find_unused_parameters" not in ddp_options(RunConfig(variant="ddp"))
+    assert "find_unused_parameters" not in ddp_kwargs(RunConfig(variant="ddp").variant_settings(DDPSettings))
     cfg = RunConfig.from_dict({"variant": "zero1", "gpus": 2, "find_unused_parameters": True})
-    assert ddp_options(cfg)["find_unused_parameters"] is True
+    assert ddp_kwargs(cfg.variant_settings(DDPSettings))["find_unused_parameters"] is True
 
 
 # -- args from the command line, a factory that fails, check-workload -----------------------------

@@ -34,6 +34,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from dpbench.plan.config import RunConfig  # noqa: E402
+from dpbench.plan.variants.settings import DDPSettings  # noqa: E402
 from dpbench.run.measure import StepClock  # noqa: E402
 from dpbench.workloads.resnet import resnet18  # noqa: E402
 from dpbench.run.step import train_step  # noqa: E402
@@ -63,7 +65,8 @@ class Step:
         fmt = torch.channels_last if cl else torch.contiguous_format
         model = resnet18().to(device).to(memory_format=fmt).train()
         name = "ddp" if variant.startswith("ddp") else variant
-        self.variant = Variant(name, model, [device], 1, DDP_KNOBS.get(variant),
+        ddp = RunConfig(variant="ddp", **DDP_KNOBS[variant]).variant_settings(DDPSettings) if name == "ddp" else None
+        self.variant = Variant(name, model, [device], 1, ddp,
                                autocast_dtype=torch.bfloat16 if bf16 else None)
         kw = {"fused": True} if impl == "fused" else {"foreach": True}
         self.opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4, **kw)

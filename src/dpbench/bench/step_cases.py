@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from dpbench import VARIANTS
+from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import DDPSettings
 from dpbench.run.variants import Variant
 from dpbench.workloads.resnet import resnet18
 
@@ -26,7 +28,8 @@ def build(name: str, recipe: str, devices: list[torch.device]):
     torch.manual_seed(0)
     memory_format = torch.channels_last if spec["channels_last"] else torch.contiguous_format
     model = resnet18().to(devices[0]).to(memory_format=memory_format)
-    variant = Variant(name, model, devices, 1, spec["ddp"] if name == "ddp" else None,
+    ddp = RunConfig(variant="ddp", **spec["ddp"]).variant_settings(DDPSettings) if name == "ddp" else None
+    variant = Variant(name, model, devices, 1, ddp,
                       autocast_dtype=torch.bfloat16 if spec["bf16"] else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     return variant, opt, memory_format

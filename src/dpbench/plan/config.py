@@ -17,7 +17,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import yaml
@@ -26,6 +26,7 @@ from dpbench.plan import variants as variant_registry
 from dpbench.workloads.registry import WorkloadError, _is_file, resolve
 
 SCHEMA_FILE = "schema.yaml"
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,8 +128,10 @@ def factory_problem(workload: Any) -> str | None:
             f"or put the folder above it on PYTHONPATH (docs/your-model.md)")
 
 
-# Options added after records existed: absent from a run's config while at their defaults. The
-# variants' own keys say so in their specs (Knob.quiet_at_default); these are every variant's.
+# Options added after records existed: absent from a run's config while at their defaults, so
+# that older records and their setup ids read as they did. The variants' own keys say so where
+# they are declared (plan.variants.settings: knob(quiet_at_default=True)); the five written out
+# are every variant's options (no spec owns them), a fact of the record format like the fields.
 QUIET_AT_DEFAULT = ("workload", "memory_cap_gib", "environment", "accumulate", "checkpoint",
                     *variant_registry.quiet_keys())
 
@@ -171,6 +174,11 @@ class RunConfig:
     # the knobs whose mechanism every run checks (run.mechanisms)
     accumulate: int = _option("accumulate")             # micro-batches per optimizer step, sync on the last
     checkpoint: str = _option("checkpoint")             # none | units (activation checkpointing per shard unit)
+    # The variants' own keys, flat. Their owners are the specs' settings dataclasses
+    # (plan.variants.settings: DDPSettings, FSDPSettings, HSDPSettings, ProcessGroupSettings), which
+    # the runtimes take (cfg.variant_settings(DDPSettings)); they stay here, flat and under these
+    # names, because this class is the record's config format: to_dict is stored in every record
+    # and hashed into setup ids, so its keys and values are frozen.
     offload: bool = _option("offload")                  # fsdp/hsdp: CPUOffloadPolicy
     # DistributedDataParallel's knobs (ddp only; None = PyTorch's default)
     bucket_cap_mb: float | None = _option("bucket_cap_mb")
@@ -228,6 +236,11 @@ class RunConfig:
             resolve(self.workload)
         except WorkloadError as exc:
             raise ValueError(f"run config: {exc}") from None
+
+    def variant_settings(self, kind: type[T]) -> T | None:
+        """Its variant's own settings of `kind` (plan.variants.settings: DDPSettings, FSDPSettings,
+        ProcessGroupSettings), typed, as the runtimes take them; None where the variant owns none."""
+        return variant_registry.spec(self.variant).setting(kind, self)
 
     @property
     def gpus_held(self) -> int:

@@ -31,6 +31,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
 
     from dpbench.plan import variants
     from dpbench.plan.config import RunConfig
+    from dpbench.plan.variants.settings import DDPSettings
     from dpbench.run import engine, sharded
     from dpbench.run.data import WorkloadFeed
     from dpbench.run.step import train_step
@@ -46,7 +47,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
         w = engine.build_workload(cfg)
         device = torch.device("cpu")
         model = w.model.to(device).train()
-        v = Variant(variant, model, [device], 1, engine.ddp_options(cfg), loss=w.loss, output=w.output)
+        v = Variant(variant, model, [device], 1, cfg.variant_settings(DDPSettings), loss=w.loss, output=w.output)
         opt = sharded.make_optimizer(variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
         feed = WorkloadFeed(w.batch, STEPS * BATCH, BATCH, seed, device, total=STEPS)
         return [train_step(v, opt, x, y, n).global_sum.item() / n for x, y, n in feed.epoch(0)]

@@ -11,6 +11,7 @@ import torch.distributed as dist
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import world_mismatch
+from dpbench.plan.variants.settings import ProcessGroupSettings
 from dpbench.plan.variants.spec import ALL_DEVICES_ONE_PROCESS
 from dpbench.run.waits import Waits
 
@@ -32,10 +33,15 @@ class Context:
         if self.distributed and (mismatch := world_mismatch(cfg, self.world)):
             raise ValueError(mismatch)
         cuda = uses_cuda(cfg)
+        # its process group's settings: every variant that runs ranks lists them (None elsewhere)
+        self.group = cfg.variant_settings(ProcessGroupSettings)
+        if self.distributed and self.group is None:
+            raise ValueError(f"{cfg.variant} runs ranks but its spec lists no ProcessGroupSettings (plan.variants)")
+        rehearsed = self.group is not None and self.group.rehearse
         if variants.spec(cfg.variant).layout == ALL_DEVICES_ONE_PROCESS:
             self.devices = [torch.device("cuda", i) for i in range(cfg.gpus)]
         elif cuda:   # rehearsed ranks share the visible GPU(s), round-robin
-            self.devices = [torch.device("cuda", local % torch.cuda.device_count() if cfg.rehearse else local)]
+            self.devices = [torch.device("cuda", local % torch.cuda.device_count() if rehearsed else local)]
         else:
             self.devices = [torch.device("cpu")]
         self.device = self.devices[0]
@@ -49,13 +55,13 @@ class Context:
             for d in self.devices if cap else ():
                 total = torch.cuda.get_device_properties(d).total_memory
                 torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), d)
-        if self.distributed:
+        if self.distributed and self.group is not None:
             # NCCL refuses two ranks on one GPU (ncclInvalidUsage): rehearsed ranks use gloo on CUDA tensors.
-            nccl = self.device.type == "cuda" and not self.cfg.rehearse
+            nccl = self.device.type == "cuda" and not self.group.rehearse
             self.waits.at("process group set-up (init_process_group)")
             # Every wait on a peer is bounded: a rank that never joins ends the run as a failure.
             dist.init_process_group("nccl" if nccl else "gloo", device_id=self.device if nccl else None,
-                                    timeout=timedelta(seconds=self.cfg.collective_timeout_s))
+                                    timeout=timedelta(seconds=self.group.collective_timeout_s))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -22,6 +22,7 @@ from dpbench.host import gpu_lease
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
 from dpbench.plan.skips import refused, skip_reason
+from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.results.errors import error_text
 from dpbench.run import measure, sharded
@@ -88,17 +89,6 @@ def set_numerics(cfg: RunConfig) -> None:
     if torch.are_deterministic_algorithms_enabled() != cfg.deterministic:
         # Only when it changes: the call imports torch._inductor's config, 1-2 s of every run.
         torch.use_deterministic_algorithms(cfg.deterministic)
-
-
-def ddp_options(cfg: RunConfig) -> dict:
-    """DistributedDataParallel's knobs as the run sets them (PyTorch's defaults otherwise)."""
-    opts = {"gradient_as_bucket_view": cfg.gradient_as_bucket_view, "static_graph": cfg.static_graph,
-            "broadcast_buffers": cfg.broadcast_buffers}
-    if cfg.find_unused_parameters:   # only when asked: PyTorch warns when it finds none unused
-        opts["find_unused_parameters"] = True
-    if cfg.bucket_cap_mb is not None:
-        opts["bucket_cap_mb"] = cfg.bucket_cap_mb
-    return opts
 
 
 def build_workload(cfg: RunConfig, device: torch.device | None = None):
@@ -183,11 +173,10 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     model = build_model(cfg, ctx, spec)
     bf16 = cfg.precision == "bf16"
     ctx.waits.at(f"wrapping the model for {cfg.variant}")
-    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, ddp_options(cfg),
+    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, cfg.variant_settings(DDPSettings),
                       autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size,
-                                                 checkpoint=cfg.checkpoint == "units", compile=cfg.compile,
-                                                 offload=cfg.offload),
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings),
+                                                 checkpoint=cfg.checkpoint == "units", compile=cfg.compile),
                       output=spec.output)
     # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
@@ -224,6 +213,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     probes = WarmupProbes(rec, cfg, variant, opt, autocast, ctx.device, ctx.rank, ctx.distributed,
                           untimed=range(COMPILE_STEPS[cfg.compile], cfg.warmup_steps))
     fault = FaultInjection(ctx.rank, ctx.waits)
+    # every variant's step is bounded by the collective timeout (its default where no process group)
     stall = StallGuard(ctx.waits, COMPILE_STEPS[cfg.compile], cfg.collective_timeout_s)
     cuda_ids = [d.index for d in ctx.devices if d.type == "cuda"]
     peaks = measure.TrainingPeaks(cuda_ids) if cuda_ids else None

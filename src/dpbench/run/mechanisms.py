@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import FSDPSettings
 from dpbench.run.components import MIB, StepProbe, local_bytes, optimizer_state
 from dpbench.run.knobs import dynamo_counts
 from dpbench.run.variants import Variant
@@ -153,7 +154,7 @@ def check(cfg: RunConfig, variant: Variant, optimizer: torch.optim.Optimizer, pr
         out += [sync_verdict(variant, probe, cfg.accumulate), gradient_verdict(variant, probe)]
     if cfg.checkpoint == "units":
         out.append(checkpoint_verdict(variant, probe, row))
-    if cfg.offload:
+    if (fsdp := cfg.variant_settings(FSDPSettings)) and fsdp.offload:
         out.append(offload_verdict(variant, optimizer, probe, device))
     if cfg.compile != "none":
         out.append(compile_verdict(cfg, variant))

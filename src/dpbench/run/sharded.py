@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from dpbench.plan import variants
+from dpbench.plan.variants.settings import FSDPSettings
 
 try:   # public from torch 2.6; torch 2.4 and 2.5 have it under _composable
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -23,18 +24,17 @@ except ImportError:  # pragma: no cover - older torch
 @dataclass
 class ShardOptions:
     """How fsdp/hsdp wrap a model. units: the submodule types fully_shard wraps one by one
-    (spec.shard_modules), before the root; shard_size: hsdp's ranks per shard group (None: the
-    ranks of one node); param_dtype: bf16 under MixedPrecisionPolicy (reductions stay fp32),
-    None for fp32. The knobs (run.knobs): checkpoint each unit's activations (every variant,
-    before any wrapping); compile: a torch.compile mode for each unit before fully_shard
-    ("none": eager); offload: FSDP2's CPUOffloadPolicy."""
+    (spec.shard_modules), before the root; fsdp: the variant's own settings (resharding after
+    the forward, offload to FSDP2's CPUOffloadPolicy, hsdp's shard group: spec.setting(
+    FSDPSettings, cfg); None: fully_shard's defaults, the shard group one node's); param_dtype:
+    bf16 under MixedPrecisionPolicy (reductions stay fp32), None for fp32. The knobs every
+    variant takes (run.knobs): checkpoint each unit's activations (before any wrapping);
+    compile: a torch.compile mode for each unit before fully_shard ("none": eager)."""
     units: tuple[type[nn.Module], ...] = ()
-    reshard_after_forward: bool = True
-    shard_size: int | None = None
+    fsdp: FSDPSettings | None = None
     param_dtype: torch.dtype | None = None
     checkpoint: bool = False
     compile: str = "none"
-    offload: bool = False
 
 
 def mesh_shape(variant: str, world: int, shard_size: int | None) -> tuple[int, ...]:
@@ -56,12 +56,13 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     from torch.distributed.device_mesh import init_device_mesh
 
     from dpbench.run.knobs import compile_units
-    shape = mesh_shape(variant, world, options.shard_size)
+    own = options.fsdp
+    shape = mesh_shape(variant, world, own.shard_size if own else None)
     mesh = init_device_mesh(device.type, shape, mesh_dim_names=variants.spec(variant).mesh)
     policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
               if options.param_dtype is not None else MixedPrecisionPolicy())
-    kwargs = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward, "mp_policy": policy}
-    if options.offload:
+    kwargs = {"mesh": mesh, "reshard_after_forward": own.reshard_after_forward if own else True, "mp_policy": policy}
+    if own and own.offload:
         from torch.distributed.fsdp import CPUOffloadPolicy
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     norms = []

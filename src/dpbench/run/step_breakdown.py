@@ -28,6 +28,7 @@ from torch.autograd.profiler import record_function
 
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.run import engine, sharded
 from dpbench.run.data import WorkloadFeed, make_feed
@@ -125,10 +126,9 @@ def breakdown(cfg: RunConfig, warmup: int, steps: int) -> dict | None:
         spec = engine.build_workload(cfg)
         model = engine.build_model(cfg, ctx, spec)
         bf16 = cfg.precision == "bf16"
-        variant = Variant(cfg.variant, model, ctx.devices, ctx.world, engine.ddp_options(cfg),
+        variant = Variant(cfg.variant, model, ctx.devices, ctx.world, cfg.variant_settings(DDPSettings),
                           autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
-                          shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward,
-                                                     cfg.hsdp_shard_size))
+                          shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
         opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
                                      cfg.fused_sgd)
         if cfg.compile != "none":

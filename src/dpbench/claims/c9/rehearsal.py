@@ -45,6 +45,7 @@ from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setti
 from dpbench.claims.batch_search import largest
 from dpbench.host.nvml import nvml
 from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.run import components, engine, sharded
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
@@ -144,8 +145,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     if total is not None and (why := rehearsal_misfit(s, here, total, cap)):
         return {**rec, "status": "skipped", "reason": why}
     model = spec.model.to(device)
-    variant = Variant(cfg.variant, model, [device], world, engine.ddp_options(cfg), loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.reshard_after_forward, cfg.hsdp_shard_size))
+    variant = Variant(cfg.variant, model, [device], world, cfg.variant_settings(DDPSettings), loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
     reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)

@@ -11,7 +11,9 @@ module per wrapper that the specs name. A new variant is a module here declaring
 listing this package: no list to edit), plus a runtime module where no wrapper fits it.
 
 Adding a variant's own option: its schema entry (experiments/schema.yaml: type, default, what it
-does) and a Knob in its spec (whether it changes the setup, whether old records lack it).
+does) and a field of a settings dataclass its spec lists in `config` (settings.py: `knob(...)`
+says whether it changes the setup, whether old records lack it); the runtime reads that typed
+object (spec.setting), not the flat RunConfig.
 """
 from __future__ import annotations
 
@@ -57,7 +59,12 @@ def specific_options() -> tuple[str, ...]:
 
 
 def _knobs() -> dict[str, Knob]:
-    return {k.key: k for s in all_specs() for k in s.knobs}
+    """Every variant's keys; a key two settings classes declare must say the same of it."""
+    found: dict[str, Knob] = {}
+    for knob in (k for s in all_specs() for k in s.knobs):
+        if found.setdefault(knob.key, knob) != knob:
+            raise ValueError(f"{knob.key!r} is declared twice, differently: {found[knob.key]} and {knob}")
+    return found
 
 
 def quiet_keys() -> tuple[str, ...]:

@@ -1,20 +1,8 @@
-"""What kindred variants share: the wrappers' knobs and refusals that more than one spec lists
-(not a variant: the registry takes only modules that declare SPEC)."""
+"""What kindred variants share: the refusals that more than one spec lists (their shared configs
+are settings.py's classes). Not a variant: the registry takes only modules that declare SPEC."""
 from __future__ import annotations
 
-from dpbench.plan.variants.spec import Knob, Refusal
-
-# DistributedDataParallel's knobs (ddp, and zero1: DDP beside ZeroRedundancyOptimizer). Tuning
-# only: runs that differ here measure the same setup.
-DDP_KNOBS = (Knob("bucket_cap_mb", changes_setup=False), Knob("gradient_as_bucket_view", changes_setup=False),
-             Knob("static_graph", changes_setup=False), Knob("broadcast_buffers", changes_setup=False),
-             Knob("find_unused_parameters", changes_setup=False, quiet_at_default=True))
-# Every variant with a process group: a bounded wait on peers, and ranks rehearsed on one GPU.
-PROCESS_GROUP = (Knob("collective_timeout_s", changes_setup=False, quiet_at_default=True),
-                 Knob("rehearse", quiet_at_default=True))
-# FSDP2's own: resharding after the forward, and parameters and optimizer state on the host.
-FSDP_KNOBS = (Knob("reshard_after_forward", changes_setup=False, quiet_at_default=True),
-              Knob("offload", quiet_at_default=True))
+from dpbench.plan.variants.spec import Refusal
 
 NO_COMPILE_UNDER_DATAPARALLEL = Refusal(
     "compile", "torch.compile does not support nn.DataParallel (its replicas are made anew every step, "

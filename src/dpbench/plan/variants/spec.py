@@ -5,7 +5,11 @@ Torch-free (planning reads it); what a spec means at run time is `dpbench.run.va
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
+
+from dpbench.plan.variants.settings import Knob, knobs_of, read
+
+T = TypeVar("T")
 
 # How a run's processes and devices are laid out.
 ONE_DEVICE = "one device"                        # one process, one device (CPU or GPU)
@@ -22,18 +26,6 @@ RANK_SUM_SCALED = "rank sum x world / global batch"   # a rank's sum scaled so t
 # The mixed-precision mechanism a bf16 run uses.
 AUTOCAST = "autocast"                     # torch.autocast around the forward
 PARAM_DTYPE = "param_dtype"               # FSDP2's MixedPrecisionPolicy(param_dtype=bf16)
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One key of a variant's own config (a run option of the schema's `train`).
-
-    changes_setup: False where runs that differ only in this key measure the same setup (the
-    wrapper's tuning; analysis groups them by setup). quiet_at_default: the key came after the
-    first records, so a run's config leaves it out at its default (setup and run ids stay)."""
-    key: str
-    changes_setup: bool = True
-    quiet_at_default: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +56,8 @@ class VariantSpec:
     compiles: str = "module"       # what torch.compile compiles: the module, or each shard unit
     mixed_precision: str = AUTOCAST
     sync_batchnorm: bool = False   # SyncBatchNorm works under it
-    knobs: tuple[Knob, ...] = ()   # its own config: the run options only it (and its kin) take
+    config: tuple[type, ...] = ()  # its own config: settings dataclasses (settings.py) whose fields
+                                   # are the run options only it (and its kin) take
     refuses: tuple[Refusal, ...] = ()
 
     @property
@@ -87,16 +80,27 @@ class VariantSpec:
         return bool(self.shards)
 
     @property
+    def knobs(self) -> tuple[Knob, ...]:
+        """Its config's keys, as its settings classes declare them."""
+        return tuple(k for settings in self.config for k in knobs_of(settings))
+
+    @property
     def knob_keys(self) -> tuple[str, ...]:
         return tuple(k.key for k in self.knobs)
 
     def takes(self, option: str) -> bool:
         return option in self.knob_keys
 
-    def settings(self, options: Any) -> dict[str, Any]:
-        """Its own config: the values of its knobs in a run's config (an object or a mapping)."""
-        get = options.get if isinstance(options, Mapping) else (lambda k: getattr(options, k))
-        return {k: get(k) for k in self.knob_keys}
+    def settings(self, options: Any, defaults: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+        """Its own config, typed: each of its settings classes read from a run's config (a
+        RunConfig, or a mapping whose missing keys take `defaults`' values)."""
+        return tuple(read(settings, options, defaults) for settings in self.config)
+
+    def setting(self, kind: type[T], options: Any, defaults: Mapping[str, Any] | None = None) -> T | None:
+        """Its settings of `kind` (DDPSettings, FSDPSettings, ...: a class it lists, or their
+        base) read from a run's config; None where it owns none of that kind."""
+        return next((read(settings, options, defaults) for settings in self.config if issubclass(settings, kind)),
+                    None)
 
     def refusal(self, options: Any, defaults: Mapping[str, Any]) -> str | None:
         """Why it cannot run with these options (None when it can)."""

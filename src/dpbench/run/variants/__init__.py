@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from dpbench.plan import variants as registry
+from dpbench.plan.variants.settings import DDPSettings
 from dpbench.plan.variants.spec import RANK_SUM_SCALED, REPLICA_MEANS_MEAN, REPLICA_SUMS_OVER_BATCH
 from dpbench.run.knobs import checkpoint_units
 from dpbench.run.sharded import ShardOptions
@@ -42,12 +43,13 @@ class Variant:
     per-sample loss (outputs, targets) -> one loss per sample (cross-entropy when not given).
     `output`: which tensor of forward's result the loss takes (WorkloadSpec.output). The inputs
     `losses` takes are a tensor, or a tuple or dict of tensors (forward(*x), forward(**x)):
-    DataParallel scatters each tensor, DDP and FSDP2 pass them on. `ddp_options`: DDP's keyword
-    arguments (ddp, zero1). `shard`: how fully_shard wraps (fsdp, hsdp: their units and knobs);
-    activation checkpointing of its units applies to every variant."""
+    DataParallel scatters each tensor, DDP and FSDP2 pass them on. `ddp`: DDP's settings (ddp,
+    zero1: spec.setting(DDPSettings, cfg); None: PyTorch's defaults). `shard`: how fully_shard
+    wraps (fsdp, hsdp: their units and FSDP2's settings); activation checkpointing of its units
+    applies to every variant."""
 
     def __init__(self, name: str, model: nn.Module, devices: list[torch.device],
-                 world: int = 1, ddp_options: dict | None = None,
+                 world: int = 1, ddp: DDPSettings | None = None,
                  autocast_dtype: torch.dtype | None = None, loss: PerSampleLoss | None = None,
                  shard: ShardOptions | None = None, output: Output = None):
         self.spec = registry.spec(name)
@@ -58,7 +60,7 @@ class Variant:
         if shard is not None and shard.checkpoint:   # before any wrapping (torchtitan's order)
             self.checkpointed = checkpoint_units(model, shard.units)
         runtime = importlib.import_module(f"{__name__}.{self.spec.runtime}")
-        wrapped = runtime.wrap(WrapRequest(self.spec, model, devices, world, dict(ddp_options or {}),
+        wrapped = runtime.wrap(WrapRequest(self.spec, model, devices, world, ddp,
                                            autocast_dtype, self.loss, output, shard))
         self.module, self.output, self.whole_inputs = wrapped.module, wrapped.output, wrapped.whole_inputs
         self.units: list[nn.Module] = wrapped.units   # fully_shard's units, the root last

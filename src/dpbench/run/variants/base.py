@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from dpbench.plan.variants import VariantSpec
+from dpbench.plan.variants.settings import DDPSettings
 from dpbench.workloads.calls import Output
 
 PerSampleLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -24,14 +25,14 @@ class StepLosses:
 @dataclass
 class WrapRequest:
     """What a runtime's wrap() needs: the spec, the model (on its first device), the devices of
-    this process, the world size, the variant's own settings (its knobs' values, DDP's keyword
-    arguments), the mixed-precision dtype (None: full precision), the per-sample loss, which
-    tensor of forward's result the loss takes, and how fully_shard wraps (run.sharded)."""
+    this process, the world size, DDP's settings (ddp, zero1; None elsewhere), the
+    mixed-precision dtype (None: full precision), the per-sample loss, which tensor of forward's
+    result the loss takes, and how fully_shard wraps (run.sharded, with FSDP2's settings)."""
     spec: VariantSpec
     model: nn.Module
     devices: list[torch.device]
     world: int
-    settings: dict
+    ddp: DDPSettings | None
     autocast_dtype: torch.dtype | None
     loss: PerSampleLoss
     output: Output
