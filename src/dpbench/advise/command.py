@@ -14,7 +14,7 @@ from dpbench.advise.recommend import COLUMNS, HEADROOM, advise, table_rows
 from dpbench.advise.rank import LINK_GBS
 from dpbench.report.markdown import md_table
 from dpbench.results.errors import error_text
-from dpbench.workloads.registry import WorkloadError, resolve
+from dpbench.workloads.registry import WorkloadError, parse, resolve
 
 PROG = "dpbench advise"
 
@@ -55,7 +55,6 @@ def parser() -> argparse.ArgumentParser:
 
 def validate(args: argparse.Namespace):
     """The parsed workload; BadInput or WorkloadError naming the first bad argument."""
-    from dpbench.workloads.check import parse
     if args.runners_up < 0 or args.check_steps < 2:
         raise BadInput("--runners-up at least 0 and --check-steps at least 2")
     if args.gpus < 1:

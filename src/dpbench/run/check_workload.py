@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 
 from dpbench.results.errors import error_text
-from dpbench.workloads.check import check, parse
+from dpbench.workloads.check import check
+from dpbench.workloads.registry import parse
 from dpbench.workloads.registry import WorkloadError
 
 VARIANTS = ("single", "ddp")
