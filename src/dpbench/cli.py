@@ -111,7 +111,6 @@ def report_command(results_dir: str, tag: str, out: str | None, workflow: Path) 
 
 def report_main(argv: list[str]) -> int:
     import yaml   # its subcommand's own (see the top)
-
     from dpbench.results.files import NotWritable, write_atomic
 
     parser = argparse.ArgumentParser(

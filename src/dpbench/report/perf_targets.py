@@ -178,7 +178,7 @@ def recipe_figure(folder: Path, cells: list[Cell]):
     measured DDP cells when there are any."""
     import seaborn as sns   # the [plots] extra, only for a figure (see the top)
     from matplotlib.figure import Figure
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
 
     ladder = recipe_rows(cells)
     sweep = sweep_rows(cells)
@@ -257,7 +257,7 @@ def sweep_figure(folder: Path, cells: list[Cell]):
     import seaborn as sns   # the [plots] extra, only for a figure (see the top)
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
 
     rows = sweep_rows(cells)
     panels = sweep_panels(rows)
@@ -309,7 +309,7 @@ def sweep_figure(folder: Path, cells: list[Cell]):
 def write_figure(draw, folder: Path, cells: list[Cell], path: Path) -> None:
     import matplotlib   # the [plots] extra, only for a figure (see the top)
     matplotlib.use("Agg")
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
     with figstyle.style():
         fig = draw(folder, cells)
     figstyle.save(fig, path)
