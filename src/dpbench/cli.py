@@ -25,8 +25,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import shlex
+import subprocess
 import sys
 from pathlib import Path
+
+# The dispatch: each subcommand imports its modules (dpbench's, and yaml) when it runs, in its
+# function below or in main, so that `dpbench tag` or `dpbench collect` never loads torch.
 
 # subcommand -> (module with main(argv), what it does)
 COMMANDS = {
@@ -44,7 +50,7 @@ COMMANDS = {
 
 
 def tag_main(argv: list[str]) -> int:
-    from dpbench.plan.matrix import default_tag
+    from dpbench.plan.matrix import default_tag   # its subcommand's own (see the top)
     parser = argparse.ArgumentParser(prog="dpbench tag",
                                      description="The results tag an experiment gets by default here.")
     parser.add_argument("experiment", nargs="?", default="scaling")
@@ -63,9 +69,7 @@ def report_config(results_dir: str, tag: str, workflow: Path) -> tuple[dict, str
     """The config that plans TAG's DAG again: what the set's plan.json says was given, with its
     experiment, its tag (a default tag names another torch once torch is upgraded) and the GPUs it
     was planned for pinned; and a note when plan.json is older than its `given`."""
-    import json
-
-    from dpbench import results
+    from dpbench import results   # its subcommand's own (see the top)
     from dpbench.plan.pipeline import tag_problem
 
     problem = tag_problem(tag)
@@ -106,11 +110,7 @@ def report_command(results_dir: str, tag: str, out: str | None, workflow: Path) 
 
 
 def report_main(argv: list[str]) -> int:
-    import shlex
-    import subprocess
-
-    import yaml
-
+    import yaml   # its subcommand's own (see the top)
     from dpbench.results.files import NotWritable, write_atomic
 
     parser = argparse.ArgumentParser(
@@ -144,7 +144,7 @@ def report_main(argv: list[str]) -> int:
 
 
 def perf_targets_main(argv: list[str]) -> int:
-    from dpbench.report import perf_targets
+    from dpbench.report import perf_targets   # its subcommand's own (see the top)
 
     def ddp_default_bucket():   # torch only where a DDP run left bucket_cap_mb unset
         from dpbench.run.device_facts import ddp_default_bucket_mb

@@ -241,7 +241,7 @@ def test_args_given_with_config_keep_their_types(factory, capsys):
     from snakemake.cli import parse_config
 
     from dpbench.plan import pipeline
-    from dpbench.workloads.check import parse
+    from dpbench.workloads.registry import parse
     given = "{factory: '%s', args: {width: 64, inputs: dict}}" % factory
     config = parse_config([f"train={{workload: {given}}}", "experiment=smoke",
                            "cpu_plan={workload_args: {transformer-lm: {width: 32, tied: false}}}"])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
 from dpbench.advise.rank import speed
 from dpbench.advise.recommend import Advice
@@ -34,7 +36,6 @@ COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "er
 
 def visible_gpus() -> tuple[int, float]:
     """(CUDA devices visible, the first one's memory in MiB); (0, 0) without CUDA."""
-    import torch
     if not torch.cuda.is_available():
         return 0, 0.0
     return torch.cuda.device_count(), torch.cuda.get_device_properties(0).total_memory / MIB

@@ -14,7 +14,7 @@ from dpbench.advise.recommend import COLUMNS, HEADROOM, advise, table_rows
 from dpbench.advise.rank import LINK_GBS
 from dpbench.report.markdown import md_table
 from dpbench.results.errors import error_text
-from dpbench.workloads.registry import WorkloadError, resolve
+from dpbench.workloads.registry import WorkloadError, parse, resolve
 
 PROG = "dpbench advise"
 
@@ -55,7 +55,6 @@ def parser() -> argparse.ArgumentParser:
 
 def validate(args: argparse.Namespace):
     """The parsed workload; BadInput or WorkloadError naming the first bad argument."""
-    from dpbench.workloads.check import parse
     if args.runners_up < 0 or args.check_steps < 2:
         raise BadInput("--runners-up at least 0 and --check-steps at least 2")
     if args.gpus < 1:
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         workload = validate(args)
         import torch   # the probe's: only once the arguments are known good
 
-        from dpbench.advise.probe import probe
+        from dpbench.advise.probe import probe   # needs torch: likewise only once the arguments are good
         device = None if args.device == "auto" else torch.device(args.device, 0) if args.device == "cuda" \
             else torch.device("cpu")
         if args.device == "cuda" and not torch.cuda.is_available():
@@ -102,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     advice = advise(facts, args.gpus, args.gpu_memory, args.batch, args.gpus_per_node, args.link_gbs, args.headroom)
     checked = None
     if args.check:
-        from dpbench.advise.check import check, check_table
+        from dpbench.advise.check import check, check_table   # needs torch: only for --check
         checked = check(advice, workload, facts, args.precision, args.gpus_per_node, steps=args.check_steps,
                         runners_up=args.runners_up, cpu=facts.device == "cpu")
     doc = {k: v for k, v in asdict(advice).items() if k != "facts"}

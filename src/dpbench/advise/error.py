@@ -28,6 +28,7 @@ from dpbench.advise.predict import ProbeFacts, Setup, largest_batch, predict
 from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, is_number, measured_state, optimizer_slots,
                                            predicted_bytes)
 from dpbench.claims.c9.rehearsed import line
+from dpbench.report.markdown import md_table
 
 ROOT = Path(__file__).resolve().parents[3]
 REFERENCES = ("h200-rehearsal-525c3e7", "h200-rehearsal-n4-522758d", "h200-sharding-f611959", "h200-c1-probe-550c3a7")
@@ -334,7 +335,6 @@ def _pct(v: Any, signed: bool = False) -> str:
 
 
 def summary_markdown(rows: list[dict[str, Any]], versions: dict[str, str] | None = None) -> str:
-    from dpbench.report.markdown import md_table
     versions = versions or {p: others.version(p) for p in ("deepspeed", "accelerate")}
     ds, acc = versions["deepspeed"], versions["accelerate"]
     heads = ["quantity", "cells", "target", "within target", "median |error|", "p90 |error|",
@@ -352,7 +352,6 @@ def summary_markdown(rows: list[dict[str, Any]], versions: dict[str, str] | None
 
 def cells_markdown(rows: list[dict[str, Any]]) -> str:
     """The profiled-step cells (one per run) and the largest batches, beside the others' estimates."""
-    from dpbench.report.markdown import md_table
     heads = ["source", "model", "setup", "gpus", "quantity", "batch", "measured", "advise", "error",
              "DeepSpeed", "accelerate"]
     body = []

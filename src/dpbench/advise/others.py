@@ -35,11 +35,12 @@ def deepspeed_bytes(variant: str, parameters: int, largest_layer_parameters: int
     if not _installed("deepspeed"):
         return None
     if variant in ("fsdp", "hsdp"):
+        # the optional [advise] extra, and it imports torch: only here, once _installed found it
         from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
         _, gpu, _ = estimate_zero3_model_states_mem_needs(parameters, largest_layer_parameters or parameters,
                                                           num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False)
         return float(gpu)
-    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs   # as above
     _, gpu = estimate_zero2_model_states_mem_needs(parameters, num_gpus_per_node=gpus, num_nodes=1, cpu_offload=False)
     return float(gpu)
 
@@ -49,6 +50,6 @@ def accelerate_bytes(parameter_bytes: float, precision: str) -> float | None:
     estimate-memory` prints it: the largest of its model, gradient, optimizer and step terms)."""
     if not _installed("accelerate"):
         return None
-    from accelerate.commands.estimate import estimate_training_usage
+    from accelerate.commands.estimate import estimate_training_usage   # as deepspeed's: optional, imports torch
     sizes: dict[str, Any] = estimate_training_usage(int(parameter_bytes), "bfloat16" if precision == "bf16" else "float32")
     return float(max(sizes.values()))

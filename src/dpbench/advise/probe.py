@@ -17,11 +17,13 @@ import torch
 from dpbench.advise.predict import ProbeFacts
 from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, measured_state, optimizer_slots,
                                            predicted_bytes)
+from dpbench.claims.c9.rehearsal import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.run import components, engine, sharded
 from dpbench.run.knobs import unit_modules
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
+from dpbench.workloads.calls import map_tensors
 
 TIMED_STEPS = 3
 
@@ -48,7 +50,6 @@ class _Rank:
         self.gen, self.device = torch.Generator().manual_seed(cfg.seed), device
 
     def batch(self, n: int):
-        from dpbench.workloads.calls import map_tensors
         x, y = self.spec.batch(self.gen, n)
         return map_tensors(x, lambda t: t.to(self.device)), y.to(self.device)
 
@@ -64,7 +65,6 @@ class _Rank:
         # with checkpointed units the profiled step counts with hooks of its own, inside ours
         row["saved_mib"] = (step_probe.saved or saved).total / MIB
         if self.device.type == "cuda":
-            from dpbench.claims.c9.rehearsal import nvml_process_mib
             row["nvml_process_mib"] = nvml_process_mib()
         return row
 

@@ -15,15 +15,14 @@ import math
 import sys
 from pathlib import Path
 from statistics import fmean
-from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from dpbench import results
-from dpbench.analysis import memory_model, traffic_model
+from dpbench.analysis import cell_table, memory_model, tables as T, traffic_model
 from dpbench.plan.matrix import read_identities
+from dpbench.plan.rerun import rerun_command
 from dpbench.results.errors import error_text
-
-if TYPE_CHECKING:   # pandas loads only where a table is read
-    import pandas as pd
 
 
 def _ident(rec: dict) -> dict:
@@ -124,8 +123,6 @@ def damaged(path: Path, error: Exception) -> dict:
     says which file and how to remake it, so the rest of the matrix is still collected."""
     rid = path.parent.name
     parts = results.parse_run_id(rid)
-    from dpbench.plan.pipeline import rerun_command
-
     target = path.parent / results.METRICS   # what the pipeline's train rule makes
     # the set's own experiment and config (plan.json): the command works as printed for this set
     command = rerun_command(path.parent.parent.parent, target, extra=("--forcerun", "train"))
@@ -213,9 +210,6 @@ def cell_rows(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """One row per cell: its medians and ratios with their intervals (dpbench.analysis.cell_table does
     the statistics, once), keyed by the runs' cell_id; and the same in long form (medians.csv, the
     layout of the references, which the frozen fixtures check the statistics against)."""
-    import pandas as pd
-
-    from dpbench.analysis import cell_table, tables as T
     frame = T.with_run_defaults(results.SCHEMAS["runs"].typed(pd.DataFrame(runs, columns=results.RUN_COLUMNS)))
     cells = cell_table.cells(frame)
     if cells.empty:
@@ -230,9 +224,6 @@ def cell_rows(runs: list[dict]) -> tuple[list[dict], list[dict]]:
 def read_cells(results_dir: Path | str, tag: str) -> "pd.DataFrame":
     """cells.csv, typed and sorted; for a set collected before it existed, the same rows computed
     from its runs (as collect would write them), so an older set draws and reads as a new one."""
-    import pandas as pd
-
-    from dpbench.analysis import tables as T
     if results.table_path(results_dir, tag, "cells").exists():
         return T.load_table(results_dir, tag, "cells")
     runs = results.read_table(results_dir, tag, "runs")

@@ -15,6 +15,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+try:   # public from torch 2.6; torch 2.4 and 2.5 have it under _composable
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # pragma: no cover - older torch
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore
 
 from dpbench.plan.config import RunConfig
 from dpbench.run.data import WorkloadFeed, shard
@@ -40,8 +47,6 @@ def _batch(cfg: RunConfig, spec, world: int, rank: int):
 
 
 def _fsdp(model: nn.Module, spec, variant: str, world: int, bf16: bool, reshard: bool) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     device = "cuda" if torch.cuda.is_available() and next(model.parameters()).is_cuda else "cpu"
     mesh = (init_device_mesh(device, (world,)) if variant == "fsdp"
             else init_device_mesh(device, (1, world), mesh_dim_names=("replicate", "shard")))
@@ -105,7 +110,6 @@ def _loop(cfg: RunConfig, variant: str, steps: int, device: torch.device, world:
         model = nn.DataParallel(model, device_ids=[device.index])
     sgd = dict(lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     if variant == "zero1":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(list(model.parameters()), optimizer_class=torch.optim.SGD, **sgd)
     else:
         opt = torch.optim.SGD(model.parameters(), **sgd)

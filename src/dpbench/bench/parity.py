@@ -28,7 +28,12 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from dpbench.bench import bare
+from dpbench.plan.config import RunConfig
 from dpbench.results.formats import HOST_BOUND_SHARE, step_bound
+from dpbench.run import engine
 
 LM = {"heads": 12, "seq_len": 1024, "vocab": 32000}
 # name -> (workload, global batch, precision, channels_last)
@@ -70,11 +75,6 @@ def median(values):
 
 def pair(cell_name: str, cell: tuple, variants: list[str], repeats: int, steps: int, warmup: int,
          device: str, out: Path, ranks: int) -> list[dict]:
-    import torch
-
-    from dpbench.bench import bare
-    from dpbench.plan.config import RunConfig
-    from dpbench.run import engine
     rank = int(os.environ.get("RANK", 0))
     rows, inits = [], 0
     base_port = int(os.environ.get("MASTER_PORT", 29500))
@@ -257,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
                 rows += spawn(name, chosen, args, args.ranks if family is DISTRIBUTED else 1)
     if args.launched:
         rows += launched(names[0], table_[names[0]], args)
-    import torch
     meta = {"device": torch.cuda.get_device_name(0) if device == "auto" and torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
             "wall_s": round(time.perf_counter() - t0, 1)}

@@ -33,6 +33,13 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+import torch
+
+from dpbench.plan.config import RunConfig
+from dpbench.run.engine import build_workload, set_numerics
+from dpbench.workloads.calls import map_tensors, model_output
+from dpbench.workloads.transformer_lm import flops_per_sample
+
 SRC = Path(__file__).resolve().parents[2]   # the directory dpbench is imported from
 
 H200_BF16_PEAK = 989e12        # dense bf16, NVIDIA's H200 SXM figure
@@ -78,12 +85,6 @@ def run_config(workload, batch: int, channels_last: bool, precision: str, varian
 
 def bare_loop(cfg: dict) -> dict:
     """The same model, batch and optimizer as the run, with nothing of dpbench's loop around it."""
-    import torch
-
-    from dpbench.plan.config import RunConfig
-    from dpbench.run.engine import build_workload, set_numerics
-    from dpbench.workloads.calls import map_tensors, model_output
-
     rc = RunConfig.from_dict({k: v for k, v in cfg.items() if k != "options"})
     set_numerics(rc)
     spec = build_workload(rc)
@@ -175,7 +176,6 @@ def finish(row: dict, bare: dict | None, precision: str, batch: int) -> dict:
 
 def estimate_s(cells: dict, precisions, variants, warmup: int, timed: int) -> float:
     """A rough wall time: each launched run's start-up plus its steps at ASSUMED_MFU."""
-    from dpbench.workloads.transformer_lm import flops_per_sample
     guess = {"resnet18-cifar10": 1.7e9, "resnet50": 12.3e9}   # forward+backward FLOPs per image
     total = 0.0
     for workload, batch, _ in cells.values():
@@ -246,7 +246,6 @@ def main(argv: list[str] | None = None) -> int:
               f"variant(s), {warmup}+{timed} steps each: about {estimate_s(cells, precisions, variants, warmup, timed) / 60:.1f} "
               "min (a guess: launched runs' start-up + steps at 35% of the bf16 peak)", flush=True)
 
-    import torch
     meta = {"device": torch.cuda.get_device_name(0) if device == "auto" and torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "warmup": warmup, "timed": timed, "tiny": args.tiny,
             "peak_bf16_flops": H200_BF16_PEAK, "matmul_bf16_flops": H200_BF16_MATMUL}

@@ -20,6 +20,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from dpbench.host.nvml import gpu_count
+
 # One place per machine and user, so that two pipelines on one machine don't share GPUs either.
 LOCK_DIR = Path(tempfile.gettempdir()) / f"dpbench-gpu-locks-{os.getuid()}"
 # How many GPUs a launcher gave its DDP ranks without asking torch; each rank checks it.
@@ -33,7 +35,6 @@ def pool() -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [v.strip() for v in visible.split(",") if v.strip()]
-    from dpbench.host.nvml import gpu_count
     return [str(i) for i in range(gpu_count())]
 
 

@@ -4,11 +4,17 @@ NVML numbers GPUs in PCI order; the lease sets CUDA_DEVICE_ORDER=PCI_BUS_ID so t
 """
 from __future__ import annotations
 
+try:
+    import pynvml
+except ImportError:   # nvidia-ml-py missing from an environment: no GPUs counted, as without a driver
+    pynvml = None
+
 
 def nvml():
     """The initialised NVML bindings, or None where there is no driver or no bindings."""
+    if pynvml is None:
+        return None
     try:
-        import pynvml
         pynvml.nvmlInit()
         return pynvml
     except Exception:

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from dpbench import DISTRIBUTED_VARIANTS, VARIANTS, results
+from dpbench.host.gpu_lease import pool
+from dpbench.host.nvml import gpu_count, gpu_names
 from dpbench.host.torch_facts import torch_version
 from dpbench.plan import environments as envs
 from dpbench.plan import variants as variant_registry
@@ -39,8 +41,6 @@ from dpbench.workloads.registry import DEFAULT as DEFAULT_WORKLOAD, resolve
 def visible_gpus() -> int:
     """CUDA devices this process may use, counted through NVML (no torch, no CUDA context):
     CUDA_VISIBLE_DEVICES when set (a scheduler's grant), else every GPU the driver shows."""
-    from dpbench.host.gpu_lease import pool
-    from dpbench.host.nvml import gpu_count
     return len(pool()) if gpu_count() else 0
 
 
@@ -419,7 +419,6 @@ def read_identities(source: Path | str | dict) -> dict[str, results.Identity]:
 
 def environment_fingerprint() -> str:
     """What decides results besides the config: a change reruns the runs (Snakemake params)."""
-    from dpbench.host.nvml import gpu_names
     torch = torch_version()
     gpus = sorted(set(gpu_names()))
     return (f"torch={torch['version']} git={torch['git']} cuda={torch['cuda']} "

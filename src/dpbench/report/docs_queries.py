@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import glob
 import json
+import re
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -389,8 +391,6 @@ def re_housed_change_range(ref: Path) -> str:
 
 def _pipeline_wall_s(ref: Path, name: str) -> int:
     """The seconds session.sh logged for the set's Snakemake call ("pipeline wall time: N s")."""
-    import re
-    import tarfile
     with tarfile.open(ref / name / "logs.tar.gz") as tar:
         for member in tar.getmembers():
             if member.name.endswith("snakemake.log"):

@@ -25,6 +25,9 @@ from dpbench.analysis.perf_tables import agreement_rows, fastest_rows, recipe_ro
 from dpbench.analysis.perf_targets import NOT_MEASURED, target_rows
 from dpbench.host.source import PROJECT
 
+# matplotlib and seaborn (the optional [plots] extra) and figstyle, which imports them, load only
+# where a figure is drawn: the tables and targets.json need neither.
+
 
 def find_result_set(given: str | None) -> Path:
     if given:
@@ -165,7 +168,7 @@ def _bars(ax, rows: list[dict], labels: list[str], words: list[str], colors: lis
     ax.invert_yaxis()
     ax.set_xlabel(f"images/s ({xlabel})")
     ax.grid(axis="y", visible=False)
-    from matplotlib.ticker import StrMethodFormatter
+    from matplotlib.ticker import StrMethodFormatter   # the [plots] extra, only for a figure (see the top)
     ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     return max(value / max(0.2, 1 - 0.02 - CHAR_FRACTION * len(w)) for value, w in zip(values + [top], words + [""]))
 
@@ -173,9 +176,9 @@ def _bars(ax, rows: list[dict], labels: list[str], words: list[str], colors: lis
 def recipe_figure(folder: Path, cells: list[Cell]):
     """Horizontal bars, one per recipe step (and fixed-batch ceiling); a second panel with the
     measured DDP cells when there are any."""
-    import seaborn as sns
+    import seaborn as sns   # the [plots] extra, only for a figure (see the top)
     from matplotlib.figure import Figure
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
 
     ladder = recipe_rows(cells)
     sweep = sweep_rows(cells)
@@ -251,10 +254,10 @@ def sweep_figure(folder: Path, cells: list[Cell]):
     scaling (each its own images/s scale), one line per knobs setting (one colour each across
     panels); open markers where the size is PyTorch's default, bars where repeats give an
     interval."""
-    import seaborn as sns
+    import seaborn as sns   # the [plots] extra, only for a figure (see the top)
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
 
     rows = sweep_rows(cells)
     panels = sweep_panels(rows)
@@ -304,9 +307,9 @@ def sweep_figure(folder: Path, cells: list[Cell]):
 
 
 def write_figure(draw, folder: Path, cells: list[Cell], path: Path) -> None:
-    import matplotlib
+    import matplotlib   # the [plots] extra, only for a figure (see the top)
     matplotlib.use("Agg")
-    from dpbench.report import figstyle
+    from dpbench.report import figstyle   # imports matplotlib (see the top)
     with figstyle.style():
         fig = draw(folder, cells)
     figstyle.save(fig, path)

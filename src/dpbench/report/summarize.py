@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dpbench import DP_VARIANTS, results
-from dpbench.analysis import noise
+from dpbench.analysis import mechanisms, noise
 from dpbench.analysis.collect import read_cells
 from dpbench.analysis.compare.loading import load_set
 from dpbench.analysis.compare.throughput import load_launch_noise
@@ -348,14 +348,13 @@ def warnings_section(warnings: pd.DataFrame) -> str:
 def mechanisms_section(rs: results.ResultSet) -> str:
     """The knobs' mechanism checks of the ok runs (run.mechanisms): expected against counted;
     absent where no run turned a knob."""
-    from dpbench.analysis.mechanisms import rows
     records = []
     for data, _ in results.iter_runs(rs.runs_dir, damaged=True):
         try:   # a damaged record is a failed row of the tables already
             records.append(results.RunRecord.from_json(data))
         except (ValueError, TypeError, AttributeError):
             continue
-    found = rows(records)
+    found = mechanisms.rows(records)
     if not found:
         return ""
     failed = sum(r["state"] == "failed" for r in found)

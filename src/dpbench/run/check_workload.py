@@ -14,9 +14,18 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from dpbench.plan import variants
+from dpbench.plan.config import RunConfig
+from dpbench.plan.variants.settings import DDPSettings
 from dpbench.results.errors import error_text
-from dpbench.workloads.check import check, parse
-from dpbench.workloads.registry import WorkloadError
+from dpbench.run import engine, sharded, step
+from dpbench.run.data import WorkloadFeed
+from dpbench.run.variants import Variant
+from dpbench.workloads.check import check
+from dpbench.workloads.registry import WorkloadError, parse
 
 VARIANTS = ("single", "ddp")
 STEPS = 2
@@ -26,17 +35,6 @@ BATCH = 2
 def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool = False) -> list[float]:
     """The global loss of each of STEPS steps of `variant` on the CPU, as a run takes them (ddp:
     under a process group, one of one gloo rank unless one is open already)."""
-    import torch
-    import torch.distributed as dist
-
-    from dpbench.plan import variants
-    from dpbench.plan.config import RunConfig
-    from dpbench.plan.variants.settings import DDPSettings
-    from dpbench.run import engine, sharded
-    from dpbench.run.data import WorkloadFeed
-    from dpbench.run.step import train_step
-    from dpbench.run.variants import Variant
-
     cfg = RunConfig(variant=variant, workload=spec, seed=seed, device="cpu", global_batch=BATCH,
                     find_unused_parameters=find_unused_parameters, lr=0.01)
     opened = None
@@ -50,7 +48,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
         v = Variant(variant, model, [device], 1, cfg.variant_settings(DDPSettings), loss=w.loss, output=w.output)
         opt = sharded.make_optimizer(variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
         feed = WorkloadFeed(w.batch, STEPS * BATCH, BATCH, seed, device, total=STEPS)
-        return [train_step(v, opt, x, y, n).global_sum.item() / n for x, y, n in feed.epoch(0)]
+        return [step.train_step(v, opt, x, y, n).global_sum.item() / n for x, y, n in feed.epoch(0)]
     finally:
         if opened is not None:
             dist.destroy_process_group()

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from dpbench.results import write_atomic
 
@@ -72,7 +73,6 @@ def load_pack(path: Path) -> dict[str, np.ndarray]:
 
 def decode(header: bytes, scans: np.ndarray, offsets: np.ndarray, split: str) -> np.ndarray:
     """(N, 32, 32, 3) uint8 RGB."""
-    from PIL import Image
     out = np.empty((len(offsets) - 1, 32, 32, 3), np.uint8)
     for i, (a, b) in enumerate(zip(offsets[:-1], offsets[1:])):
         try:

@@ -13,13 +13,17 @@ does not see (CUDA), its buckets say what they reduce (`ddp_buckets`).
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from contextlib import nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.debug import _comm_mode as known
+from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dpbench.run.step import train_step
@@ -73,7 +77,6 @@ class CollectiveCounter(TorchDispatchMode):
 
     def __init__(self):
         super().__init__()
-        from torch.distributed.tensor.debug import _comm_mode as known
         self.ops = (set(known.c10d_collective_ops) | set(known.NATIVE_TO_PY_MAPPING)
                     | set(known.NATIVE_TO_PY_MAPPING.values()))
         self.bytes: dict[str, int] = defaultdict(int)
@@ -100,7 +103,6 @@ class CollectiveCounter(TorchDispatchMode):
 def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
     """DDP's gradient all-reduce of one step, from its buckets (one all-reduce per bucket of the
     gradients' bytes), for where the counter cannot see the reducer's thread; None otherwise."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
     ddp = getattr(variant.module, "_orig_mod", variant.module)   # under torch.compile too
     if not isinstance(ddp, DDP):
         return None
@@ -210,7 +212,6 @@ def held_gradient_bytes(variant: Variant) -> int:
 def group_ops() -> int | None:
     """The collectives issued on the default process group so far (its sequence number, which
     counts whatever thread issued them: DDP's reducer on CUDA too); None where unknown."""
-    import torch.distributed as dist
     try:
         return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
     except Exception:   # no process group, or a backend without the count
@@ -299,7 +300,6 @@ class StepProbe:
 
 
 def _now() -> float:
-    import time
     return time.perf_counter()
 
 

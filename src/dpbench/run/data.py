@@ -118,7 +118,7 @@ class _ArrayDataset(torch.utils.data.Dataset):
         return len(self.split.labels)
 
     def __getitem__(self, i):
-        from PIL import Image
+        from PIL import Image   # Pillow comes with torchvision, which only this feed needs (import_torchvision)
         return self.transform(Image.fromarray(self.split.images[i])), int(self.split.labels[i])
 
 

@@ -8,6 +8,8 @@ import functools
 import tempfile
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from dpbench.host.nvml import driver_version
 from dpbench.run.provenance import host_facts, nvidia_smi_topology
@@ -43,9 +45,6 @@ def collect(dataset: dict | None = None, cfg=None) -> dict:
 def ddp_default_bucket_mb() -> tuple[float | None, str]:
     """DDP's bucket size where a run leaves bucket_cap_mb unset, as the torch here builds it (a
     one-rank gloo group around a one-parameter model): (MB, torch's version), or (None, why)."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
     def built() -> float:
         return DistributedDataParallel(torch.nn.Linear(1, 1)).bucket_bytes_cap / 2**20
 

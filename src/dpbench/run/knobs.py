@@ -16,6 +16,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Iterator
 
 import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 
 PLANT_ENV = "DPBENCH_PLANT"
 NOOP_SYNC = "accumulate-noop"
@@ -28,7 +30,6 @@ def planted(name: str) -> bool:
 
 def _ddp(module: nn.Module):
     """The DistributedDataParallel under a compiled module (None for other wrappers)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
     inner = getattr(module, "_orig_mod", module)
     return inner if isinstance(inner, DDP) else None
 
@@ -80,8 +81,6 @@ def _checkpointed_class(cls: type) -> type:
     module keeps its parameters' names and its type (fully_shard then swaps the class again, as
     it does; DataParallel's replicas copy the class)."""
     if cls not in _CHECKPOINTED:
-        from torch.utils.checkpoint import checkpoint
-
         def forward(self, *args, **kwargs):
             return checkpoint(cls.forward, self, *args, use_reentrant=False, **kwargs)
         _CHECKPOINTED[cls] = type(f"Checkpointed{cls.__name__}", (cls,),
@@ -122,6 +121,7 @@ def dynamo_counts() -> dict[str, int]:
     """torch._dynamo's counters so far in this process: graph breaks, graphs compiled
     (unique_graphs), recompiles (a frame's guards failing after it was compiled: each failure
     torch._dynamo keeps in guard_failures is one recompilation)."""
+    # torch._dynamo takes over a second to import: a run loads it in engine.preload, where its start-up is timed
     from torch._dynamo.utils import counters, guard_failures
     return {"graph_breaks": int(sum(counters["graph_break"].values())),
             "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),

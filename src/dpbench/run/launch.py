@@ -52,7 +52,7 @@ CUBLAS_WORKSPACE = ":4096:8"   # the fixed cuBLAS workspace that deterministic c
 
 
 def cuda_devices() -> int:
-    import torch
+    import torch   # the launcher is torch-free (lint-imports): torch loads only where asked to count
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

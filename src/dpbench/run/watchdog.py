@@ -4,6 +4,7 @@ DPBENCH_PIPELINE_PID) and, when one is gone, stops torchrun and its ranks and sa
 to the launcher reach torchrun's whole group."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -59,7 +60,6 @@ def die_with_parent() -> None:
     launcher must not leave ranks training on a GPU for the rest of the run)."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
     except OSError:

@@ -9,23 +9,14 @@ engine takes their mean, or DataParallel's sum); a scalar is refused, since neit
 can be taken of it."""
 from __future__ import annotations
 
-import yaml
+import torch
 
 from dpbench.results.errors import error_text
-from dpbench.workloads.registry import WorkloadError, resolve, typed_args
+from dpbench.workloads.calls import InputError, call, equal, output_tensor, tensors
+from dpbench.workloads.registry import WorkloadError, resolve
 from dpbench.workloads.spec import build
 
 BATCH = 2
-
-
-def parse(text: str):
-    """A workload's command-line form: a name or factory, or a JSON/YAML mapping."""
-    if not text.lstrip().startswith("{"):
-        return text
-    try:
-        return typed_args(yaml.safe_load(text))
-    except yaml.YAMLError as exc:
-        raise WorkloadError(f"workload {text!r}: not a JSON/YAML mapping: {str(exc).splitlines()[0]}") from exc
 
 
 def _shape(t) -> str:
@@ -40,7 +31,6 @@ def _run(what: str, fn, *args):
 
 
 def _inputs_shape(x) -> str:
-    from dpbench.workloads.calls import tensors
     if isinstance(x, dict):
         return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in x.items()) + "}"
     if isinstance(x, (tuple, list)):
@@ -53,9 +43,6 @@ def check(spec, seed: int = 0) -> list[str]:
     dpbench.run.check_workload, then trains two steps of it through the engine's variants.)"""
     name = resolve(spec)[0]
     w = build(spec)
-    import torch   # after build: a factory that cannot be found is named without importing torch
-
-    from dpbench.workloads.calls import InputError, call, equal, output_tensor, tensors
     drawn = _run("the batch maker", w.batch, torch.Generator().manual_seed(seed), BATCH)
     if not (isinstance(drawn, (tuple, list)) and len(drawn) == 2):
         raise WorkloadError(f"the batch maker returned a {type(drawn).__name__}, not (inputs, targets)")

@@ -101,6 +101,16 @@ def typed_args(spec: Any) -> Any:
     return spec
 
 
+def parse(text: str):
+    """A workload's command-line form: a name or factory, or a JSON/YAML mapping."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return typed_args(yaml.safe_load(text))
+    except yaml.YAMLError as exc:
+        raise WorkloadError(f"workload {text!r}: not a JSON/YAML mapping: {str(exc).splitlines()[0]}") from exc
+
+
 def _is_file(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 

@@ -22,6 +22,7 @@ from dpbench.analysis.cells import cell_fields, cell_key
 from dpbench.analysis.collect import provenance_summary
 from dpbench.analysis.compare import assemble
 from dpbench.analysis.compare.loading import InputError, key_cells, keyed, load_set
+from dpbench.analysis.compare.paired import EQUIVALENCE, paired_throughput
 from dpbench.analysis.compare.provenance import compare_provenance, compare_sets
 from dpbench.analysis.compare.thresholds import Thresholds
 
@@ -94,7 +95,6 @@ def samples(rs: dict, base: str, cand: str) -> pd.DataFrame:
 
 def throughput_test(frame: pd.DataFrame, base: str, cand: str, alpha: float, delta: float | None = None) -> Any:
     """The one call of the within-launch throughput test (analysis.compare.paired)."""
-    from dpbench.analysis.compare.paired import EQUIVALENCE, paired_throughput
     return paired_throughput(frame, base, cand, alpha=alpha, delta=EQUIVALENCE if delta is None else delta)
 
 

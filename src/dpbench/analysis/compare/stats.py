@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import scipy.optimize
 import scipy.stats
 
 from dpbench.analysis.compare.thresholds import Thresholds
@@ -86,7 +87,6 @@ def detectable_se(df: float, alpha: float, target: float = 0.8) -> float:
     """The true change, in standard errors, that a two-sided t-test at level alpha on df degrees
     of freedom finds with power `target` (solved on the noncentral t). The textbook
     (t_{1-alpha/2} + t_{power}) * se under-states it at few df: at 4 df it has 68-79% power."""
-    import scipy.optimize
     hi = 2 * (scipy.stats.t.ppf(1 - alpha / 2, df) + scipy.stats.t.ppf(target, df)) + 10
     while power(hi, df, alpha) < target:
         hi *= 2
