@@ -386,3 +386,74 @@ def pids_naming(marker: str) -> list[int]:
         if marker in cmd and state not in ("Z", "X"):
             pids.append(int(proc.name))
     return pids
+
+# -- compare's synthetic pairs: three run groups x 3 repeats, written as collect lays them out
+# (tests/analysis/compare and the knobs' compare test edit make_runs()'s list, then write_set)
+
+BASE_IPS = {("single", 1): 10_000.0, ("dp", 2): 15_000.0, ("ddp", 2): 19_000.0}
+JITTER = (1.0, 1.01, 0.99)  # ~1% spread between the 3 repeats
+N_STEPS = 40
+PROVENANCE = {"torch": "2.14.1+cu130", "torch_git": "abc123", "cuda": "13.0", "cudnn": 91900,
+              "nccl": "2.28.9", "driver": "580.159.04", "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
+              "python": "3.11.7", "hostname": "node1", "git_sha": "deadbeef"}
+DP_WARNING = {"category": "UserWarning", "message": "Was asked to gather along dimension 0",
+              "count": 98, "first_step": 0, "location": "torch/nn/parallel/_functions.py:70", "rank": 0}
+
+
+def curve(repeat: int, noise: float = 0.02, salt: int = 0) -> list[float]:
+    """A decaying loss with repeat-to-repeat noise, as different seeds would give."""
+    rng = np.random.default_rng(1000 * salt + repeat)
+    steps = np.arange(N_STEPS)
+    return list(2.3 * np.exp(-steps / 15) + 0.4 + rng.normal(0, noise, N_STEPS))
+
+
+def make_runs(deterministic: bool | None = None) -> list[dict]:
+    """3 repeats of three run groups; tests edit this list before writing the candidate.
+
+    deterministic=None writes records as they were before the field existed (no seed either)."""
+    runs = []
+    for (variant, gpus), ips in BASE_IPS.items():
+        for repeat, jitter in enumerate(JITTER):
+            runs.append({
+                "variant": variant, "gpus": gpus, "repeat": repeat, "options": {},
+                "status": results.STATUS_OK, "reason": "", "images_per_s": ips * jitter,
+                "memory": [2000.0 + 300 * (d == 0) for d in range(gpus)],
+                "warnings": [dict(DP_WARNING)] if variant == "dp" else [],
+                "losses": curve(repeat), "test_acc": 0.60 + 0.01 * repeat,
+                "config": {"variant": variant, "gpus": gpus, "repeat": repeat, "options": {},
+                           "lr": 0.1, "global_batch": 128, "precision": "fp32", "seed": repeat,
+                           **({} if deterministic is None else {"deterministic": deterministic})},
+                "record": {} if deterministic is None else {"seed": repeat, "deterministic": deterministic},
+                "device_type": "cuda",
+            })
+    return runs
+
+
+def write_set(root, tag: str, runs: list[dict], provenance: dict | None = None) -> None:
+    """Per-run metrics.json + steps.csv and the tidy tables, with results' columns and writers."""
+    tables: dict[str, list[dict]] = {name: [] for name in results.TABLES}
+    for run in runs:
+        rid = results.run_id(run["variant"], run["gpus"], run["repeat"], run["options"])
+        ok = run["status"] == results.STATUS_OK
+        key = {"run_id": rid, "variant": run["variant"], "gpus": run["gpus"],
+               "options": results.options_label(run["options"]), "repeat": run["repeat"]}
+        steps = [{"epoch": 1, "step": s, "loss_global": loss, "loss_reported": loss, "lr": 0.1,
+                  "step_ms": 10.0} for s, loss in enumerate(run["losses"])]
+        tables["summary"].append({**key, "status": run["status"], "reason": run["reason"],
+                                  "images_per_s": run["images_per_s"] if ok else None,
+                                  "peak_mem_mib": max(run["memory"]), "n_warnings": len(run["warnings"]),
+                                  "final_loss": run["losses"][-1], "test_acc": run["test_acc"] if ok else None,
+                                  "global_batch": 128, "device_type": run["device_type"]})
+        tables["memory"] += [{**key, "device": d, "allocated_mib": m, "reserved_mib": m + 100}
+                             for d, m in enumerate(run["memory"])]
+        tables["warnings"] += [{**key, **w} for w in run["warnings"]]
+        tables["accuracy"].append({**key, "epoch": 1, "test_acc": run["test_acc"], "test_loss": 1.0})
+        tables["steps"] += [{**key, **s} for s in steps]
+        results.write_json(results.run_dir(root, tag, rid) / results.METRICS,
+                     {"run_id": rid, "status": run["status"], "config": run["config"], **key,
+                      **run["record"]})
+        results.write_csv(results.run_dir(root, tag, rid) / results.STEPS, results.STEP_COLUMNS, steps)
+    for name, rows in tables.items():
+        results.write_csv(results.table_path(root, tag, name), results.TABLES[name], rows)
+    prov = {**PROVENANCE, **(provenance or {}), "tag": tag, "n_runs": len(runs)}
+    results.write_json(results.provenance_path(root, tag), prov)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from committed import REFERENCE, committed_sections
 from claims.planted import evidence, fake_gpu_probes, gpu_tag
 
 from dpbench.claims import CLAIM_IDS
@@ -36,18 +37,7 @@ def test_claim_text_matches_its_snapshot(sections, cid):
 # Every committed claims ledger, judged by today's code: each summary cell says what its own
 # verdict data say (the 2x H200 page printed "0 calls misbehave" beside "refuted", "no
 # wrong-device case erred" beside an error, and `None` / `loads` for values it never found).
-REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
-ARCHIVE = Path(__file__).resolve().parents[1] / "fixtures" / "archive"
 LEDGERS = sorted(p.parent.name for p in REFERENCE.glob("*/claims.json") if "claims" in p.parent.name)
-
-
-def _committed_sections(name):
-    from test_archive import planned_gpus
-
-    from dpbench.claims import ledger
-    from dpbench.plan import pipeline
-    plan = pipeline.plan_of_file(ARCHIVE / f"{name}.claims.yaml", tag=name, gpus_available=planned_gpus(name))
-    return ledger.build_sections(ledger.Evidence(REFERENCE, name, plan))
 
 
 def _observations(section):
@@ -59,7 +49,7 @@ def _observations(section):
 def test_each_committed_summary_cell_agrees_with_its_verdict_data(name):
     import re
     checked = 0
-    for s in _committed_sections(name):
+    for s in committed_sections(name):
         cell = s.summary
         assert not re.search(r"\bNone\b|\bloads\b|Nonex", cell), f"{s.id}: {cell}"
         obs = _observations(s)

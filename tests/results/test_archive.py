@@ -12,20 +12,17 @@ that made it, whose source files its runs ran.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
+from committed import REFERENCE, committed_sections
 from verdicts import compare_verdicts, run_compare
 
 from dpbench import results
 from dpbench.analysis import collect
-from dpbench.claims import NOT_RUN, ledger
+from dpbench.claims import NOT_RUN
 from dpbench.claims.records import ProbeRecord
-from dpbench.plan import pipeline
 from dpbench.results import reference
 
-REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
-ARCHIVE_GROUPS = Path(__file__).resolve().parents[1] / "fixtures" / "archive"
 NAMES = sorted(p.name for p in REFERENCE.iterdir() if p.is_dir() and p.name != results.COMPARE_DIR)
 RUN_SETS = [n for n in NAMES if (REFERENCE / n / "runs").is_dir()]
 TABLE_SETS = [n for n in NAMES if (REFERENCE / n / "summary.csv").is_file()]
@@ -89,18 +86,9 @@ def test_each_comparison_decides_as_committed(tmp_path, stem):
     assert code == (1 if any(kept["verdict"]["counts"][k] for k in kept["fail_on"]) else 0)
 
 
-def planned_gpus(name: str) -> int:
-    """The GPUs a set was planned for: those its runs saw (a CPU set: none)."""
-    names = results.ResultSet(REFERENCE, name).provenance().get("gpu_names") or []
-    return len(names) if isinstance(names, list) else 1
-
-
 @pytest.mark.parametrize("name", LEDGERS)
 def test_each_ledger_decides_as_committed(name):
-    plan = pipeline.plan_of_file(ARCHIVE_GROUPS / f"{name}.claims.yaml", tag=name,
-                                 gpus_available=planned_gpus(name))
-    sections = ledger.build_sections(ledger.Evidence(REFERENCE, name, plan))
-    today = {s.id: s.verdict for s in sections}
+    today = {s.id: s.verdict for s in committed_sections(name)}
     kept = {c["id"]: c["verdict"] for c in results.read_json(REFERENCE / name / results.CLAIMS_JSON)["claims"]}
     added = today.keys() - kept.keys()   # claims added since the ledger was made: nothing measured for them
     assert kept.keys() <= today.keys() and all(today[cid] == NOT_RUN for cid in added)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fakes import make_runs, write_set
 from sharded_ranks import TINY_CNN, TINY_LM, Case, max_differences, train_all
 
 from dpbench import results
@@ -220,8 +221,6 @@ def test_compare_calls_a_check_that_stopped_holding_a_regression():
 def test_a_planted_noop_in_the_candidate_set_fails_compare_and_shows_in_both_reports(tmp_path):
     """Two result sets, identical but for one run's sync check: compare's verdict counts one
     regression, its report and the candidate's summary.md show the mechanism table."""
-    from test_compare import make_runs, write_set
-
     from dpbench.analysis import compare as cmp
     from dpbench.report.compare_report import render_markdown
     from dpbench.report.summarize import mechanisms_section

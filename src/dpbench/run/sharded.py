@@ -11,14 +11,20 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
+from dpbench.analysis.memory_model import rehearsal_misfit as misfit
+from dpbench.analysis.memory_model import setting_of
 from dpbench.plan import variants
 from dpbench.plan.variants.settings import FSDPSettings
+from dpbench.run.knobs import compile_units
 
 try:   # public from torch 2.6; torch 2.4 and 2.5 have it under _composable
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 except ImportError:  # pragma: no cover - older torch
-    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # type: ignore
+    from torch.distributed._composable.fsdp import (  # type: ignore
+        CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard)
 
 
 @dataclass
@@ -53,9 +59,6 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     """fully_shard each unit, then the root, in place; returns the units (the root last). Each
     unit is compiled first where options.compile asks (torchtitan's order: activation
     checkpointing, compile, fully_shard; the Variant checkpointed them already)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    from dpbench.run.knobs import compile_units
     own = options.fsdp
     shape = mesh_shape(variant, world, own.shard_size if own else None)
     mesh = init_device_mesh(device.type, shape, mesh_dim_names=variants.spec(variant).mesh)
@@ -63,7 +66,6 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
               if options.param_dtype is not None else MixedPrecisionPolicy())
     kwargs = {"mesh": mesh, "reshard_after_forward": own.reshard_after_forward if own else True, "mp_policy": policy}
     if own and own.offload:
-        from torch.distributed.fsdp import CPUOffloadPolicy
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
     norms = []
     if options.param_dtype is not None:
@@ -92,8 +94,6 @@ def rehearsal_misfit(cfg, sizes: dict, device: torch.device) -> str | None:
     (its memory cap where set) against the device's memory."""
     if not cfg.rehearse or device.type != "cuda":
         return None
-    from dpbench.analysis.memory_model import setting_of
-    from dpbench.analysis.memory_model import rehearsal_misfit as misfit
     s = setting_of({"variant": cfg.variant, "gpus": cfg.gpus, "config": cfg.to_dict(), **sizes})
     if s is None:
         return None
@@ -109,7 +109,6 @@ def make_optimizer(variant: str, params, lr: float, momentum: float, weight_deca
     fully_shard). fused needs the parameters on a device with the fused kernel."""
     kwargs = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, **({"fused": True} if fused else {}))
     if variants.spec(variant).optimizer == "ZeroRedundancyOptimizer":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.SGD, **kwargs)
     return torch.optim.SGD(params, **kwargs)
 
@@ -119,6 +118,7 @@ def full_state_dict(variant: str, model: nn.Module) -> dict | None:
     under fsdp/hsdp gathering the shards is a collective; the dict is rank 0's (None elsewhere)."""
     if not variants.spec(variant).shards_parameters:
         return model.state_dict()
+    # lazy: about 0.2 s of every run's start-up, for the runs that save a checkpoint
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)) or None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from test_compare import make_runs, write_set
+from fakes import make_runs, write_set
 
 from dpbench import compare_cli
 from dpbench import results as R

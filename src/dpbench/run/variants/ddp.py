@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+from torch.nn.parallel import DistributedDataParallel as DDP
+
 from dpbench.plan.variants.settings import DDPSettings
 from dpbench.run.variants.base import WrapRequest, Wrapped
 
@@ -19,7 +21,6 @@ def ddp_kwargs(settings: DDPSettings | None) -> dict:
     Turning it off uses the new name where it exists; it still syncs buffers once at
     construction, which every rank's identical seeded initialisation makes a no-op here.
     """
-    from torch.nn.parallel import DistributedDataParallel as DDP
     if settings is None:
         return {}
     kwargs: dict = {"gradient_as_bucket_view": settings.gradient_as_bucket_view,
@@ -35,7 +36,6 @@ def ddp_kwargs(settings: DDPSettings | None) -> dict:
 
 
 def wrap(req: WrapRequest) -> Wrapped:
-    from torch.nn.parallel import DistributedDataParallel as DDP
     device = req.devices[0]
     module = DDP(req.model, device_ids=[device.index] if device.type == "cuda" else None,
                  **ddp_kwargs(req.ddp))
