@@ -393,10 +393,10 @@ def pids_naming(marker: str) -> list[int]:
 BASE_IPS = {("single", 1): 10_000.0, ("dp", 2): 15_000.0, ("ddp", 2): 19_000.0}
 JITTER = (1.0, 1.01, 0.99)  # ~1% spread between the 3 repeats
 N_STEPS = 40
-PROVENANCE = {"torch": "2.14.1+cu130", "torch_git": "abc123", "cuda": "13.0", "cudnn": 91900,
+PAIR_PROVENANCE = {"torch": "2.14.1+cu130", "torch_git": "abc123", "cuda": "13.0", "cudnn": 91900,
               "nccl": "2.28.9", "driver": "580.159.04", "gpu_names": ["NVIDIA H200", "NVIDIA H200"],
               "python": "3.11.7", "hostname": "node1", "git_sha": "deadbeef"}
-DP_WARNING = {"category": "UserWarning", "message": "Was asked to gather along dimension 0",
+PAIR_DP_WARNING = {"category": "UserWarning", "message": "Was asked to gather along dimension 0",
               "count": 98, "first_step": 0, "location": "torch/nn/parallel/_functions.py:70", "rank": 0}
 
 
@@ -418,7 +418,7 @@ def make_runs(deterministic: bool | None = None) -> list[dict]:
                 "variant": variant, "gpus": gpus, "repeat": repeat, "options": {},
                 "status": results.STATUS_OK, "reason": "", "images_per_s": ips * jitter,
                 "memory": [2000.0 + 300 * (d == 0) for d in range(gpus)],
-                "warnings": [dict(DP_WARNING)] if variant == "dp" else [],
+                "warnings": [dict(PAIR_DP_WARNING)] if variant == "dp" else [],
                 "losses": curve(repeat), "test_acc": 0.60 + 0.01 * repeat,
                 "config": {"variant": variant, "gpus": gpus, "repeat": repeat, "options": {},
                            "lr": 0.1, "global_batch": 128, "precision": "fp32", "seed": repeat,
@@ -455,5 +455,5 @@ def write_set(root, tag: str, runs: list[dict], provenance: dict | None = None) 
         results.write_csv(results.run_dir(root, tag, rid) / results.STEPS, results.STEP_COLUMNS, steps)
     for name, rows in tables.items():
         results.write_csv(results.table_path(root, tag, name), results.TABLES[name], rows)
-    prov = {**PROVENANCE, **(provenance or {}), "tag": tag, "n_runs": len(runs)}
+    prov = {**PAIR_PROVENANCE, **(provenance or {}), "tag": tag, "n_runs": len(runs)}
     results.write_json(results.provenance_path(root, tag), prov)

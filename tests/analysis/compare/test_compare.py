@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes import BASE_IPS, DP_WARNING, N_STEPS, PROVENANCE, curve, make_runs, write_set
+from fakes import BASE_IPS, N_STEPS, PAIR_DP_WARNING, PAIR_PROVENANCE, curve, make_runs, write_set
 
 from dpbench import results as R
 from dpbench import compare_cli
@@ -286,7 +286,7 @@ def test_memory_increase_must_exceed_both_limits(pair):
 
 def test_new_warning_is_a_finding_and_fails_only_when_asked(pair):
     root, runs, finish = pair
-    new = {**DP_WARNING, "category": "FutureWarning", "message": "torch.foo is deprecated", "count": 1}
+    new = {**PAIR_DP_WARNING, "category": "FutureWarning", "message": "torch.foo is deprecated", "count": 1}
     for r in find(runs, "ddp"):
         r["warnings"].append(dict(new))
     for r in find(runs, "dp"):
@@ -791,7 +791,7 @@ def test_a_departure_against_its_own_change_is_named_not_called(tmp_path):
 
 
 def test_a_short_and_a_full_sha_of_one_commit_are_one_software(tmp_path):
-    tags = a_a_launches(tmp_path, provenance={"git_sha": PROVENANCE["git_sha"][:7]})
+    tags = a_a_launches(tmp_path, provenance={"git_sha": PAIR_PROVENANCE["git_sha"][:7]})
     write_set(tmp_path, "B", make_runs())
     assert cmp.compare(tmp_path, "A", "B", noise_from=tags)["noise"]["software_differs"] == []
 
