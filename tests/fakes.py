@@ -24,6 +24,7 @@ The workflow in a temporary folder, for the tests that run the real Snakemake:
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -54,6 +55,17 @@ DP_WARNING = ("Was asked to gather along dimension 0, but all input tensors were
 
 def default_loss(step: int, repeat: int) -> float:
     return 2.3 * math.exp(-step / 15) + 0.01 * repeat
+
+
+def launched_run(out: Path, config: dict) -> tuple[dict, list[float]]:
+    """One real run through the launcher's command line (in this process): its record and its
+    global losses, a step each."""
+    from dpbench.run.launch import main   # the engine and torch: only the tests that train
+    assert main(["--config", json.dumps(config), "--out", str(out)]) == 0
+    rec = results.read_json(out / results.METRICS)
+    steps = (out / results.STEPS).read_text().splitlines() if (out / results.STEPS).exists() else []
+    col = steps[0].split(",").index("loss_global") if steps else 0
+    return rec, [float(line.split(",")[col]) for line in steps[1:]]
 
 
 def write_fake_run(runs_dir: Path | str, variant: str = "single", gpus: int = 1, repeat: int = 0,

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import launched_run
 
 from dpbench import results
 from dpbench.plan import pipeline
@@ -137,12 +138,7 @@ def user_factory(tmp_path) -> Path:
 
 
 def run(out: Path, **overrides) -> tuple[dict, list[float]]:
-    from dpbench.run.launch import main
-    assert main(["--config", json.dumps(dict(TINY, **overrides)), "--out", str(out)]) == 0
-    rec = results.read_json(out / results.METRICS)
-    steps = (out / results.STEPS).read_text().splitlines() if (out / results.STEPS).exists() else []
-    col = steps[0].split(",").index("loss_global") if steps else 0
-    return rec, [float(line.split(",")[col]) for line in steps[1:]]
+    return launched_run(out, dict(TINY, **overrides))
 
 
 def workloads(user: Path) -> dict:

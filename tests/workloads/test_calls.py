@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
+from fakes import launched_run
 import torch
 
-from dpbench import results
 from dpbench.run.check_workload import main as check_main
 from dpbench.workloads.calls import OutputError, output_tensor
 
@@ -94,12 +94,7 @@ def factory(tmp_path) -> str:
 
 def run(out: Path, **overrides) -> tuple[dict, list[float]]:
     """One run through the real command line: its record and its global losses."""
-    from dpbench.run.launch import main
-    assert main(["--config", json.dumps(dict(TINY, **overrides)), "--out", str(out)]) == 0
-    rec = results.read_json(out / results.METRICS)
-    steps = (out / results.STEPS).read_text().splitlines() if (out / results.STEPS).exists() else []
-    col = steps[0].split(",").index("loss_global") if steps else 0
-    return rec, [float(line.split(",")[col]) for line in steps[1:]]
+    return launched_run(out, dict(TINY, **overrides))
 
 
 def workload(factory: str, **args) -> dict:

@@ -20,6 +20,7 @@ from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
 from dpbench.advise.rank import speed
 from dpbench.advise.recommend import Advice
 from dpbench.analysis.memory_model import MIB, is_number, predicted_bytes
+from dpbench.claims.batch_search import REHEARSAL_RESOLUTION
 from dpbench.report.markdown import md_table
 from dpbench.run.launch import record_of_fresh_run
 
@@ -27,9 +28,8 @@ RUNNERS_UP = 2
 TIMEOUT_S = 300
 CPU_BATCH = 4          # the CPU measures counted tensors: a small batch says as much
 DEVICE_SHARE = 0.9     # rehearsed ranks together use at most this share of their GPU
-# The resolution of the measured largest-batch search the advice's error is judged by
-# (claims.c9.rehearsal.RESOLUTION; not imported: that module needs torch and a process group).
-BISECTION_STEP = 1 / 8
+# The resolution of the measured largest-batch search the advice's error is judged by.
+BISECTION_STEP = REHEARSAL_RESOLUTION
 COMPONENTS = ("parameters", "gradients", "optimizer")
 COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "error"]   # MiB; samples/s
 

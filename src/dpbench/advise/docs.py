@@ -66,6 +66,7 @@ def advise_nvml_misses(ref: Path) -> str:
 ON_H200 = "h200-advise-032c2c6"   # dpbench advise and --check on one H200 (its README: the calls)
 
 
+@cache   # read once a render: four queries quote it
 def _h200_advice(ref: Path) -> list[tuple[str, dict]]:
     """(call folder/file stem, the advice's JSON) of every advise run in the H200 reference."""
     return [(f"{p.parent.name}/{p.stem}", json.loads(p.read_text()))

@@ -6,6 +6,7 @@ from typing import Any, Callable
 START = 256
 CEILING = 1 << 20           # a batch beyond this fits anything this search is for
 RESOLUTION = 1 / 32         # bisect until the gap is this share of the largest fitting batch
+REHEARSAL_RESOLUTION = 1 / 8   # the rehearsed ranks' search (claims.c9.rehearsal): each trial is a gloo step
 
 
 def largest(fits: Callable[[int], bool], granule: int = 1, start: int = START,

@@ -42,7 +42,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
-from dpbench.claims.batch_search import largest
+from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml
 from dpbench.plan.config import RunConfig
 from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
@@ -54,7 +54,6 @@ from dpbench.workloads.transformer_lm import parameter_count
 MIB = 2 ** 20
 GIB = 2 ** 30
 SAFE = 1.15          # run a trial only where the fitted peak stays within SAFE x the budget
-RESOLUTION = 1 / 8
 # Every wait on a peer is bounded: a rank that ran out of memory inside a step leaves its peers in
 # the step's collective (seen on one H200: 4 ranks of a 236M model, one out of memory mid-backward,
 # three waiting in DDP's all-reduce for 9 minutes); gloo's timeout ends that wait with an error.
@@ -81,7 +80,7 @@ def peak_fit(trials: list[dict[str, Any]], key: str = "peak_mib") -> Callable[[i
 
 
 def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, trials: list[dict[str, Any]],
-                  resolution: float = RESOLUTION, safe: float = SAFE, start: int | None = None) -> dict[str, Any]:
+                  resolution: float = REHEARSAL_RESOLUTION, safe: float = SAFE, start: int | None = None) -> dict[str, Any]:
     """The largest batch whose measured peak stays within cap_gib (claims.batch_search.largest),
     `trials` the measured batches so far (shared between budgets: each batch is run once).
     measure(batch) -> {"batch", "peak_mib", "reserved_mib", "how": "measured"} or with how
