@@ -98,7 +98,7 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s), "DPBENCH_REHEARSAL_TIMEOUT_S": "120"}
+           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s), "DPBENCH_REHEARSAL_TIMEOUT_S": os.environ.get("DPBENCH_REHEARSAL_TIMEOUT_S", "120")}
     if part == "1" and not ranks_list:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
         records.append(launched_run(work, tiny, env))
     for ranks in ranks_list or PARTS[part]:

@@ -4,7 +4,8 @@ cases after the first were written without a size, and the tables' reader stoppe
 from __future__ import annotations
 
 from dpbench.claims.c9 import rehearsed
-from dpbench.claims.c9.rehearsal import failed_case
+from dpbench.analysis.memory_model import CONTEXT_BYTES
+from dpbench.claims.c9.rehearsal import device_full, failed_case, measured_context_bytes
 
 CASE = {"name": "42m-ddp", "variant": "ddp", "options": {}, "args": {"width": 512, "layers": 8, "heads": 8},
         "batch": 4, "budgets": {"16GB": 14.0}}
@@ -23,3 +24,18 @@ def test_older_records_without_a_size_are_left_out_of_the_rows():
            "reason": "not run: the ranks lost step"}
     assert rehearsed.c9_rows([old, failed_case(CASE, 8, "x")], {"16GB": 14.0})[0]["gpus"] == 8
     assert len(rehearsed.c9_rows([old], {"16GB": 14.0})) == 0
+
+
+def test_the_device_guard_uses_the_context_the_ranks_measured():
+    """Eight 12M ranks on one H200 held 812 MiB each beyond their reserved memory, not the 0.5
+    GiB assumed: a trial whose reserved memory fits with the assumed context but not with the
+    measured one is not run."""
+    rows = [{"nvml_process_mib": 3286.0, "reserved_peak_mib": 2474.0}] * 7 + [{"nvml_process_mib": 3292.0,
+                                                                              "reserved_peak_mib": 2474.0}]
+    context = measured_context_bytes(rows)
+    assert context == 818 * 2 ** 20
+    total = 143_771 * 2 ** 20   # the H200's memory as the driver gives it
+    assert not device_full(16_400, 8, CONTEXT_BYTES, total)
+    assert device_full(16_400, 8, context, total)
+    assert measured_context_bytes([{"nvml_process_mib": None, "reserved_peak_mib": 10.0}]) == CONTEXT_BYTES
+    assert measured_context_bytes([{"nvml_process_mib": 100.0, "reserved_peak_mib": 90.0}]) == CONTEXT_BYTES

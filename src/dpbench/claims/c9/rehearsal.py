@@ -30,7 +30,9 @@ import gc
 import json
 import os
 import subprocess
+import sys
 import time
+import traceback
 from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
@@ -113,6 +115,23 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
             "reserved_mib_at_largest": at.get("reserved_mib")}
 
 
+def measured_context_bytes(rows: list[dict[str, Any]]) -> float:
+    """What a rank holds on the GPU beyond its allocator's reserved memory (the CUDA context,
+    cuBLAS's and gloo's own), the most over the ranks' profiled-step rows, NVML's per-process
+    memory less the reserved peak; the memory model's CONTEXT_BYTES where NVML names no rank.
+    On one H200 it was 812 MiB a rank (12M, N = 8), not the 0.5 GiB assumed."""
+    seen = [r["nvml_process_mib"] - r["reserved_peak_mib"] for r in rows
+            if isinstance(r.get("nvml_process_mib"), (int, float)) and isinstance(r.get("reserved_peak_mib"), (int, float))]
+    return max(max(seen) * MIB, CONTEXT_BYTES) if seen else CONTEXT_BYTES
+
+
+def device_full(reserved_mib: float, ranks_here: int, context_bytes: float, total_bytes: int) -> bool:
+    """Whether the ranks sharing this GPU, each holding reserved_mib plus its context, would pass
+    DEVICE_SHARE of it: such a trial is not run (one rank out of memory inside a collective
+    leaves its peers waiting there)."""
+    return ranks_here * (reserved_mib * MIB + context_bytes) > DEVICE_SHARE * total_bytes
+
+
 # -- on the ranks ----------------------------------------------------------------------------
 
 def run_config(case: dict[str, Any], world: int, batch: int):
@@ -174,6 +193,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
             {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
     row["nvml_process_mib"] = nvml_process_mib()
     rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
+    context = measured_context_bytes(rec["memory_components"])
+    rec["context_mib"] = round(context / MIB, 1)
     rec["step_s"] = (time.perf_counter() - started) / 2   # two steps: nobody's speed, the sizing's
     del x, y, losses
 
@@ -182,13 +203,13 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     def measure(b: int) -> dict[str, Any]:
         # the trials hold the ranks' gathered maxima, so every rank decides this alike
         reserved = peak_fit(trials, "reserved_mib")
-        if total is not None and reserved is not None and \
-                here * (reserved(b) * MIB + CONTEXT_BYTES) > DEVICE_SHARE * total:
-            return {"batch": b, "how": "device-full", "peak_mib": None, "reserved_mib": round(reserved(b), 1)}
+        if total is not None and reserved is not None and device_full(reserved(b), here, context, total):
+            return note({"batch": b, "how": "device-full", "peak_mib": None, "reserved_mib": round(reserved(b), 1)})
         failed = False
         try:
             if cuda:
                 torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()   # this trial's reserved, not what the steps before it cached
                 torch.cuda.reset_peak_memory_stats(device)
             xb, yb = batch_of(b)
             train_step(variant, opt, xb, yb, b * world)
@@ -201,9 +222,14 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
         if cuda:
             torch.cuda.empty_cache()
         if any(f for f, _, _ in rows):
-            return {"batch": b, "how": "failed", "peak_mib": None, "reserved_mib": None}
-        return {"batch": b, "how": "measured", "peak_mib": max(p for _, p, _ in rows),
-                "reserved_mib": max(r for _, _, r in rows)}
+            return note({"batch": b, "how": "failed", "peak_mib": None, "reserved_mib": None})
+        return note({"batch": b, "how": "measured", "peak_mib": max(p for _, p, _ in rows),
+                     "reserved_mib": max(r for _, _, r in rows)})
+
+    def note(trial: dict[str, Any]) -> dict[str, Any]:
+        if rank == 0:   # the launch log shows how far a search got if a later trial loses the ranks
+            print(f"[rehearsal] {rec['run_id']} trial {trial}", flush=True)
+        return trial
 
     if budgets and not cuda:
         rec["search_skipped"] = "no CUDA: no allocator peak to measure"
@@ -297,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                 rec = run_case(case, device, world, rank)
             except Exception as exc:   # one case's failure must not end the others' (all ranks see it)
                 rec = failed_case(case, world, f"{type(exc).__name__}: {exc}"[:500])
+                # every rank says its own: the first rank that failed is the cause, its peers' errors follow
+                print(f"[rehearsal rank {rank}] {case['name']}-g{world} failed at {time.strftime('%H:%M:%S')}:\n"
+                      f"{traceback.format_exc()[-2000:]}", file=sys.stderr, flush=True)
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
