@@ -17,7 +17,7 @@ import torch
 from dpbench.advise.predict import ProbeFacts
 from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, measured_state, optimizer_slots,
                                            predicted_bytes)
-from dpbench.claims.c9.rehearsal import nvml_process_mib
+from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.run import components, engine, sharded
 from dpbench.run.knobs import unit_modules
