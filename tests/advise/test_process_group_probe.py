@@ -55,3 +55,9 @@ def test_the_child_reports_a_failure_as_a_result(monkeypatch, capsys):
     assert pgp.main(["--child"]) == 1
     got = pgp.parse(capsys.readouterr().out, "", 1)
     assert got["process_group_mib"] == 0.0 and "no NCCL here" in got["reason"]
+
+
+def test_a_caller_that_gives_up_ends_the_child():
+    with pgp.Measurement(python("import time; time.sleep(30)"), timeout_s=20) as m:
+        pass
+    assert m.proc is not None and m.proc.poll() is not None

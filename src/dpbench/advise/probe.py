@@ -104,13 +104,13 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     # NCCL's memory, measured in a child while this process probes; waited for before the timed steps
-    group = process_group_probe.start(device.type, device.index or 0)
-    cfg = _config(workload, precision, device)
-    engine.set_numerics(cfg)   # TF32 as a run sets it: without it an fp32 probe times other kernels
-    rank = _Rank(cfg, device, checkpoint=False)
-    rows = [rank.profiled(b) for b in batches]
+    with process_group_probe.start(device.type, device.index or 0) as group:
+        cfg = _config(workload, precision, device)
+        engine.set_numerics(cfg)   # TF32 as a run sets it: without it an fp32 probe times other kernels
+        rank = _Rank(cfg, device, checkpoint=False)
+        rows = [rank.profiled(b) for b in batches]
+        nccl = group.result()
     b1, b2 = batches
-    nccl = group.result()
     times = (rank.step_s(b1), rank.step_s(b2)) if timed else None
     sizes, units, largest = rank.sizes, bool(rank.units), rank.largest_unit
     del rank

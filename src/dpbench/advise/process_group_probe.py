@@ -92,7 +92,8 @@ def child_command(index: int) -> list[str]:
 
 class Measurement:
     """A measurement under way in a child process, or already known (nothing to measure, or done).
-    `result()` waits at most until the timeout given at the start, then ends the child."""
+    `result()` waits at most until the timeout given at the start, then ends the child; as a
+    context manager, leaving it ends a child still running."""
 
     def __init__(self, command: list[str] | None, timeout_s: float = TIMEOUT_S, known: dict[str, Any] | None = None):
         self.timeout_s, self.known = timeout_s, known
@@ -107,6 +108,15 @@ class Measurement:
                                              env=env)
             except OSError as exc:
                 self.known = not_measured(f"the measuring process did not start: {error_text(exc)}")
+
+    def __enter__(self) -> "Measurement":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """A child still running when its caller gives up (the probe failed) is ended."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
     def result(self) -> dict[str, Any]:
         if self.known is not None:
