@@ -3,6 +3,8 @@ CUDA, rehearsed ranks where fewer GPUs are visible, a batch the shared GPU holds
 predicted-against-measured rows (NVML and speed only where each rank has its GPU)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dpbench.advise import check as C
@@ -96,3 +98,12 @@ def test_a_failure_other_than_memory_is_not_retried(monkeypatch):
     rows = C.check(a, "w", f, "fp32", run=lambda cfg: seen.append(cfg) or {"status": "failed", "reason": "timeout"},
                    runners_up=0)
     assert len(seen) == 1 and [r["what"] for r in rows] == ["run"]
+
+
+@pytest.mark.parametrize("visible", [1, 2])
+def test_the_cap_leaves_nccls_memory_out_only_where_the_ranks_have_an_nccl_group(monkeypatch, visible):
+    f = replace(facts(), process_group_mib=600.0)
+    share = 139 * 1024 * C.DEVICE_SHARE / (1 if visible == 2 else 2)
+    outside = f.context_mib + (600.0 if visible == 2 else 0.0)    # rehearsed ranks: gloo
+    setup = Setup("ddp")
+    assert C.cap_gib(f, setup, 80, 2 // visible, 139 * 1024.0) == pytest.approx((min(80 * 1024, share) - outside) / 1024)

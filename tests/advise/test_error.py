@@ -3,9 +3,12 @@ out of the summary, a rehearsal folder given on the command line read like the d
 without DeepSpeed or accelerate it says "not installed"."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from dpbench.advise import error, others
+import pytest
+
+from dpbench.advise import docs, error, others
 
 REF = Path(__file__).resolve().parents[2] / "results" / "reference"
 REHEARSAL = REF / "h200-rehearsal-525c3e7"
@@ -42,3 +45,74 @@ def test_c1s_resnet18_batches_are_predicted_from_the_sharding_benchs_resnet18():
     c1 = [c for c in rows if c["source"] == "h200-c1-probe-550c3a7"]
     assert {(c["setup"], c["measured"]) for c in c1} == {("single", 1728), ("ddp", 1728)}   # ddp: 3456 / 2
     assert all(c["quantity"] == "largest_batch" and c["predicted"] > 0 for c in c1)
+
+
+SHARDING = REF / "h200-sharding-f611959"
+
+
+def advise_json(path: Path, mib: float | None, device: str = "NVIDIA H200", reason: str = "") -> Path:
+    """An advise --json-out file whose probe facts hold a process-group measurement."""
+    group = {"process_group_mib": mib if mib is not None else 0.0, "nccl": "2.28.9", "reason": reason}
+    path.write_text(json.dumps({"workload": "w", "probe": {"device": "cuda" if device != "cpu" else "cpu",
+                                                           "device_name": device, "process_group_mib": group["process_group_mib"],
+                                                           "process_group": group}}))
+    return path
+
+
+def test_measurements_are_read_from_advise_json_and_the_probes_own_and_others_skipped(tmp_path):
+    files = [advise_json(tmp_path / "advise-a.json", 500.0), advise_json(tmp_path / "advise-b.json", 600.0),
+             advise_json(tmp_path / "advise-cpu.json", 0.0, device="cpu", reason="no CUDA"),
+             advise_json(tmp_path / "advise-failed.json", 0.0, reason="timeout"),
+             tmp_path / "own.json", tmp_path / "other.json", tmp_path / "list.json"]
+    files[4].write_text(json.dumps({"process_group_mib": 700.0, "nccl": "2.27.3", "reason": "", "device_name": "NVIDIA H100"}))
+    files[5].write_text(json.dumps({"rows": []}))
+    files[6].write_text("[1, 2]")
+    got = error.group_memory(files, tmp_path)
+    assert set(got) == {"NVIDIA H200", "NVIDIA H100"}
+    h200 = got["NVIDIA H200"]
+    assert (h200.mib, h200.values, h200.nccl, h200.sources) == (550.0, (500.0, 600.0), ("2.28.9",),
+                                                                 ("advise-a.json", "advise-b.json"))
+    assert got["NVIDIA H100"].mib == 700.0
+
+
+def test_nccls_memory_enters_only_the_nvml_cells_of_runs_with_an_nccl_group_on_that_gpu(tmp_path):
+    measured = error.group_memory([advise_json(tmp_path / "advise-a.json", 560.0)], tmp_path)
+    before = error.cells([SHARDING, REHEARSAL], error.cached_estimates())
+    after = error.cells([SHARDING, REHEARSAL], error.cached_estimates(), measured)
+    assert len(before) == len(after)
+    nccl = 0
+    for b, a in zip(before, after):
+        assert (b["quantity"], b["model"], b["setup"], b["measured"]) == (a["quantity"], a["model"], a["setup"],
+                                                                          a["measured"])
+        if a["quantity"] == "nvml" and a["nccl_group"]:
+            nccl += 1
+            assert a["process_group_mib"] == 560.0 and a["predicted"] == pytest.approx(b["predicted"] + 560.0)
+        else:   # rehearsed (gloo) cells, and every allocated, reserved and largest-batch cell
+            assert a["predicted"] == b["predicted"] and a.get("process_group_mib") is None
+    records = error.sharding_records(SHARDING)
+    assert nccl == len([r for r in records if error.ran_nccl_group(r) and (r.get("memory") or [{}])[0].get("nvml_used_mib")
+                        and r["config"]["precision"] == "fp32"])
+    assert not any(error.ran_nccl_group(r) for r in error.rehearsal_records(REHEARSAL))
+    # a measurement from another GPU is not this machine's
+    elsewhere = error.group_memory([advise_json(tmp_path / "advise-h100.json", 560.0, "NVIDIA H100")], tmp_path)
+    assert error.cells([SHARDING], error.cached_estimates(), elsewhere) == error.cells([SHARDING], error.cached_estimates())
+
+
+def test_the_docs_apply_a_committed_measurement_and_otherwise_leave_the_table_as_it_was(tmp_path):
+    for name in error.REFERENCES:
+        (tmp_path / name).symlink_to(REF / name)
+    plain = docs._rows(tmp_path)
+    assert not docs._measured(tmp_path) and all(c.get("process_group_mib") is None for c in plain)
+    assert plain == docs._rows(REF)   # nothing committed yet: the published cells as they were
+    with_file = tmp_path / "with"
+    with_file.mkdir()
+    for name in error.REFERENCES:
+        (with_file / name).symlink_to(REF / name)
+    (with_file / "h200-advise-test" / "call").mkdir(parents=True)
+    advise_json(with_file / "h200-advise-test" / "call" / "advise-x.json", 560.0)
+    measured = docs._measured(with_file)
+    assert measured["NVIDIA H200"].mib == 560.0
+    applied = [c for c in docs._rows(with_file) if c.get("process_group_mib") is not None]
+    assert applied and {c["quantity"] for c in applied} == {"nvml"}
+    note = docs.advise_process_group(with_file)
+    assert "560" in note and "h200-advise-test/call" in note

@@ -94,3 +94,22 @@ def test_the_advised_batch_leaves_the_headroom_and_the_edge_is_reported():
     assert top["largest_batch"] == largest_batch(f, setup, 2, card) > top["batch"]
     edge = advise(f, gpus=2, gpu_memory_gib=80, headroom=0.0)
     assert next(r for r in edge.rows if r["setup"] == a.chosen)["batch"] == top["largest_batch"]
+
+
+def test_nccls_memory_is_added_to_nvml_only_for_ranks_with_an_nccl_group():
+    gpu, cpu = facts(device="cuda", process_group_mib=560.0), facts(device="cpu", process_group_mib=560.0)
+    without = facts(device="cuda")
+    for setup in (Setup("ddp"), Setup("zero1"), Setup("fsdp"), Setup("hsdp"), Setup("fsdp", offload=True)):
+        base = predict(without, setup, 2, 16)
+        ranks = predict(gpu, setup, 2, 16)
+        assert ranks.nvml_mib == pytest.approx(base.nvml_mib + 560.0) and ranks.process_group_mib == 560.0
+        assert (ranks.allocated_mib, ranks.reserved_mib) == (base.allocated_mib, base.reserved_mib)
+        rehearsed = predict(gpu, setup, 2, 16, rehearsed=True)     # gloo on a shared GPU
+        assert rehearsed.nvml_mib == pytest.approx(base.nvml_mib) and rehearsed.process_group_mib == 0.0
+        assert predict(cpu, setup, 2, 16).nvml_mib == pytest.approx(predict(facts(device="cpu"), setup, 2, 16).nvml_mib)
+        # the largest batch within NVML's limit moves by the same term; allocated's does not
+        limit = 20 * 1024.0
+        b = largest_batch(gpu, setup, 2, limit)
+        assert predict(gpu, setup, 2, b).nvml_mib <= limit < predict(gpu, setup, 2, b + 1).nvml_mib
+        assert largest_batch(gpu, setup, 2, limit, "allocated") == largest_batch(without, setup, 2, limit, "allocated")
+        assert largest_batch(gpu, setup, 2, limit, rehearsed=True) == largest_batch(without, setup, 2, limit)

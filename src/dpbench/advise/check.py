@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from dpbench.advise.predict import ProbeFacts, Setup, predict, setting
+from dpbench.advise.predict import ProbeFacts, Setup, beyond_reserved_mib, predict, setting
 from dpbench.advise.rank import speed
 from dpbench.advise.recommend import Advice
 from dpbench.analysis.memory_model import MIB, is_number, predicted_bytes
@@ -53,18 +53,21 @@ def check_batch(facts: ProbeFacts, setup: Setup, row: dict[str, Any], gpus: int,
     b = max(setup.accumulate, int(row["batch"] or 1))
     if not device_mib:
         return max(setup.accumulate, min(b, CPU_BATCH))
-    while b > setup.accumulate and here * predict(facts, setup, gpus, b, gpus_per_node).nvml_mib > DEVICE_SHARE * device_mib:
+    while b > setup.accumulate and \
+            here * predict(facts, setup, gpus, b, gpus_per_node, rehearsed=here > 1).nvml_mib > DEVICE_SHARE * device_mib:
         b = max(setup.accumulate, (b // 2) // setup.accumulate * setup.accumulate)
     return b
 
 
-def cap_gib(facts: ProbeFacts, gpu_memory_gib: float, here: int, device_mib: float) -> float | None:
+def cap_gib(facts: ProbeFacts, setup: Setup, gpu_memory_gib: float, here: int, device_mib: float) -> float | None:
     """What PyTorch may allocate per rank in the check (run option memory_cap_gib): the advised
-    card less its CUDA context, so a run on a larger GPU answers for the card asked about; less
-    where `here` rehearsed ranks share one GPU. None on the CPU (nothing to cap)."""
+    card less its CUDA context (and NCCL's memory where the ranks have an NCCL group), so a run on
+    a larger GPU answers for the card asked about; less where `here` rehearsed ranks share one
+    GPU. None on the CPU (nothing to cap)."""
     if not device_mib:
         return None
-    return (min(gpu_memory_gib * 1024, DEVICE_SHARE * device_mib / here) - facts.context_mib) / 1024
+    outside = beyond_reserved_mib(facts, setup, rehearsed=here > 1)
+    return (min(gpu_memory_gib * 1024, DEVICE_SHARE * device_mib / here) - outside) / 1024
 
 
 def run_config(workload: Any, setup: Setup, gpus: int, batch: int, precision: str, steps: int,
@@ -98,7 +101,7 @@ def compare(record: dict[str, Any], facts: ProbeFacts, setup: Setup, gpus: int, 
             rehearsed: bool, gpus_per_node: int | None) -> list[dict[str, Any]]:
     """Predicted beside measured, one row per quantity (the worst rank's measurement); samples/s
     where the ranks had their GPUs to themselves (a rehearsed speed is nobody's)."""
-    p = predict(facts, setup, gpus, batch, gpus_per_node)
+    p = predict(facts, setup, gpus, batch, gpus_per_node, rehearsed=rehearsed)
     comp = predicted_bytes(setting(facts, setup, gpus, gpus_per_node))
     pairs: list[tuple[str, float | None, float | None]] = []
     rows = record.get("memory_components") or []
@@ -135,7 +138,7 @@ def check(advice: Advice, workload: Any, facts: ProbeFacts, precision: str, gpus
     for row in chosen_setups(advice, runners_up):
         setup = Setup(**_setup_fields(row["options"]))
         b = check_batch(facts, setup, row, advice.gpus, here, device_mib if cuda else 0.0, gpus_per_node)
-        cap = cap_gib(facts, advice.gpu_memory_gib, here, device_mib if cuda else 0.0)
+        cap = cap_gib(facts, setup, advice.gpu_memory_gib, here, device_mib if cuda else 0.0)
         how = "rehearsed" if rehearsed else "ranks"
 
         def attempt(batch: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import math
 import sys
 from dataclasses import asdict
 
+from dpbench.advise.predict import ProbeFacts
 from dpbench.advise.recommend import COLUMNS, HEADROOM, advise, table_rows
 from dpbench.advise.rank import LINK_GBS
 from dpbench.report.markdown import md_table
@@ -77,6 +78,15 @@ def validate(args: argparse.Namespace):
     return workload
 
 
+def process_group_line(facts: ProbeFacts) -> str:
+    """The probe's fact about NCCL's own memory, in one line."""
+    got = facts.process_group
+    if not got or got.get("reason"):
+        return f"NCCL's memory at one rank: not measured ({got.get('reason') or 'no measurement'}); none added."
+    return (f"NCCL's memory at one rank: {facts.process_group_mib:.0f} MiB (NCCL {got.get('nccl')}), added to the "
+            f"NVML memory of ranks with an NCCL group (a lower bound at N > 1).")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parser().parse_args(argv)
@@ -116,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{advice.workload}: {facts.parameters:,} parameters, probed on {facts.device_name} "
           f"at batches {facts.batches[0]} and {facts.batches[1]}; {args.gpus} GPU(s) of {args.gpu_memory:g} GiB, "
           f"{args.precision}")
+    print(process_group_line(facts))
     print(md_table(COLUMNS, table_rows(advice), right=range(3, len(COLUMNS))))
     print()
     print(advice.sentence)

@@ -1,5 +1,6 @@
 """docs/advise.md's named queries (registered with dpbench.report.docs_queries' `query`): the
-error table of advise.error over the rehearsal and sharding references, DeepSpeed's and
+error table of advise.error over the rehearsal and sharding references (with NCCL's memory where
+a measurement of it is committed), DeepSpeed's and
 accelerate's estimates read from advise/estimates.json (so the page renders the same where they
 are not installed), and the advice and --check runs of the H200 reference. Torch-free."""
 from __future__ import annotations
@@ -14,9 +15,23 @@ from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
 
-@cache   # every query of the page reads the same cells: computed once a render
+@cache   # every query of the page reads the same measurements and cells: computed once a render
+def _measured(ref: Path) -> dict[str, error.GroupMemory]:
+    return error.reference_group_memory(ref)
+
+
+@cache
 def _rows(ref: Path) -> list[dict]:
-    return error.cells([ref / name for name in error.REFERENCES], error.cached_estimates())
+    return error.cells([ref / name for name in error.REFERENCES], error.cached_estimates(), _measured(ref))
+
+
+@query("advise_process_group")
+def advise_process_group(ref: Path) -> str:
+    """Whether NCCL's measured memory entered the NVML cells: its value and sources, or why not."""
+    def link(source: str) -> str:
+        inside = source.removeprefix("results/reference/")
+        return f"[{inside}](../{source})" if inside != source else f"`{source}`"
+    return error.group_note(_rows(ref), _measured(ref), link)
 
 
 @query("advise_error_summary")
@@ -60,7 +75,8 @@ def advise_nvml_misses(ref: Path) -> str:
         return "none"
     where = sorted({f"{r['model']} {r['setup']} on {r['gpus']} ({r['source']})" for r in misses})
     low, high = min(r["error"] for r in misses), max(r["error"] for r in misses)
-    return f"{len(misses)}: {', '.join(where)}, {low:+.1%} to {high:+.1%}"
+    nccl = sum(bool(r.get("nccl_group")) for r in misses)
+    return f"{len(misses)}: {', '.join(where)}, {low:+.1%} to {high:+.1%}; {nccl} of them ran with an NCCL group"
 
 
 ON_H200 = "h200-advise-032c2c6"   # dpbench advise and --check on one H200 (its README: the calls)

@@ -11,6 +11,12 @@ its measured trials, as claims.c9.rehearsed fits them; the step's, allocator's a
 shares from its profiled step), a sharding bench's `single` record (one batch: activations
 through the origin). The cells of that probe run are marked `probe` and left out of the summary:
 they measure the fit, not the prediction.
+
+Neither probe record had a process group, so NCCL's own memory comes from a measurement made
+apart (advise.process_group_probe, on the machine of the cells): read from an advise JSON (its
+probe facts) or the probe's own JSON (`--process-group FILE ...`; by default every JSON under
+results/reference/*advise*/), and added to the NVML prediction of the runs that brought up an
+NCCL group on a GPU of that name. Without one, nothing is added and the text says so.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import glob
 import io
 import json
 import tarfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 from typing import Any, Callable, Iterable, Mapping
@@ -36,6 +43,7 @@ C1_MODEL = "resnet18"   # C1's largest batches are of ResNet18 at 10 outputs: th
 TARGETS = {"allocated": 0.10, "reserved": 0.10, "nvml": 0.15}   # issue 42: within, in >= 90% of cells
 SHARE = 0.90
 ESTIMATES = Path(__file__).with_name("estimates.json")   # the others' estimates of the cells, saved
+MEASUREMENTS = "*advise*/**/*.json"   # under results/reference: where NCCL's measured memory is looked for
 QUANTITIES = ("allocated", "reserved", "nvml", "largest_batch")
 
 
@@ -128,6 +136,97 @@ def sharding_facts(single: Mapping[str, Any], unit_mib: float | None) -> ProbeFa
                        if is_number(mem.get("nvml_used_mib")) else CONTEXT_BYTES / MIB)
 
 
+# -- NCCL's memory, measured apart ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupMemory:
+    """NCCL's own memory at one rank on one GPU model (advise.process_group_probe): the median of
+    the measurements read (each one's value), their NCCL versions and the files they came from."""
+    mib: float
+    device_name: str
+    nccl: tuple[str, ...]
+    sources: tuple[str, ...]
+    values: tuple[float, ...] = ()
+
+
+def _measured(doc: Any) -> dict[str, Any] | None:
+    """The measurement in an advise JSON (its probe facts) or in the probe's own JSON; None where
+    the file holds none (a CPU probe, a failure, another kind of file)."""
+    if not isinstance(doc, dict):
+        return None
+    facts = doc.get("probe") if isinstance(doc.get("probe"), dict) else None
+    got = (facts or {}).get("process_group") if facts is not None else doc
+    if not isinstance(got, dict) or got.get("reason") or not is_number(got.get("process_group_mib")):
+        return None
+    name = got.get("device_name") or (facts or {}).get("device_name")
+    return {**got, "device_name": name} if name and name != "cpu" else None
+
+
+def group_memory(paths: Iterable[Path], root: Path = ROOT) -> dict[str, GroupMemory]:
+    """GPU name -> NCCL's measured memory at one rank, over the files given that hold one."""
+    found: dict[str, list[tuple[dict[str, Any], str]]] = {}
+    for path in sorted(paths):
+        try:
+            got = _measured(json.loads(Path(path).read_text()))
+        except (OSError, ValueError):
+            got = None
+        if got is not None:
+            where = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+            found.setdefault(got["device_name"], []).append((got, where))
+    out = {}
+    for name, ms in found.items():
+        values = tuple(float(g["process_group_mib"]) for g, _ in ms)
+        out[name] = GroupMemory(median(values), name, tuple(sorted({str(g["nccl"]) for g, _ in ms if g.get("nccl")})),
+                                tuple(w for _, w in ms), values)
+    return out
+
+
+def reference_group_memory(ref: Path = ROOT / "results" / "reference") -> dict[str, GroupMemory]:
+    """The measurements committed under results/reference (MEASUREMENTS)."""
+    return group_memory(ref.glob(MEASUREMENTS), ref.parent.parent)
+
+
+def ran_nccl_group(record: Mapping[str, Any]) -> bool:
+    """Whether the measured run's ranks brought up an NCCL group (run.context's rule): ranks under
+    torchrun on CUDA, not rehearsed (rehearsed ranks share a GPU over gloo)."""
+    return (record.get("device_type") == "cuda" and (record.get("launch") or {}).get("launcher") == "torchrun"
+            and not (record.get("config") or {}).get("rehearse"))
+
+
+def with_group(facts: ProbeFacts, record: Mapping[str, Any],
+               measured: Mapping[str, GroupMemory]) -> tuple[ProbeFacts, dict[str, Any]]:
+    """The facts for predicting `record`, with NCCL's memory where its run had an NCCL group on a
+    GPU measured; and what the cell says of it."""
+    gpu = ((record.get("provenance") or {}).get("gpu_names") or [None])[0]
+    group = measured.get(gpu) if ran_nccl_group(record) and gpu else None
+    return (replace(facts, process_group_mib=group.mib) if group else facts,
+            {"nccl_group": ran_nccl_group(record), "gpu_name": gpu, "process_group_mib": group.mib if group else None})
+
+
+def group_note(rows: list[dict[str, Any]], measured: Mapping[str, GroupMemory],
+               cite: Callable[[str], str] = str) -> str:
+    """Whether NCCL's measured memory entered the NVML cells, in a sentence: its value, GPU,
+    NCCL version and sources (each through `cite`), or why not."""
+    nccl = [c for c in rows if c["quantity"] == "nvml" and c.get("nccl_group")]
+    applied = [c for c in nccl if c.get("process_group_mib") is not None]
+    if not nccl:
+        return "No NVML cell ran with an NCCL group: NCCL's memory enters none."
+    if not applied:
+        gpus = ", ".join(sorted({str(c.get("gpu_name")) for c in nccl}))
+        return (f"NCCL's own memory is not applied: {len(nccl)} NVML cells ran with an NCCL group (on {gpus}), and "
+                f"no measurement of it from that GPU was read (advise.process_group_probe measures it).")
+    used = [m for m in measured.values() if any(c.get("gpu_name") == m.device_name for c in applied)]
+
+    def one(m: GroupMemory) -> str:
+        spread = f", {min(m.values):.0f}–{max(m.values):.0f}" if len(m.values) > 1 else ""
+        folders = sorted({str(Path(src).parent) for src in m.sources})
+        return (f"{m.mib:.0f} MiB on {m.device_name} (NCCL {', '.join(m.nccl) or 'unknown'}; the median of "
+                f"{len(m.values)} measurement(s){spread}, in {', '.join(cite(f) for f in folders)})")
+    what = "; ".join(one(m) for m in used)
+    return (f"NCCL's own memory at one rank, measured apart, is added to the NVML prediction of the {len(applied)} "
+            f"of {len(nccl)} NVML cells that ran with an NCCL group: {what}.")
+
+
 # -- the cells ------------------------------------------------------------------------------------
 
 def _cell(source: str, model: str, record: Mapping[str, Any], quantity: str, batch: int, measured: Any,
@@ -171,10 +270,11 @@ def cached_versions(path: Path = ESTIMATES) -> dict[str, str]:
 Estimates = Callable[[str], "dict[str, float | None]"]
 
 
-def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates,
-                    beside: Iterable[Path] = ()) -> list[dict[str, Any]]:
+def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates, beside: Iterable[Path] = (),
+                    measured: Mapping[str, GroupMemory] | None = None) -> list[dict[str, Any]]:
     """Every measured cell of a rehearsal reference, predicted from its one-rank ddp probe (or,
-    for a reference of larger N only, the probe of a rehearsal folder `beside` it)."""
+    for a reference of larger N only, the probe of a rehearsal folder `beside` it); NCCL's
+    `measured` memory where a run had an NCCL group (a rehearsed one has gloo's)."""
     recs, source = rehearsal_records(folder), folder.name
     pool = recs + [r for f in beside if f != folder for r in rehearsal_records(f)]
     units = {r["size"]: r["memory_components"][0].get("largest_unit_mib") for r in pool
@@ -190,6 +290,7 @@ def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates,
         if facts is None or not r.get("memory_components"):
             continue
         setup, n, is_probe = setup_of(r), int(r["gpus"]), r is probe_rec
+        facts, group = with_group(facts, r, measured or {})
         cfg = r.get("config") or {}
         b0 = int((r.get("options") or {}).get("per_gpu_batch") or cfg.get("per_gpu_batch")
                  or cfg.get("global_batch", n) // n)
@@ -201,7 +302,7 @@ def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates,
                       p.reserved_mib, is_probe)]
         nvml = [m.get("nvml_process_mib") for m in r["memory_components"] if is_number(m.get("nvml_process_mib"))]
         if nvml:
-            out.append(_cell(source, size, r, "nvml", b0, max(nvml), p.nvml_mib, is_probe))
+            out.append(_cell(source, size, r, "nvml", b0, max(nvml), p.nvml_mib, is_probe, **group))
         for i, t in enumerate(t for t in r.get("search_trials") or [] if t.get("how") == "measured"):
             pt = predict(facts, setup, n, int(t["batch"]))
             out.append(_cell(source, size, r, "allocated", int(t["batch"]), t["peak_mib"], pt.allocated_mib, is_probe))
@@ -217,9 +318,11 @@ def rehearsal_cells(folder: Path, estimates: Estimates = live_estimates,
     return out
 
 
-def sharding_cells(folder: Path, estimates: Estimates = live_estimates) -> list[dict[str, Any]]:
+def sharding_cells(folder: Path, estimates: Estimates = live_estimates,
+                   measured: Mapping[str, GroupMemory] | None = None) -> list[dict[str, Any]]:
     """Every run of a sharding bench reference at one rank, predicted from the same model's
-    `single` run (a cell in another precision than that probe is left out: its activations differ)."""
+    `single` run (a cell in another precision than that probe is left out: its activations
+    differ); NCCL's `measured` memory where a run had an NCCL group."""
     recs, source = sharding_records(folder), folder.name
 
     def model(r: Mapping[str, Any]) -> str:
@@ -231,7 +334,7 @@ def sharding_cells(folder: Path, estimates: Estimates = live_estimates) -> list[
         probe_rec = probes.get(model(r))
         if probe_rec is None or r["config"].get("precision") != probe_rec["config"].get("precision"):
             continue
-        facts = sharding_facts(probe_rec, units.get(model(r)))
+        facts, group = with_group(sharding_facts(probe_rec, units.get(model(r))), r, measured or {})
         name = model_name(r["folder"])
         setup = setup_of(r) if r["variant"] != "single" else Setup("ddp")
         b = int(r["config"].get("per_gpu_batch") or r["config"]["global_batch"])
@@ -244,7 +347,7 @@ def sharding_cells(folder: Path, estimates: Estimates = live_estimates) -> list[
                       **estimates(estimate_key(r, units.get(model(r))))),
                 _cell(source, name, r, "reserved", b, row["reserved_peak_mib"], p.reserved_mib, False)]
         if is_number(mem.get("nvml_used_mib")):
-            out.append(_cell(source, name, r, "nvml", b, mem["nvml_used_mib"], p.nvml_mib, False))
+            out.append(_cell(source, name, r, "nvml", b, mem["nvml_used_mib"], p.nvml_mib, False, **group))
     return out
 
 
@@ -265,9 +368,11 @@ def c1_cells(folder: Path, facts: ProbeFacts) -> list[dict[str, Any]]:
     return out
 
 
-def cells(folders: Iterable[Path], estimates: Estimates = live_estimates) -> list[dict[str, Any]]:
+def cells(folders: Iterable[Path], estimates: Estimates = live_estimates,
+          measured: Mapping[str, GroupMemory] | None = None) -> list[dict[str, Any]]:
     """The cells of every reference folder given (a rehearsal's, a sharding bench's, C1's probe:
-    the last with a sharding bench's ResNet18 among the folders)."""
+    the last with a sharding bench's ResNet18 among the folders), with NCCL's `measured` memory
+    (GPU name -> GroupMemory) added where a run had an NCCL group on such a GPU."""
     out: list[dict[str, Any]] = []
     c1 = []
     folders = list(folders)
@@ -276,9 +381,9 @@ def cells(folders: Iterable[Path], estimates: Estimates = live_estimates) -> lis
         if (folder / "C1.json").is_file():
             c1.append(folder)
         elif (folder / "records").is_dir():
-            out += sharding_cells(folder, estimates)
+            out += sharding_cells(folder, estimates, measured)
         else:
-            out += rehearsal_cells(folder, estimates, rehearsals)
+            out += rehearsal_cells(folder, estimates, rehearsals, measured)
     resnet = [r for f in folders if (f / "records").is_dir() for r in sharding_records(f)
               if r["variant"] == "single" and model_name(r["folder"]) == C1_MODEL]
     units = [r["memory_components"][0].get("largest_unit_mib") for f in folders if (f / "records").is_dir()
@@ -374,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", nargs="*", type=Path,
                     help="reference folders (default: " + ", ".join(REFERENCES) + " under results/reference)")
     ap.add_argument("--json", action="store_true", help="print the cells and the summary as JSON")
+    ap.add_argument("--process-group", nargs="+", type=Path, metavar="FILE",
+                    help="NCCL's memory measured apart: advise JSONs or advise.process_group_probe's JSON "
+                         f"(default: every JSON under results/reference/{MEASUREMENTS.split('/')[0]}/)")
     ap.add_argument("--save-estimates", action="store_true",
                     help=f"save DeepSpeed's and accelerate's estimates of the cells to {ESTIMATES.name} (the docs read it)")
     args = ap.parse_args(argv)
@@ -382,15 +490,19 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"dpbench.advise.error: error: no folder {', '.join(missing)}")
         return 2
-    rows = cells(folders)
+    measured = group_memory(args.process_group) if args.process_group else reference_group_memory()
+    rows = cells(folders, measured=measured)
     if args.save_estimates:
         save_estimates(rows)
     if args.json:
-        print(json.dumps({"summary": summary(rows), "cells": rows}, default=str))
+        print(json.dumps({"summary": summary(rows), "cells": rows, "process_group": list(measured.values())},
+                         default=lambda o: o.__dict__ if isinstance(o, GroupMemory) else str(o)))
         return 0
     print(summary_markdown(rows))
     print()
     print(cells_markdown(rows))
+    print()
+    print(group_note(rows, measured))
     return 0
 
 

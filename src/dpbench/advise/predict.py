@@ -6,13 +6,15 @@ Per GPU, in MiB, at per-GPU batch b with k micro-batches:
 
     allocated = state + fixed + max(gathered + activations(b / k), step_extra / optimizer_shards)
     reserved  = allocated + reserved_extra
-    nvml      = reserved + context
+    nvml      = reserved + context + process_group    (process_group: ranks with an NCCL group)
 
 state and gathered are the memory model's (`state`, `unsharded`); fixed is what the probe's
 rank held beyond its modelled state (cuBLAS workspaces, the batch); activations(m) is the
 straight line through the probe's activation peaks at its two batches (checkpointed units:
 their own line); step_extra the optimizer step's temporaries at one rank; reserved_extra and
-context the allocator's and the driver's share at the probe's larger batch. Knobs: accumulate
+context the allocator's and the driver's share at the probe's larger batch; process_group NCCL's
+own memory at one rank (advise.process_group_probe), for ranks that bring up an NCCL group: each
+on a GPU of its own, not rehearsed ranks (gloo, which holds no device memory). Knobs: accumulate
 splits the batch (fsdp/hsdp then keep the unsharded gradients between micro-batches);
 checkpoint takes the checkpointed line; offload keeps parameters, gradients and optimizer state
 on the host, leaving the gathered unit, its prefetch and its gradient on the device.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpbench.analysis.memory_model import CONTEXT_BYTES, MIB, Setting, predicted_bytes
+from dpbench.plan import variants
 
 GIB = 2 ** 30
 BASE_VARIANTS = ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp")
@@ -43,12 +46,16 @@ class ProbeFacts:
     step_extra_mib: float = 0.0              # the optimizer step's temporaries beyond the state
     reserved_extra_mib: float = 0.0          # reserved peak less allocated peak
     context_mib: float = CONTEXT_BYTES / MIB   # NVML's process memory less reserved (CUDA context)
+    # NCCL's own device memory at one rank (advise.process_group_probe), added for ranks that
+    # bring up an NCCL group; 0 where not measured (the CPU, no NVML, a failure: `process_group` says)
+    process_group_mib: float = 0.0
     step_s: tuple[float, float] | None = None  # seconds per training step at each batch (one rank)
     device: str = "cpu"
     device_name: str = ""
     precision: str = "fp32"
     optimizer_slots: int = 1
     measured: dict[str, Any] = field(default_factory=dict)   # the probe's raw rows, for the record
+    process_group: dict[str, Any] = field(default_factory=dict)   # that measurement: NCCL's version, reason
 
     def line(self, checkpoint: bool = False) -> tuple[float, float]:
         """(intercept, slope) of the activations in the micro-batch, MiB."""
@@ -124,6 +131,19 @@ class Predicted:
     allocated_mib: float
     reserved_mib: float
     nvml_mib: float
+    process_group_mib: float = 0.0   # NCCL's share of nvml_mib
+
+
+def nccl_group(facts: ProbeFacts, setup: Setup, rehearsed: bool = False) -> bool:
+    """Whether the setup's ranks bring up an NCCL group (run.context's rule): a process per GPU
+    (the variant's spec) on CUDA, not rehearsed (rehearsed ranks share a GPU over gloo)."""
+    return facts.device == "cuda" and not rehearsed and variants.spec(setup.variant).distributed
+
+
+def beyond_reserved_mib(facts: ProbeFacts, setup: Setup, rehearsed: bool = False) -> float:
+    """What NVML shows of a rank beyond its allocator's reserved memory: the CUDA context, and
+    NCCL's own where the rank brings up an NCCL group."""
+    return facts.context_mib + (facts.process_group_mib if nccl_group(facts, setup, rehearsed) else 0.0)
 
 
 def _terms(facts: ProbeFacts, setup: Setup, gpus: int, gpus_per_node: int | None,
@@ -145,25 +165,28 @@ def _terms(facts: ProbeFacts, setup: Setup, gpus: int, gpus_per_node: int | None
 
 
 def predict(facts: ProbeFacts, setup: Setup, gpus: int, batch: int, gpus_per_node: int | None = None,
-            param_bytes: float | None = None) -> Predicted:
-    """The setup's allocated, reserved and NVML memory per GPU at per-GPU batch `batch`."""
+            param_bytes: float | None = None, rehearsed: bool = False) -> Predicted:
+    """The setup's allocated, reserved and NVML memory per GPU at per-GPU batch `batch` (`rehearsed`:
+    its ranks share a GPU over gloo, so no NCCL group)."""
     state, gathered, step = _terms(facts, setup, gpus, gpus_per_node, param_bytes)
     a0, a1 = facts.line(setup.checkpoint)
     micro = batch / setup.accumulate
     acts = max(0.0, a0 + a1 * micro)
     allocated = state + facts.fixed_mib + max(gathered + acts, step)
     reserved = allocated + facts.reserved_extra_mib
-    return Predicted(setup, gpus, batch, state, gathered, acts, allocated, reserved, reserved + facts.context_mib)
+    beyond = beyond_reserved_mib(facts, setup, rehearsed)
+    return Predicted(setup, gpus, batch, state, gathered, acts, allocated, reserved, reserved + beyond,
+                     beyond - facts.context_mib)
 
 
 def largest_batch(facts: ProbeFacts, setup: Setup, gpus: int, limit_mib: float, what: str = "nvml",
-                  gpus_per_node: int | None = None, param_bytes: float | None = None) -> int:
+                  gpus_per_node: int | None = None, param_bytes: float | None = None, rehearsed: bool = False) -> int:
     """The largest per-GPU batch (a multiple of accumulate) whose predicted `what` (nvml,
     reserved or allocated) stays within limit_mib; 0 where not even one micro-batch per step fits."""
     k = setup.accumulate
     state, gathered, step = _terms(facts, setup, gpus, gpus_per_node, param_bytes)
     over = {"allocated": 0.0, "reserved": facts.reserved_extra_mib,
-            "nvml": facts.reserved_extra_mib + facts.context_mib}[what]
+            "nvml": facts.reserved_extra_mib + beyond_reserved_mib(facts, setup, rehearsed)}[what]
     a0, a1 = facts.line(setup.checkpoint)
     base = state + facts.fixed_mib + over
     if base + max(gathered + max(0.0, a0 + a1), step) > limit_mib:

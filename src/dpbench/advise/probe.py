@@ -3,7 +3,8 @@ process group), dpbench's own pieces (engine.build_workload, Variant, make_optim
 components.profiled_step, step.train_step), at two per-rank batches: the activation peak at
 each (CUDA: the allocator's peak less the forward's start; CPU: the bytes saved for the
 backward, counted), the same with checkpointed shard units where the workload names them, the
-optimizer step's temporaries, the allocator's and the CUDA context's share, and the step time.
+optimizer step's temporaries, the allocator's and the CUDA context's share, and the step time;
+and, in a child process meanwhile (advise.process_group_probe), NCCL's own memory at one rank.
 """
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from typing import Any
 
 import torch
 
+from dpbench.advise import process_group_probe
 from dpbench.advise.predict import ProbeFacts
 from dpbench.analysis.memory_model import (CONTEXT_BYTES, MIB, Setting, measured_state, optimizer_slots,
                                            predicted_bytes)
-from dpbench.claims.c9.rehearsal import nvml_process_mib
+from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.run import components, engine, sharded
 from dpbench.run.knobs import unit_modules
@@ -101,10 +103,13 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
         device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    cfg = _config(workload, precision, device)
-    engine.set_numerics(cfg)   # TF32 as a run sets it: without it an fp32 probe times other kernels
-    rank = _Rank(cfg, device, checkpoint=False)
-    rows = [rank.profiled(b) for b in batches]
+    # NCCL's memory, measured in a child while this process probes; waited for before the timed steps
+    with process_group_probe.start(device.type, device.index or 0) as group:
+        cfg = _config(workload, precision, device)
+        engine.set_numerics(cfg)   # TF32 as a run sets it: without it an fp32 probe times other kernels
+        rank = _Rank(cfg, device, checkpoint=False)
+        rows = [rank.profiled(b) for b in batches]
+        nccl = group.result()
     b1, b2 = batches
     times = (rank.step_s(b1), rank.step_s(b2)) if timed else None
     sizes, units, largest = rank.sizes, bool(rank.units), rank.largest_unit
@@ -135,4 +140,5 @@ def probe(workload: Any, precision: str = "fp32", batches: tuple[int, int] = (2,
         step_s=times, device=device.type,
         device_name=torch.cuda.get_device_name(device) if cuda else "cpu",
         precision=precision, optimizer_slots=slots,
+        process_group_mib=float(nccl["process_group_mib"]), process_group=nccl,
         measured={"rows": rows, "checkpoint_rows": ck_rows, "modelled_state_mib": modelled})

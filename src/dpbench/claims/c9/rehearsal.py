@@ -29,7 +29,6 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -45,7 +44,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
-from dpbench.host.nvml import nvml
+from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.run import components, engine, sharded
@@ -261,29 +260,6 @@ def count_reducer(module) -> dict[str, Any]:
         return default_hooks.allreduce_hook(state, bucket)
     module.register_comm_hook(None, hook)
     return counts
-
-
-def nvml_process_mib() -> float | None:
-    """What the driver says this process holds on the GPU (its CUDA context included): NVML's
-    per-process accounting, else nvidia-smi's; None where neither names this pid (a container
-    may show other pids than its own)."""
-    pid = os.getpid()
-    lib = nvml()
-    try:
-        if lib is not None:
-            for i in range(lib.nvmlDeviceGetCount()):
-                for p in lib.nvmlDeviceGetComputeRunningProcesses(lib.nvmlDeviceGetHandleByIndex(i)):
-                    if p.pid == pid and p.usedGpuMemory:
-                        return p.usedGpuMemory / MIB
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout
-        for line in out.splitlines():
-            got, _, used = line.partition(",")
-            if got.strip() == str(pid):
-                return float(used)
-    except Exception:   # no NVML, no nvidia-smi, or no per-process accounting
-        return None
-    return None
 
 
 def failed_case(case: dict[str, Any], world: int, reason: str) -> dict[str, Any]:
