@@ -107,3 +107,14 @@ def test_the_cap_leaves_nccls_memory_out_only_where_the_ranks_have_an_nccl_group
     outside = f.context_mib + (600.0 if visible == 2 else 0.0)    # rehearsed ranks: gloo
     setup = Setup("ddp")
     assert C.cap_gib(f, setup, 80, 2 // visible, 139 * 1024.0) == pytest.approx((min(80 * 1024, share) - outside) / 1024)
+
+
+def test_the_ranking_judges_the_advised_setup_against_the_fastest_measured():
+    def rate(setup, measured):
+        return {"setup": setup, "what": "samples_per_s", "measured": measured}
+    first = {"setup": "ddp", "what": "run", "measured": None}
+    got = C.ranking([first, rate("ddp", 96.0), rate("fsdp", 100.0)])
+    assert (got["advised"], got["best"], round(got["share_of_best"], 2), got["within"]) == ("ddp", "fsdp", 0.96, True)
+    assert C.ranking([rate("ddp", 94.0), rate("fsdp", 100.0)])["within"] is False
+    assert C.ranking([first, rate("fsdp", 100.0), rate("zero1", 90.0)])["within"] is False   # the advised did not run
+    assert C.ranking([rate("ddp", 94.0)]) is None   # one timed setup: nothing to rank against

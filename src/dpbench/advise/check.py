@@ -32,6 +32,7 @@ DEVICE_SHARE = 0.9     # rehearsed ranks together use at most this share of thei
 BISECTION_STEP = REHEARSAL_RESOLUTION
 COMPONENTS = ("parameters", "gradients", "optimizer")
 COLUMNS = ["setup", "gpus", "batch", "how", "what", "predicted", "measured", "error"]   # MiB; samples/s
+RANKING_TOLERANCE = 0.05   # issue 42: the advised setup within 5% of the best measured
 
 
 def visible_gpus() -> tuple[int, float]:
@@ -188,6 +189,25 @@ def _setup_fields(options: dict[str, Any]) -> dict[str, Any]:
             "offload": bool(options.get("offload", False))}
 
 
+def ranking(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The advised setup (the first checked) against the fastest measured one: its measured
+    samples/s over the best's, and whether that is within RANKING_TOLERANCE. None where fewer
+    than two setups were timed (rehearsed ranks are never timed); `advised_rate` None where the
+    advised setup itself did not run."""
+    rates: dict[str, float] = {}
+    for r in rows:
+        if r["what"] == "samples_per_s" and is_number(r["measured"]):
+            rates.setdefault(r["setup"], float(r["measured"]))
+    if len(rates) < 2 or not rows:
+        return None
+    advised = rows[0]["setup"]
+    best = max(rates, key=lambda k: rates[k])
+    rate = rates.get(advised)
+    share = rate / rates[best] if rate is not None else None
+    return {"advised": advised, "advised_rate": rate, "best": best, "best_rate": rates[best], "share_of_best": share,
+            "within": share is not None and share >= 1.0 - RANKING_TOLERANCE, "tolerance": RANKING_TOLERANCE}
+
+
 def check_table(rows: list[dict[str, Any]]) -> str:
     def fmt(r: dict[str, Any]) -> list[Any]:
         err = r["error"]
@@ -195,4 +215,10 @@ def check_table(rows: list[dict[str, Any]]) -> str:
                 None if r["predicted"] is None else round(r["predicted"], 1),
                 None if r["measured"] is None else round(r["measured"], 1),
                 r["reason"] if r["what"] == "run" else (None if err is None else f"{err:+.1%}")]
-    return "Predicted against measured (--check)\n\n" + md_table(COLUMNS, [fmt(r) for r in rows], right=(1, 2, 5, 6))
+    text = "Predicted against measured (--check)\n\n" + md_table(COLUMNS, [fmt(r) for r in rows], right=(1, 2, 5, 6))
+    rk = ranking(rows)
+    if rk is not None:
+        got = "did not run" if rk["advised_rate"] is None else f"{rk['share_of_best']:.1%} of the best"
+        text += (f"\n\nRanking: the advised {rk['advised']}: {got} ({rk['best']}, {rk['best_rate']:,.1f} samples/s); "
+                 f"{'within' if rk['within'] else 'not within'} {rk['tolerance']:.0%}")
+    return text

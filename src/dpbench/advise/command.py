@@ -111,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     advice = advise(facts, args.gpus, args.gpu_memory, args.batch, args.gpus_per_node, args.link_gbs, args.headroom)
     checked = None
     if args.check:
-        from dpbench.advise.check import check, check_table   # needs torch: only for --check
+        from dpbench.advise.check import check, check_table, ranking   # needs torch: only for --check
         checked = check(advice, workload, facts, args.precision, args.gpus_per_node, steps=args.check_steps,
                         runners_up=args.runners_up, cpu=facts.device == "cpu")
     doc = {k: v for k, v in asdict(advice).items() if k != "facts"}
     doc["probe"] = {k: v for k, v in advice.facts.items() if k != "measured"}
+    if checked is not None:
+        doc["ranking"] = ranking(checked)
     text = json.dumps({**doc, "check": checked}, default=str)
     if args.json_out:
         with open(args.json_out, "w") as f:
