@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dpbench.advise import docs, error, others
+from dpbench.advise import docs, error, nccl_memory, others
 
 REF = Path(__file__).resolve().parents[2] / "results" / "reference"
 REHEARSAL = REF / "h200-rehearsal-525c3e7"
@@ -67,7 +67,7 @@ def test_measurements_are_read_from_advise_json_and_the_probes_own_and_others_sk
     files[4].write_text(json.dumps({"process_group_mib": 700.0, "nccl": "2.27.3", "reason": "", "device_name": "NVIDIA H100"}))
     files[5].write_text(json.dumps({"rows": []}))
     files[6].write_text("[1, 2]")
-    got = error.group_memory(files, tmp_path)
+    got = nccl_memory.group_memory(files, tmp_path)
     assert set(got) == {"NVIDIA H200", "NVIDIA H100"}
     h200 = got["NVIDIA H200"]
     assert (h200.mib, h200.values, h200.nccl, h200.sources) == (550.0, (500.0, 600.0), ("2.28.9",),
@@ -76,7 +76,7 @@ def test_measurements_are_read_from_advise_json_and_the_probes_own_and_others_sk
 
 
 def test_nccls_memory_enters_only_the_nvml_cells_of_runs_with_an_nccl_group_on_that_gpu(tmp_path):
-    measured = error.group_memory([advise_json(tmp_path / "advise-a.json", 560.0)], tmp_path)
+    measured = nccl_memory.group_memory([advise_json(tmp_path / "advise-a.json", 560.0)], tmp_path)
     before = error.cells([SHARDING, REHEARSAL], error.cached_estimates())
     after = error.cells([SHARDING, REHEARSAL], error.cached_estimates(), measured)
     assert len(before) == len(after)
@@ -90,11 +90,11 @@ def test_nccls_memory_enters_only_the_nvml_cells_of_runs_with_an_nccl_group_on_t
         else:   # rehearsed (gloo) cells, and every allocated, reserved and largest-batch cell
             assert a["predicted"] == b["predicted"] and a.get("process_group_mib") is None
     records = error.sharding_records(SHARDING)
-    assert nccl == len([r for r in records if error.ran_nccl_group(r) and (r.get("memory") or [{}])[0].get("nvml_used_mib")
+    assert nccl == len([r for r in records if nccl_memory.ran_nccl_group(r) and (r.get("memory") or [{}])[0].get("nvml_used_mib")
                         and r["config"]["precision"] == "fp32"])
-    assert not any(error.ran_nccl_group(r) for r in error.rehearsal_records(REHEARSAL))
+    assert not any(nccl_memory.ran_nccl_group(r) for r in error.rehearsal_records(REHEARSAL))
     # a measurement from another GPU is not this machine's
-    elsewhere = error.group_memory([advise_json(tmp_path / "advise-h100.json", 560.0, "NVIDIA H100")], tmp_path)
+    elsewhere = nccl_memory.group_memory([advise_json(tmp_path / "advise-h100.json", 560.0, "NVIDIA H100")], tmp_path)
     assert error.cells([SHARDING], error.cached_estimates(), elsewhere) == error.cells([SHARDING], error.cached_estimates())
 
 

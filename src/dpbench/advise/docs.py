@@ -10,14 +10,14 @@ from functools import cache
 from itertools import groupby
 from pathlib import Path
 
-from dpbench.advise import error
+from dpbench.advise import error, nccl_memory
 from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
 
 @cache   # every query of the page reads the same measurements and cells: computed once a render
-def _measured(ref: Path) -> dict[str, error.GroupMemory]:
-    return error.reference_group_memory(ref)
+def _measured(ref: Path) -> dict[str, nccl_memory.GroupMemory]:
+    return nccl_memory.reference_group_memory(ref)
 
 
 @cache
@@ -31,7 +31,7 @@ def advise_process_group(ref: Path) -> str:
     def link(source: str) -> str:
         inside = source.removeprefix("results/reference/")
         return f"[{inside}](../{source})" if inside != source else f"`{source}`"
-    return error.group_note(_rows(ref), _measured(ref), link)
+    return nccl_memory.group_note(_rows(ref), _measured(ref), link)
 
 
 @query("advise_error_summary")
