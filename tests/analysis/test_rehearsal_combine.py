@@ -97,6 +97,9 @@ def test_launch_tars_are_read_as_packed_and_as_raw_work_folders(tmp_path):
 def test_the_memory_figure_legend_names_only_the_components_drawn():
     rows = [{"size": "256x4", "variant": "ddp", "gpus": 8, "component": c, "measured_mib": 44.5, "predicted_mib": 44.5}
             for c in ("parameters", "gradients", "optimizer")]
-    fig = plot_rehearsed_memory(rows, "256x4")
+    fig = plot_rehearsed_memory(rows, "256x4", failed=[("ddp", 4), ("hsdp", 8)])
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["parameters", "gradients", "optimizer state", "memory model"]
+    (ax,) = fig.axes   # no panel for hsdp, which has no data: the title says it did not run
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["N=4", "N=8"]
+    assert [t.get_text() for t in ax.texts] == ["did not run"]

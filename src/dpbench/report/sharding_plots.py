@@ -162,29 +162,35 @@ REHEARSED_STYLES = {"ddp": "-", "zero1": "-", "fsdp": "-", "fsdp-keep": "--", "h
 LOG_FLOOR_MIB = 1.0   # the memory panels' log axis starts here: a zero (nothing gathered at N = 1) is not drawn
 
 
-def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label: str | None = None) -> Figure:
+def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label: str | None = None,
+                          failed: list[tuple[str, int]] = ()) -> Figure:
     """Per variant a panel: each component's bytes per rank (the ranks' mean) at every rank count
     measured at that size (one N axis for all panels), measured as bars, the memory model as a
     black tick on each bar, log scale (the state is tens of MiB where activations are GiB); the
-    legend names only the components drawn (rows: analysis.rehearsal.memory_table)."""
+    legend names only the components drawn (rows: analysis.rehearsal.memory_table). `failed`:
+    (variant, N) cases of this size that failed or were not run, marked where their bars would be."""
     df = pd.DataFrame(rows)
     title = "Memory per rank by component, rehearsed ranks on one GPU"
     if df.empty:
         return placeholder(title, "no rehearsed records")
     size = size or sorted(df["size"].unique())[-1]
     df = df[df["size"] == size]
+    failed_at = {(v, int(n)) for v, n in failed}
     names = [v for v in REHEARSED_NAMES if v in set(df["variant"])]
-    ranks = sorted(int(n) for n in df["gpus"].unique())
+    never = [v for v in REHEARSED_NAMES if v not in names and v in {v for v, _ in failed_at}]   # no panel: no data
+    ranks = sorted({int(n) for n in df["gpus"].unique()} | {n for _, n in failed_at})
     fig, axes = panel_grid(len(names), n_cols=3)
     colors = dict(zip([w for w, _ in REHEARSED_COMPONENTS], sns.color_palette("colorblind", len(REHEARSED_COMPONENTS))))
     width = 0.8 / len(REHEARSED_COMPONENTS)
     drawn, ticks = set(), False
     for ax, name in zip(axes, names):
         panel = df[df["variant"] == name]
-        top = panel["measured_mib"].max()
+        top = df["measured_mib"].max()
         for j, n in enumerate(ranks):
-            if panel[panel["gpus"] == n].empty:   # this variant has no case at this N (hsdp: N >= 4)
-                ax.text(j, LOG_FLOOR_MIB * 1.5, "no case", ha="center", va="bottom", fontsize=8, color="0.45")
+            if panel[panel["gpus"] == n].empty:   # failed, or no case at this N (hsdp: N >= 4)
+                words = "did not run" if (name, n) in failed_at else "no case"
+                ax.text(j, LOG_FLOOR_MIB * 1.5, words, ha="center", va="bottom", fontsize=8,
+                        color="0.15" if words == "did not run" else "0.45")
             for i, (words, comp) in enumerate(REHEARSED_COMPONENTS):
                 r = panel[(panel["gpus"] == n) & (panel["component"] == comp)]
                 if r.empty:
@@ -210,7 +216,7 @@ def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label:
         handles.append(Line2D([], [], marker="_", ms=10, mew=2, ls="", color=REFERENCE_COLOR, label="memory model"))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="component")
     figure_title(fig, f"{title}, transformer {size_label or size}: measured (bars, mean over ranks) and the memory "
-                      f"model (ticks); a zero is not drawn")
+                      f"model (ticks); a zero is not drawn" + (f"; {', '.join(never)}: did not run" if never else ""))
     return fig
 
 

@@ -212,8 +212,10 @@ def draw(root: Path = ROOT) -> list[Path]:
     paths = figure_paths(root)
     paths["memory-256x4"].parent.mkdir(parents=True, exist_ok=True)
     with style():
+        failed = rehearsal.not_ok_rows(c.records)
         for size in ("256x4", "512x8", "1024x16"):
-            save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})"), paths[f"memory-{size}"])
+            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
+            save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", gone), paths[f"memory-{size}"])
         save(plot_rehearsed_batches(c.rows, [dict(x.__dict__) for x in c.crossovers()]), paths["largest-batch"])
     return list(paths.values())
 
