@@ -107,9 +107,11 @@ def rehearsal_one_rank_source(ref: Path) -> str:
     with_one = sorted({r[rehearsal.SOURCE] for r in ok if int(r["gpus"]) == 1})
     without = sorted({r[rehearsal.SOURCE] for r in ok} - set(with_one), key=list(c.launches).index)
     ns = sorted({int(r["gpus"]) for r in ok if r[rehearsal.SOURCE] in without})
-    return (f"the N = {', '.join(map(str, ns))} launches ({', '.join(f'`{w}` at {commit_of(w)}' for w in without)}) "
-            f"ran no one-rank case, so their activation and reserved predictions come from the N = 1 runs of the "
-            f"same model size and per-rank batch in {', '.join(f'`{w}` at {commit_of(w)}' for w in with_one)}")
+    def words(items: list) -> str:
+        return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+    return (f"the N = {words([str(n) for n in ns])} launches ({words([f'`{w}` at {commit_of(w)}' for w in without])}) "
+            f"ran none, so theirs come from the N = 1 runs of the same model size and per-rank batch in "
+            f"{words([f'`{w}` at {commit_of(w)}' for w in with_one])}")
 
 
 def memory_table(ref: Path, size: str) -> str:
@@ -132,19 +134,55 @@ def memory_table(ref: Path, size: str) -> str:
     return md_table(["variant", "N", "commit", *(x.replace("_", " ") for x in COMPONENTS)], body)
 
 
+EXACT = ("parameters", "gradients", "optimizer", "largest_unit")   # counted from tensors: the closed forms'
+PEAKS = ("activation_peak", "reserved_peak")                          # the allocator's: predicted from N = 1
+
+
+@query("rehearsal_exact_error")
+def rehearsal_exact_error(ref: Path) -> str:
+    """The largest |error| of the tensor-counted components over every size, variant and N."""
+    worst = max(abs(m["relative_difference"]) for m in combined(ref).memory if m["component"] in EXACT)
+    return f"±{100 * worst:.1f}%"
+
+
+@query("rehearsal_peak_misses")
+def rehearsal_peak_misses(ref: Path) -> str:
+    """Per allocator component, the (variant, size) whose error at N >= 2 lies beyond 5%, with each N's error."""
+    c = combined(ref)
+    names = size_names(c)
+    misses = [m for m in c.memory if m["component"] in PEAKS and m["gpus"] >= 2 and m["beyond_tolerance"]]
+    lines = []
+    for comp in PEAKS:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for m in sorted(misses, key=lambda m: (float(names[m["size"]][:-1]), rehearsal.sort_key(
+                (m["size"], m["variant"], m["gpus"])))):
+            if m["component"] == comp:
+                groups.setdefault((m["variant"], m["size"]), []).append(
+                    f"N = {m['gpus']} {_percent(m['relative_difference'])}")
+        said = "; ".join(f"{v} at {names[sz]}: {', '.join(ns)}" for (v, sz), ns in groups.items())
+        lines.append(f"- {comp.replace('_', ' ')}: {said or 'none'}")
+    return "\n".join(lines)
+
+
+def memory_caption(ref: Path, size: str) -> str:
+    c = combined(ref)
+    workload = next(r["options"]["workload"] for r in c.records if r.get("size") == size and (r.get("options") or {}).get("workload"))
+    return f"The {size_names(c)[size]} model (`{workload}`):\n\n{memory_table(ref, size)}"
+
+
 @query("rehearsal_memory_table_12m")
 def rehearsal_memory_table_12m(ref: Path) -> str:
-    return memory_table(ref, "256x4")
+    return memory_caption(ref, "256x4")
 
 
 @query("rehearsal_memory_table_42m")
 def rehearsal_memory_table_42m(ref: Path) -> str:
-    return memory_table(ref, "512x8")
+    return memory_caption(ref, "512x8")
 
 
 @query("rehearsal_memory_table_236m")
 def rehearsal_memory_table_236m(ref: Path) -> str:
-    return memory_table(ref, "1024x16")
+    return memory_caption(ref, "1024x16")
 
 
 @query("rehearsal_crossover_table")
