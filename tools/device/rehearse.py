@@ -206,8 +206,10 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     write_csv(out / "collectives.csv", traffic, rehearsal.TRAFFIC_COLUMNS)
     write_csv(out / "largest_batch.csv", rows, LARGEST_BATCH_COLUMNS)
     with style():
+        failed = rehearsal.not_ok_rows(cases)
         for size in sorted({r["size"] for r in mem}):
-            save(plot_rehearsed_memory(mem, size), out / f"memory_per_rank-{size}.png")
+            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
+            save(plot_rehearsed_memory(mem, size, failed=gone), out / f"memory_per_rank-{size}.png")
         save(plot_rehearsed_batches(rows, crossings), out / "largest_batch.png")
     f = finding(rows)
     cross_rows = [[c.name, c.gpus, c.budget, fmt(c.cap_gib, "{:g}"), text.params(c.first_exceeds) if c.first_exceeds
