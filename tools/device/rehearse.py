@@ -8,7 +8,7 @@ tars on any machine (torch-free).
     python tools/device/rehearse.py --part 1 --out $OUT          # N = 1, 2, 4 (+ one dpbench launch)
     python tools/device/rehearse.py --part 2 --out $OUT          # N = 8
     python tools/device/rehearse.py --ranks 4 8 --out $OUT       # only these N, no launcher run
-    python tools/device/rehearse.py --combine A.tar.gz B.tar.gz --out DIR
+    python tools/device/rehearse.py --combine A.tar.gz B.tar.gz --out DIR   # oldest first: B wins
     python tools/device/rehearse.py --part 1 --tiny --out /tmp/r  # the CPU check: tiny models, gloo
 
 Each N is one torchrun of dpbench.claims.c9.rehearsal (every case in one launch: start-up is
@@ -190,7 +190,7 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     from dpbench.analysis import rehearsal
     from dpbench.claims.c9 import text, verdict
     from dpbench.claims.c9.predicted import BUDGETS
-    from dpbench.claims.c9.rehearsed import c9_rows
+    from dpbench.claims.c9.rehearsed import c9_rows, finding, mark_not_fitting
     from dpbench.report.figstyle import save, style
     from dpbench.report.markdown import md_table
     from dpbench.report.sharding_plots import plot_rehearsed_batches, plot_rehearsed_memory
@@ -199,23 +199,19 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     cases = [r for r in records if not r.get("launched")]
     mem = rehearsal.memory_table(cases)
     traffic = rehearsal.traffic_table(cases)
-    rows = c9_rows(cases, {n: g for n, (g, _) in BUDGETS.items()})
-    for nf in not_fitting:   # budgets N ranks cannot rehearse on one GPU: rows with the sum
-        for r in rows:
-            if r["gpus"] == nf["ranks"] and r["budget"] == nf["budget"] and r["largest_batch"] is None:
-                r["reason"] = nf["reason"]
+    rows = mark_not_fitting(c9_rows(cases, {n: g for n, (g, _) in BUDGETS.items()}), not_fitting)
     v = verdict.verdict_from(rows)
     crossings = [dict(c.__dict__) for c in v.crossovers]
     write_csv(out / "memory_per_rank.csv", mem, rehearsal.MEMORY_COLUMNS)
     write_csv(out / "collectives.csv", traffic, rehearsal.TRAFFIC_COLUMNS)
     write_csv(out / "largest_batch.csv", rows, LARGEST_BATCH_COLUMNS)
     with style():
+        failed = rehearsal.not_ok_rows(cases)
         for size in sorted({r["size"] for r in mem}):
-            save(plot_rehearsed_memory(mem, size), out / f"memory_per_rank-{size}.png")
+            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
+            save(plot_rehearsed_memory(mem, size, failed=gone), out / f"memory_per_rank-{size}.png")
         save(plot_rehearsed_batches(rows, crossings), out / "largest_batch.png")
-    ev = type("Ev", (), {"probes": {"C9": probe_record(rows)}, "measured_on_probe": lambda self, c: "rehearsal",
-                         "gpus_found": lambda self: 1})()
-    f = text.finding(ev)
+    f = finding(rows)
     cross_rows = [[c.name, c.gpus, c.budget, fmt(c.cap_gib, "{:g}"), text.params(c.first_exceeds) if c.first_exceeds
                    else "none", text.params(c.predicted_first_exceeds) if c.predicted_first_exceeds else "none",
                    ", ".join(f"{text.params(p)} {s:g}/{b:g}" for p, s, b in zip(c.parameters, c.sharded, c.baseline))]
@@ -233,7 +229,8 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
              md_table(["variant", "N", "budget", "GiB", "measured", "model", "sharded/ddp per size"], cross_rows), "",
              f"**C9 ({f.verdict})**: {f.summary}", "", *[f"- {e}" for e in f.evidence], "",
              "## Not run", "", *[f"- {n['reason']} ({n['budget']})" for n in not_fitting],
-             *[f"- {r['run_id']}: {r['status']}: {r.get('reason')}" for r in records if r.get("status") != "ok"], "",
+             *[f"- {r['run_id']}: {r['status']}: {r.get('reason')}" + (f" ({r['source_launch']})" if r.get("source_launch") else "")
+               for r in records if r.get("status") != "ok"], "",
              "## Through dpbench's launcher (run option rehearse)", "",
              *[f"- {r['run_id']}: {r.get('status')} {r.get('reason') or ''}; config rehearse="
                f"{(r.get('config') or {}).get('rehearse')}; memory_components per rank: "
@@ -242,15 +239,6 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     md = "\n".join(parts)
     (out / "rehearsal.md").write_text(md)
     return md
-
-
-def probe_record(rows: list[dict]):
-    from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
-    from dpbench.claims.records import ProbeRecord, obs
-    observations = [obs(CONDITIONS_ID, "where", interconnect="one GPU, rehearsed ranks over gloo")]
-    observations += [obs(row_id(r), "a row", **r) for r in rows]
-    ran_on = {"device_type": "cuda", "gpus_visible": 1}
-    return ProbeRecord("C9", "C9", ran_on, observations, verdict_from(rows).verdict, "")
 
 
 def pack(out: Path, records: list[dict], tag: str) -> Path:
@@ -270,19 +258,18 @@ def pack(out: Path, records: list[dict], tag: str) -> Path:
 
 
 def unpack(tars: list[Path]) -> tuple[list[dict], list[dict]]:
-    records, not_fitting = [], []
-    for path in tars:
-        with tarfile.open(path) as t:
-            records += [json.loads(x) for x in t.extractfile("records.jsonl").read().decode().splitlines() if x]
-            if "not_fitting.json" in t.getnames():
-                not_fitting += json.loads(t.extractfile("not_fitting.json").read())
-    return records, not_fitting
+    """The launches' tars, oldest first, as one set (analysis.rehearsal.combine: the newest
+    launch's record of a case wins) and their budgets that did not fit."""
+    from dpbench.analysis.rehearsal import combine, combine_not_fitting, read_launch
+    parts = [(str(path), *read_launch(path)) for path in tars]
+    return combine([(name, recs) for name, recs, _ in parts]), combine_not_fitting(nf for _, _, nf in parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--part", choices=sorted(PARTS))
-    ap.add_argument("--combine", nargs="+", type=Path, help="the parts' tars")
+    ap.add_argument("--combine", nargs="+", type=Path,
+                    help="the launches' tars, oldest first (a later tar's record of a case wins)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/rehearse")))
     ap.add_argument("--tiny", action="store_true", help="tiny models on at most 2 ranks (the CPU check)")
     ap.add_argument("--budget-s", type=float, default=420, help="start no case after this many seconds")

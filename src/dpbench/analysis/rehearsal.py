@@ -1,13 +1,18 @@
 """Rehearsed ranks' records (claims.c9.rehearsal's JSON lines, or runs with the option rehearse)
-as tables: per variant, rank count and model size, each memory component per rank measured
+as tables: the launches' tars read and combined into one set (the newest launch's record of a
+case wins), then per variant, rank count and model size, each memory component per rank measured
 beside the memory model (memory_model.comparison), and each collective counted beside the
 traffic model. Numbers only (torch-free).
 """
 from __future__ import annotations
 
+import json
+import re
+import tarfile
 from collections import defaultdict
+from pathlib import Path
 from statistics import mean
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from dpbench.analysis import memory_model, traffic_model
 from dpbench.analysis.memory_model import is_number
@@ -23,6 +28,81 @@ def variant_label(rec: Mapping[str, Any]) -> str:
     cfg = rec.get("config") or {}
     v = str(rec.get("variant"))
     return v + "-keep" if v in ("fsdp", "hsdp") and cfg.get("reshard_after_forward") is False else v
+
+
+SOURCE = "source_launch"   # the combined record's launch (a record's own "launch" is its torchrun's shape)
+
+
+def read_launch(path: Path | str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One launch's tar: rank 0's records (records.jsonl as rehearse.py packs them, or the raw work
+    folder's cases-<N>.jsonl) and its not_fitting.json (budgets N ranks could not rehearse)."""
+    records: list[dict[str, Any]] = []
+    not_fitting: list[dict[str, Any]] = []
+    with tarfile.open(path) as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            f = tar.extractfile(member) if member.isfile() else None
+            if f is None:
+                continue
+            if name == "records.jsonl" or re.fullmatch(r"cases-\d+\.jsonl", name):
+                records += [json.loads(x) for x in f.read().decode().splitlines() if x.strip()]
+            elif name == "not_fitting.json":
+                not_fitting += json.loads(f.read())
+    return records, not_fitting
+
+
+def size_prefix(rec: Mapping[str, Any]) -> str:
+    """The case's size name ('12m' of '12m-fsdp-keep'): one name per model across launches."""
+    return str(rec.get("case") or rec.get("run_id") or "").split("-")[0]
+
+
+def case_key(rec: Mapping[str, Any]) -> tuple:
+    """(size, variant label, N, launched): what two launches both measured when they agree."""
+    return (str(rec.get("size")), variant_label(rec), int(rec.get("gpus") or 0), bool(rec.get("launched")))
+
+
+def combine(launches: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) -> list[dict[str, Any]]:
+    """The records of every launch (oldest first, each named), one per case: where two launches
+    hold the same (size, variant, N) the later one's record wins, whatever its status (a failed
+    case stays a row with its reason). Each record names its launch (SOURCE); a case the ranks never
+    reached (older launches wrote no model for it) takes its size and parameter count from a
+    record of the same size name in any launch, and its resharding from its case name."""
+    named = [{**r, SOURCE: label} for label, recs in launches for r in recs]
+    sizes = {size_prefix(r): (r["size"], r.get("parameters")) for r in named if r.get("size") and r.get("parameters")}
+    kept: dict[tuple, dict[str, Any]] = {}
+    for r in named:
+        if not r.get("size") and size_prefix(r) in sizes:
+            r["size"], r["parameters"] = sizes[size_prefix(r)]
+        elif not r.get("parameters") and size_prefix(r) in sizes:
+            r["parameters"] = sizes[size_prefix(r)][1]
+        if not r.get("config") and str(r.get("case") or "").endswith("-keep"):   # its case name says how
+            r["config"] = {"reshard_after_forward": False}
+        kept[case_key(r)] = r   # later launches overwrite: the newest wins
+    return list(kept.values())
+
+
+def combine_not_fitting(parts: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The launches' not_fitting entries, one per (N, budget) (the latest's words)."""
+    out: dict[tuple, dict[str, Any]] = {}
+    for part in parts:
+        for nf in part:
+            out[(int(nf["ranks"]), str(nf["budget"]))] = dict(nf)
+    return [out[k] for k in sorted(out)]
+
+
+def short_reason(reason: Any) -> str:
+    """A failed case's reason on one line: its first line, paths and peer addresses left out."""
+    first = str(reason or "").strip().splitlines()[0] if str(reason or "").strip() else ""
+    first = re.sub(r"\[/[^\]]*/([^/\]]+)\]", r"[\1]", first)
+    return re.sub(r"\s*\[\d+\.\d+\.\d+\.\d+\]:\d+", "", first)
+
+
+def not_ok_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per case that did not run or failed: size, variant, N, status, reason, its launch."""
+    out = [{"size": str(r.get("size")), "variant": variant_label(r), "gpus": int(r.get("gpus") or 0),
+            "status": r.get("status"), "reason": short_reason(r.get("reason")), SOURCE: r.get(SOURCE, "")}
+           for r in records if r.get("status") != "ok"]
+    return sorted(out, key=lambda x: sort_key((x["size"], x["variant"], x["gpus"])))
 
 
 def component_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:

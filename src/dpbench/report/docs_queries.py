@@ -3,7 +3,7 @@ quote, computed from the reference folder it comes from (its tables, records or 
 typed by hand. A page's template (docs/templates/<page>.md.in) names them as {{query}}; the
 renderer (dpbench.report.docs_render) fills them in and a test re-renders and diffs. Other pages'
 queries register here with `query` from their own modules (dpbench.advise.docs for advise.md,
-dpbench.report.bisect_queries for bisect.md).
+dpbench.report.bisect_queries for bisect.md, dpbench.claims.c9.docs for sharding.md's rehearsed ranks).
 
 Each query names the one reference it reads; the page links that folder where it quotes it.
 """
@@ -337,35 +337,7 @@ def one_rank_fsdp_activations(ref: Path) -> str:
     return ", ".join(parts)
 
 
-# -- rehearsed ranks on one H200 (issue 38) -------------------------------------------------------
-
-REHEARSAL = "h200-rehearsal-525c3e7"
-
-
-@query("rehearsal_memory_table", REHEARSAL)
-def rehearsal_memory_table(ref: Path) -> str:
-    """Per variant and N, the 236M model's per-rank components: measured (model, error)."""
-    m = pd.read_csv(ref / REHEARSAL / "memory_per_rank.csv")
-    m = m[m["size"] == "1024x16"]
-    comps = ["parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak"]
-    lines = ["| variant | N | " + " | ".join(c.replace("_", " ") for c in comps) + " |",
-             "|---|--:|" + "--:|" * len(comps)]
-    for (variant, gpus), g in m.groupby(["variant", "gpus"], sort=False):
-        by = g.set_index("component")
-        cells = []
-        for c in comps:
-            r = by.loc[c]
-            err = "" if pd.isna(r["relative_difference"]) else f" ({100 * r['relative_difference']:+.1f}%)"
-            cells.append(f"{r['measured_mib']:,.0f} / {r['predicted_mib']:,.0f}{err}")
-        lines.append(f"| {variant} | {gpus} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-@query("rehearsal_c9", REHEARSAL)
-def rehearsal_c9(ref: Path) -> str:
-    """C9 as the ledger words it from the rehearsed searches (the bold verdict line)."""
-    text = (ref / REHEARSAL / "rehearsal.md").read_text()
-    return next(line for line in text.splitlines() if line.startswith("**C9"))
+# -- rehearsed ranks on one H200 (issue 38): dpbench.claims.c9.docs (the combined references) ------
 
 
 # -- committed comparisons ------------------------------------------------------------------------

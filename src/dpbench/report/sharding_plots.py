@@ -156,57 +156,93 @@ REHEARSED_COMPONENTS = (("parameters", "parameters"), ("gradients", "gradients")
                         ("reserved (allocator)", "reserved_peak"))
 
 
-def plot_rehearsed_memory(rows: list[dict], size: str | None = None) -> Figure:
-    """Per variant a panel: each component's bytes per rank (the ranks' mean) against the rank
-    count, measured as bars, the memory model as a black tick on each bar (rows:
-    analysis.rehearsal.memory_table)."""
+REHEARSED_NAMES = ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp")
+REHEARSED_MARKERS = {"ddp": "o", "zero1": "s", "fsdp": "^", "fsdp-keep": "v", "hsdp": "D"}
+REHEARSED_STYLES = {"ddp": "-", "zero1": "-", "fsdp": "-", "fsdp-keep": "--", "hsdp": "-."}
+LOG_FLOOR_MIB = 1.0   # the memory panels' log axis starts here: a zero (nothing gathered at N = 1) is not drawn
+
+
+def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label: str | None = None,
+                          failed: list[tuple[str, int]] = ()) -> Figure:
+    """Per variant a panel: each component's bytes per rank (the ranks' mean) at every rank count
+    measured at that size (one N axis for all panels), measured as bars, the memory model as a
+    black tick on each bar, log scale (the state is tens of MiB where activations are GiB); the
+    legend names only the components drawn (rows: analysis.rehearsal.memory_table). `failed`:
+    (variant, N) cases of this size that failed or were not run, marked where their bars would be."""
     df = pd.DataFrame(rows)
     title = "Memory per rank by component, rehearsed ranks on one GPU"
     if df.empty:
         return placeholder(title, "no rehearsed records")
     size = size or sorted(df["size"].unique())[-1]
     df = df[df["size"] == size]
-    names = [v for v in ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp") if v in set(df["variant"])]
+    failed_at = {(v, int(n)) for v, n in failed}
+    names = [v for v in REHEARSED_NAMES if v in set(df["variant"])]
+    never = [v for v in REHEARSED_NAMES if v not in names and v in {v for v, _ in failed_at}]   # no panel: no data
+    ranks = sorted({int(n) for n in df["gpus"].unique()} | {n for _, n in failed_at})
     fig, axes = panel_grid(len(names), n_cols=3)
     colors = dict(zip([w for w, _ in REHEARSED_COMPONENTS], sns.color_palette("colorblind", len(REHEARSED_COMPONENTS))))
     width = 0.8 / len(REHEARSED_COMPONENTS)
+    drawn, ticks = set(), False
     for ax, name in zip(axes, names):
         panel = df[df["variant"] == name]
-        ranks = sorted(panel["gpus"].unique())
-        for i, (words, comp) in enumerate(REHEARSED_COMPONENTS):
-            for j, n in enumerate(ranks):
+        top = df["measured_mib"].max()
+        for j, n in enumerate(ranks):
+            if panel[panel["gpus"] == n].empty:   # failed, or no case at this N (hsdp: N >= 4)
+                words = "did not run" if (name, n) in failed_at else "no case"
+                ax.text(j, LOG_FLOOR_MIB * 1.5, words, ha="center", va="bottom", fontsize=8,
+                        color="0.15" if words == "did not run" else "0.45")
+            for i, (words, comp) in enumerate(REHEARSED_COMPONENTS):
                 r = panel[(panel["gpus"] == n) & (panel["component"] == comp)]
                 if r.empty:
                     continue
                 xi = j + (i - (len(REHEARSED_COMPONENTS) - 1) / 2) * width
-                ax.bar(xi, r["measured_mib"].iloc[0], width=width * 0.95, color=colors[words], gid=data_gid(name))
-                ax.scatter([xi], [r["predicted_mib"].iloc[0]], marker="_", s=60, linewidths=1.6,
-                           color=REFERENCE_COLOR, zorder=3, gid=reference_gid("memory model"))
+                measured, predicted = r["measured_mib"].iloc[0], r["predicted_mib"].iloc[0]
+                if measured > 0:
+                    ax.bar(xi, measured, width=width * 0.95, bottom=0, color=colors[words], gid=data_gid(name))
+                    drawn.add(words)
+                if predicted > 0:
+                    ax.scatter([xi], [predicted], marker="_", s=60, linewidths=1.6,
+                               color=REFERENCE_COLOR, zorder=3, gid=reference_gid("memory model"))
+                    ticks = True
+        ax.set_yscale("log")
+        ax.set_ylim(LOG_FLOOR_MIB, top * 2.5)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xticks(range(len(ranks)), [f"N={n}" for n in ranks])
-        ax.set(ylabel="MiB per rank")
-        thousands(ax)
-        panel_title(ax, f"{name} · {size}")
-    handles = [Patch(facecolor=colors[w], label=w) for w, _ in REHEARSED_COMPONENTS]
-    handles.append(Line2D([], [], marker="_", ms=10, mew=2, ls="", color=REFERENCE_COLOR, label="memory model"))
+        ax.set_xlim(-0.6, len(ranks) - 0.4)
+        ax.set(ylabel="MiB per rank (log)", xlabel="rehearsed ranks")
+        panel_title(ax, name)
+    handles = [Patch(facecolor=colors[w], label=w) for w, _ in REHEARSED_COMPONENTS if w in drawn]
+    if ticks:
+        handles.append(Line2D([], [], marker="_", ms=10, mew=2, ls="", color=REFERENCE_COLOR, label="memory model"))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="component")
-    figure_title(fig, f"{title}: measured (bars, mean over ranks) and the memory model (ticks), transformer {size}")
+    figure_title(fig, f"{title}, transformer {size_label or size}: measured (bars, mean over ranks) and the memory "
+                      f"model (ticks); a zero is not drawn" + (f"; {', '.join(never)}: did not run" if never else ""))
     return fig
 
 
+def searched(df: pd.DataFrame) -> pd.DataFrame:
+    """The largest_batch rows whose search ran: a batch found, or not even batch 1 fitting (drawn
+    as 0); rows of cases that failed or budgets N ranks could not rehearse are left out."""
+    fits_none = df["reason"].fillna("").astype(str).str.startswith("not even batch")
+    return df[df["largest_batch"].notna() | fits_none]
+
+
 def plot_rehearsed_batches(rows: list[dict], crossovers: list[dict]) -> Figure:
-    """Per (budget, N) a panel: the largest per-rank batch against the parameter count, one
-    line per variant (solid: measured, dotted: the memory model), each sharded variant's first
-    size beyond DDP's marked (rows: C9's largest_batch rows; crossovers: its verdict's)."""
+    """Per (budget, N) with a search that ran a panel: the largest per-rank batch against the
+    parameter count, one line per variant (solid: measured, dotted: the memory model at the
+    sizes measured), each sharded variant's first size beyond DDP's circled (rows: C9's
+    largest_batch rows; crossovers: its verdict's)."""
     df = pd.DataFrame(rows)
     title = "Largest per-rank batch against model size, rehearsed ranks"
     if df.empty or df["largest_batch"].isna().all():
         return placeholder(title, "no search found a batch")
-    df = df.assign(name=[v + ("-keep" if v in ("fsdp", "hsdp") and not rf else "")
-                         for v, rf in zip(df["variant"], df["reshard_after_forward"])])
+    df = searched(df.assign(name=[v + ("-keep" if v in ("fsdp", "hsdp") and not rf else "")
+                                  for v, rf in zip(df["variant"], df["reshard_after_forward"])]))
+    zero = bool(df["largest_batch"].isna().any())
     panels = sorted({(str(b), int(g)) for b, g in zip(df["budget"], df["gpus"])}, key=lambda k: (k[0], k[1]))
     fig, axes = panel_grid(len(panels), n_cols=4)
-    names = [v for v in ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp") if v in set(df["name"])]
-    styles = {"ddp": "-", "zero1": "-", "fsdp": "-", "fsdp-keep": "--", "hsdp": "-."}
+    names = [v for v in REHEARSED_NAMES if v in set(df["name"])]
+    model_drawn = crossing_drawn = False
     for ax, (budget, gpus) in zip(axes, panels):
         panel = df[(df["budget"] == budget) & (df["gpus"] == gpus)]
         for name in names:
@@ -214,37 +250,43 @@ def plot_rehearsed_batches(rows: list[dict], crossovers: list[dict]) -> Figure:
             if line.empty:
                 continue
             col = color(name.removesuffix("-keep"))
-            ax.plot(line["parameters"], line["largest_batch"].fillna(0).clip(lower=0.5), marker="o", ms=4,
-                    ls=styles.get(name, "-"), color=col, gid=data_gid(name), label=name)
+            ax.plot(line["parameters"], line["largest_batch"].fillna(0), marker=REHEARSED_MARKERS[name],
+                    ms=5, ls=REHEARSED_STYLES[name], color=col, gid=data_gid(name), label=name,
+                    zorder=3 if name == "ddp" else 2)   # the baseline on top: the others overlap it
             if line["predicted_largest_batch"].notna().any():
-                ax.plot(line["parameters"], line["predicted_largest_batch"].astype(float).clip(lower=0.5), ls=":",
+                ax.plot(line["parameters"], line["predicted_largest_batch"].astype(float), ls=":",
                         marker="x", ms=4, color=col, alpha=0.7, gid=reference_gid("memory model"))
+                model_drawn = True
         for c in crossovers:
             if c.get("quantity") != "largest_batch" or c.get("budget") != budget or int(c["gpus"]) != gpus \
                     or not c.get("first_exceeds"):
                 continue
-            name = c["variant"] + ("" if c.get("reshard_after_forward", True) or c["variant"] == "zero1" else "-keep")
             i = c["parameters"].index(c["first_exceeds"])
-            ax.scatter([c["first_exceeds"]], [max(c["sharded"][i], 0.5)], s=140, facecolors="none",
+            ax.scatter([c["first_exceeds"]], [c["sharded"][i]], s=160, facecolors="none",
                        edgecolors=color(c["variant"]), linewidths=1.8, zorder=4, gid=reference_gid("crossover"))
+            crossing_drawn = True
         cap = panel["cap_gib"].dropna()
-        ax.set(xscale="log", yscale="log", xlabel="parameters", ylabel="largest batch per rank")
+        # y linear: the batches span less than a decade, and a log axis labelled 59.5 on one-size panels
+        ax.set(xscale="log", xlabel="parameters", ylabel="largest batch per rank")
         # ticks at the swept sizes only, named as the tables name them (12M, 236M): log axes'
-        # minor labels ran into each other
+        # minor labels ran into each other; a panel of one size gets room either side
         sizes = sorted(panel["parameters"].dropna().unique())
         ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(sizes))
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1e6:.3g}M"))
-        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        if len(sizes) == 1:
+            ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
+        ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         panel_title(ax, f"{budget} budget ({cap.iloc[0]:g} GiB) · N={gpus}" if len(cap) else f"{budget} · N={gpus}")
-    handles = [Line2D([], [], color=color(n.removesuffix("-keep")), ls=styles.get(n, "-"), marker="o", label=n)
-               for n in names]
-    handles += [Line2D([], [], color="0.3", ls=":", marker="x", label="memory model"),
-                Line2D([], [], color="0.3", marker="o", ms=10, mfc="none", ls="", label="first beyond DDP")]
+    handles = [Line2D([], [], color=color(n.removesuffix("-keep")), ls=REHEARSED_STYLES[n], marker=REHEARSED_MARKERS[n],
+                      label=n) for n in names]
+    if model_drawn:
+        handles.append(Line2D([], [], color="0.3", ls=":", marker="x", label="memory model"))
+    if crossing_drawn:
+        handles.append(Line2D([], [], color="0.3", marker="o", ms=10, mfc="none", ls="", label="first beyond DDP"))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="variant")
-    figure_title(fig, f"{title} (0 drawn at the bottom: no batch fits); the throughput needs real GPUs")
+    figure_title(fig, f"{title}{' (0: not even batch 1 fits)' if zero else ''}; "
+                      "the throughput needs real GPUs")
     return fig
 
 

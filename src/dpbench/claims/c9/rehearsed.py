@@ -3,14 +3,21 @@ rank count and model size, each with its searches per budget), with the memory m
 batch beside each: what the state and the gathered units leave of the budget, over one sample's
 activations, both measured on DDP's one-rank trials at that size (the peak is a straight line
 in the batch: its slope is the activations of a sample, its intercept less the modelled state
-the allocator's overhead). Torch-free.
+the allocator's overhead); the budgets N ranks could not rehearse say why; C9's finding
+(the ledger's words) from those rows. Torch-free.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
 from dpbench.analysis.memory_model import MIB, predicted_bytes, setting_of
+from dpbench.analysis.rehearsal import short_reason
+from dpbench.claims.c9 import text
 from dpbench.claims.c9.predicted import predicted_largest_batch
+from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
+from dpbench.claims.records import Finding, ProbeRecord, obs
+
+INTERCONNECT = "one GPU, rehearsed ranks over gloo"
 
 
 def line(trials: list[Mapping[str, Any]]) -> tuple[float, float] | None:
@@ -42,15 +49,15 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
     fits = one_rank_fit(recs)
     rows = []
     for r in recs:
-        if not r.get("size"):   # a case the ranks never reached, as older rehearsals wrote it: no model to name
-            continue
+        if not r.get("size") or not r.get("parameters"):   # a case the ranks never reached, as older
+            continue                                       # rehearsals wrote it: no model to name
         cfg = r.get("config") or {}
         size = str(r.get("size"))
         width, layers = (int(x) for x in size.split("x"))
         s = setting_of(r)
         for name, gib in budgets.items():
             found = (r.get("search") or {}).get(name)
-            reason = str(r.get("reason") or r.get("search_skipped") or "")
+            reason = short_reason(r.get("reason") or r.get("search_skipped"))
             largest = None
             if found is not None:
                 largest = found["largest"] or None
@@ -72,3 +79,38 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
                          "rehearsed": True, "predicted_largest_batch": pred,
                          "smallest_failing": (found or {}).get("smallest_failing")})
     return rows
+
+
+def mark_not_fitting(rows: list[dict[str, Any]], not_fitting: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of budgets N ranks cannot rehearse on one GPU (not_fitting.json) say so, with the sum."""
+    for nf in not_fitting:
+        for r in rows:
+            if r["gpus"] == nf["ranks"] and r["budget"] == nf["budget"] and r["largest_batch"] is None:
+                r["reason"] = nf["reason"]
+    return rows
+
+
+def probe_record(rows: list[dict[str, Any]]) -> ProbeRecord:
+    """The rows as C9's probe record (the ledger's input), rehearsed on one GPU."""
+    observations = [obs(CONDITIONS_ID, "where", interconnect=INTERCONNECT)]
+    observations += [obs(row_id(r), "a row", **r) for r in rows]
+    ran_on = {"device_type": "cuda", "gpus_visible": 1}
+    return ProbeRecord("C9", "C9", ran_on, observations, verdict_from(rows).verdict, "")
+
+
+class _Evidence:
+    """What claims.c9.text.finding reads of the ledger's evidence: the one probe record."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.probes = {"C9": probe_record(rows)}
+
+    def measured_on_probe(self, claim: str) -> str:
+        return "rehearsal"
+
+    def gpus_found(self) -> int:
+        return 1
+
+
+def finding(rows: list[dict[str, Any]]) -> Finding:
+    """C9 as the ledger words it from these largest_batch rows."""
+    return text.finding(_Evidence(rows))

@@ -1,0 +1,269 @@
+"""docs/sharding.md's rehearsed ranks: every rehearsal reference's launches combined into one
+set (analysis.rehearsal.combine: the newest launch's record of a case wins, failed cases kept),
+read by named queries (registered with dpbench.report.docs_queries' `query`) and drawn as the
+page's figures under docs/figures/. Torch-free; reads only the committed references.
+
+    python -m dpbench.claims.c9.docs          # redraws docs/figures/rehearsal-*.png
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from dpbench.analysis import rehearsal
+from dpbench.claims.c9 import text
+from dpbench.claims.c9.predicted import BUDGETS
+from dpbench.claims.c9.rehearsed import c9_rows, finding, mark_not_fitting
+from dpbench.claims.c9.verdict import Crossover, verdict_from
+from dpbench.report.docs_queries import query
+from dpbench.report.markdown import md_table
+
+ROOT = Path(__file__).resolve().parents[4]
+FIGURES = Path("docs") / "figures"
+# Every rehearsal launch kept under results/reference, oldest first (each reference's README says
+# which launch came after which): where two measured the same case the later one's record wins.
+LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
+            ("h200-rehearsal-n4-522758d", "rehearsal-n4.tar.gz"),
+            ("h200-rehearsal-n8-8cec286", "n8-235m-42m-12m.tgz"),
+            ("h200-rehearsal-n8-8cec286", "n8-42m-12m.tgz"),
+            ("h200-rehearsal-n8-7288c44", "n8-12m.tar.gz"),
+            ("h200-rehearsal-n8-7288c44", "n8-42m.tar.gz"))
+COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak")
+
+
+def launch_name(reference: str, tar: str) -> str:
+    return f"{reference}/{tar}"
+
+
+def commit_of(launch: str) -> str:
+    """The commit a launch measured at: its reference folder's last word."""
+    return launch.split("/")[0].rsplit("-", 1)[1]
+
+
+@dataclass(frozen=True)
+class Combined:
+    launches: dict[str, list[dict[str, Any]]]   # launch -> its own records, as it wrote them
+    records: list[dict[str, Any]]                # one per case, the newest launch's
+    not_fitting: list[dict[str, Any]]
+    memory: list[dict[str, Any]]                 # analysis.rehearsal.memory_table
+    rows: list[dict[str, Any]]                   # C9's largest_batch rows
+
+    def crossovers(self) -> list[Crossover]:
+        return [c for c in verdict_from(self.rows).crossovers if c.quantity == "largest_batch"]
+
+
+@cache   # every query of the page reads the same launches: combined once a render
+def combined(ref: Path) -> Combined:
+    parts = {launch_name(r, t): rehearsal.read_launch(ref / r / t) for r, t in LAUNCHES}
+    records = rehearsal.combine([(name, recs) for name, (recs, _) in parts.items()])
+    not_fitting = rehearsal.combine_not_fitting(nf for _, nf in parts.values())
+    cases = [r for r in records if not r.get("launched")]
+    rows = mark_not_fitting(c9_rows(cases, {n: g for n, (g, _) in BUDGETS.items()}), not_fitting)
+    return Combined({name: recs for name, (recs, _) in parts.items()}, records, not_fitting,
+                    rehearsal.memory_table(cases), rows)
+
+
+def size_names(c: Combined) -> dict[str, str]:
+    """'256x4' -> '11.7M': the parameter count the records give each size."""
+    return {str(r["size"]): text.params(r["parameters"]) for r in c.records if r.get("size") and r.get("parameters")}
+
+
+def link(launch: str) -> str:
+    folder = launch.split("/")[0]
+    return f"[`{launch}`](../results/reference/{folder}/README.md)"
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+@query("rehearsal_launches")
+def rehearsal_launches(ref: Path) -> str:
+    """Per launch: its commit, N, the sizes it reached, its cases ok and failed, and how many of
+    its records the combined view keeps (a later launch's record of the same case wins)."""
+    c = combined(ref)
+    names = size_names(c)
+    kept = [r[rehearsal.SOURCE] for r in c.records]
+    body = []
+    for launch, recs in c.launches.items():
+        cases = [r for r in recs if not r.get("launched")]
+        ok = [r for r in cases if r.get("status") == "ok"]
+        sizes = sorted({names.get(str(r.get("size")), "") for r in ok} - {""}, key=lambda s: float(s[:-1]))
+        body.append([link(launch), commit_of(launch), ", ".join(map(str, sorted({int(r["gpus"]) for r in cases}))),
+                     ", ".join(sizes) or "none", len(ok), len(cases) - len(ok), kept.count(launch)])
+    return md_table(["launch (oldest first)", "commit", "N", "sizes measured", "cases ok", "cases failed",
+                     "records kept"], body)
+
+
+@query("rehearsal_one_rank_source")
+def rehearsal_one_rank_source(ref: Path) -> str:
+    """Which launches ran no one-rank case, and whose one-rank runs predict their activations and reserved."""
+    c = combined(ref)
+    ok = [r for r in c.records if r.get("status") == "ok" and not r.get("launched")]
+    with_one = sorted({r[rehearsal.SOURCE] for r in ok if int(r["gpus"]) == 1})
+    without = sorted({r[rehearsal.SOURCE] for r in ok} - set(with_one), key=list(c.launches).index)
+    ns = sorted({int(r["gpus"]) for r in ok if r[rehearsal.SOURCE] in without})
+    def words(items: list) -> str:
+        return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+    return (f"the N = {words([str(n) for n in ns])} launches ({words([f'`{w}` at {commit_of(w)}' for w in without])}) "
+            f"ran none, so theirs come from the N = 1 runs of the same model size and per-rank batch in "
+            f"{words([f'`{w}` at {commit_of(w)}' for w in with_one])}")
+
+
+def memory_table(ref: Path, size: str) -> str:
+    """Per variant and N, the size's per-rank components: measured / model MiB (error), and the launch."""
+    c = combined(ref)
+    rows = [m for m in c.memory if m["size"] == size]
+    source = {(r["size"], rehearsal.variant_label(r), int(r["gpus"])): commit_of(r[rehearsal.SOURCE])
+              for r in c.records if r.get("status") == "ok"}
+    by = {(m["variant"], m["gpus"], m["component"]): m for m in rows}
+    keys = sorted({(m["variant"], m["gpus"]) for m in rows}, key=lambda k: rehearsal.sort_key((size, *k)))
+    body = []
+    for variant, gpus in keys:
+        cells = []
+        for comp in COMPONENTS:
+            m = by.get((variant, gpus, comp))
+            cells.append("–" if m is None else f"{m['measured_mib']:,.0f} / {m['predicted_mib']:,.0f} "
+                                               f"({_percent(m['relative_difference'])})"
+                         + (" !" if m["beyond_tolerance"] else ""))
+        body.append([variant, gpus, source.get((size, variant, gpus), ""), *cells])
+    return md_table(["variant", "N", "commit", *(x.replace("_", " ") for x in COMPONENTS)], body)
+
+
+EXACT = ("parameters", "gradients", "optimizer", "largest_unit")   # counted from tensors: the closed forms'
+PEAKS = ("activation_peak", "reserved_peak")                          # the allocator's: predicted from N = 1
+
+
+@query("rehearsal_exact_error")
+def rehearsal_exact_error(ref: Path) -> str:
+    """The largest |error| of the tensor-counted components over every size, variant and N."""
+    worst = max(abs(m["relative_difference"]) for m in combined(ref).memory if m["component"] in EXACT)
+    return f"±{100 * worst:.1f}%"
+
+
+@query("rehearsal_peak_misses")
+def rehearsal_peak_misses(ref: Path) -> str:
+    """Per allocator component, the (variant, size) whose error at N >= 2 lies beyond 5%, with each N's error."""
+    c = combined(ref)
+    names = size_names(c)
+    misses = [m for m in c.memory if m["component"] in PEAKS and m["gpus"] >= 2 and m["beyond_tolerance"]]
+    lines = []
+    for comp in PEAKS:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for m in sorted(misses, key=lambda m: (float(names[m["size"]][:-1]), rehearsal.sort_key(
+                (m["size"], m["variant"], m["gpus"])))):
+            if m["component"] == comp:
+                groups.setdefault((m["variant"], m["size"]), []).append(
+                    f"N = {m['gpus']} {_percent(m['relative_difference'])}")
+        said = "; ".join(f"{v} at {names[sz]}: {', '.join(ns)}" for (v, sz), ns in groups.items())
+        lines.append(f"- {comp.replace('_', ' ')}: {said or 'none'}")
+    return "\n".join(lines)
+
+
+def memory_caption(ref: Path, size: str) -> str:
+    c = combined(ref)
+    workload = next(r["options"]["workload"] for r in c.records if r.get("size") == size and (r.get("options") or {}).get("workload"))
+    return f"The {size_names(c)[size]} model (`{workload}`):\n\n{memory_table(ref, size)}"
+
+
+@query("rehearsal_memory_table_12m")
+def rehearsal_memory_table_12m(ref: Path) -> str:
+    return memory_caption(ref, "256x4")
+
+
+@query("rehearsal_memory_table_42m")
+def rehearsal_memory_table_42m(ref: Path) -> str:
+    return memory_caption(ref, "512x8")
+
+
+@query("rehearsal_memory_table_236m")
+def rehearsal_memory_table_236m(ref: Path) -> str:
+    return memory_caption(ref, "1024x16")
+
+
+@query("rehearsal_crossover_table")
+def rehearsal_crossover_table(ref: Path) -> str:
+    """Per sharded variant, N and budget: the first size where its largest batch exceeds DDP's,
+    measured and the memory model's, and the batches (sharded / DDP) at each size."""
+    body = []
+    for x in sorted(combined(ref).crossovers(), key=lambda x: (x.budget, x.gpus, x.name)):
+        pairs = ", ".join(f"{text.params(p)}: {s:g} / {b:g}" for p, s, b in zip(x.parameters, x.sharded, x.baseline))
+        model = ", ".join(f"{text.params(p)}: {s:g} / {b:g}" for p, s, b in
+                          zip(x.parameters, x.predicted_sharded, x.predicted_baseline) if s is not None and b is not None)
+        body.append([x.budget, f"{x.cap_gib:g}" if x.cap_gib else "–", x.gpus, x.name,
+                     text.params(x.first_exceeds) if x.first_exceeds else "none",
+                     text.params(x.predicted_first_exceeds) if x.predicted_first_exceeds else "none", pairs, model])
+    return md_table(["budget", "GiB per rank", "N", "variant", "first beyond DDP, measured", "model's",
+                     "largest batch sharded / DDP", "model: sharded / DDP"], body)
+
+
+@query("rehearsal_c9")
+def rehearsal_c9(ref: Path) -> str:
+    """C9 as the ledger words it from the combined searches (the bold verdict line)."""
+    f = finding(combined(ref).rows)
+    return f"**C9 ({f.verdict})**: {f.summary}"
+
+
+@query("rehearsal_not_run")
+def rehearsal_not_run(ref: Path) -> str:
+    """One sentence per (size, N) whose cases failed or were not run, from the records' reasons,
+    and one per budget N ranks could not rehearse on the device."""
+    c = combined(ref)
+    names = size_names(c)
+    failed = rehearsal.not_ok_rows(c.records)
+    lines = []
+    for size, gpus in sorted({(f["size"], f["gpus"]) for f in failed}, key=lambda k: (k[1], float(names[k[0]][:-1]))):
+        group = [f for f in failed if (f["size"], f["gpus"]) == (size, gpus)]
+        launches = sorted({f[rehearsal.SOURCE] for f in group})
+        reasons: dict[str, list[str]] = {}
+        for f in group:
+            reasons.setdefault(f["reason"], []).append(f["variant"])
+        said = "; ".join(f"{', '.join(vs)}: {why}" for why, vs in reasons.items())
+        lines.append(f"- {names[size]} ({size}) at N = {gpus} did not run ({', '.join(f'`{x}`' for x in launches)}): "
+                     f"{said}.")
+    for nf in c.not_fitting:
+        lines.append(f"- The {nf['budget']} budget at N = {nf['ranks']} was not searched: {nf['reason']}.")
+    return "\n".join(lines)
+
+
+# -- figures ---------------------------------------------------------------------------------------
+
+def figure_paths(root: Path = ROOT) -> dict[str, Path]:
+    return {"memory-256x4": root / FIGURES / "rehearsal-memory-256x4.png",
+            "memory-512x8": root / FIGURES / "rehearsal-memory-512x8.png",
+            "memory-1024x16": root / FIGURES / "rehearsal-memory-1024x16.png",
+            "largest-batch": root / FIGURES / "rehearsal-largest-batch.png"}
+
+
+def draw(root: Path = ROOT) -> list[Path]:
+    """The page's figures from the combined references: memory per rank by component against N
+    for each size, and the largest batch against model size per (budget, N)."""
+    # matplotlib only where figures are drawn: the page's queries never need it
+    from dpbench.report.figstyle import save, style
+    from dpbench.report.sharding_plots import plot_rehearsed_batches, plot_rehearsed_memory
+    c = combined(root / "results" / "reference")
+    names = size_names(c)
+    paths = figure_paths(root)
+    paths["memory-256x4"].parent.mkdir(parents=True, exist_ok=True)
+    with style():
+        failed = rehearsal.not_ok_rows(c.records)
+        for size in ("256x4", "512x8", "1024x16"):
+            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
+            save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", gone), paths[f"memory-{size}"])
+        save(plot_rehearsed_batches(c.rows, [dict(x.__dict__) for x in c.crossovers()]), paths["largest-batch"])
+    return list(paths.values())
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args(argv)
+    for p in draw():
+        print(f"wrote {p.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
