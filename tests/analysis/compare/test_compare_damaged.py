@@ -3,24 +3,23 @@ input to compare: named as damaged, exit 2, never 1, with --fail-on-regression t
 launches and in one paired launch (docs/compare.md)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fakes import run_module
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "results" / "reference"
-ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
 BASELINE, CANDIDATE = "cpu_check-torch-2.13.0+cpu", "cpu_check-torch-2.14.1+cu130"
 PAIRED = "cpu-paired-213-vs-2141-43b8177"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    """`python -m <args>` as that runs it, in this process (fakes.run_module): the command lines'
+    start in a process of their own is tested in tests/workflow/test_faults.py."""
+    return run_module(*args)
 
 
 def copy_set(root: Path, tag: str) -> Path:
