@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -139,15 +140,23 @@ def _rank(rank: int, world: int, store: str, cases: list[Case], steps: int, glob
 
 
 def train_all(cases: list[Case], world: int, steps: int = 3, global_batch: int = 8) -> dict[str, Trained]:
-    """Every case on `world` gloo ranks, one after the other in one spawn; rank 0's results."""
-    with tempfile.TemporaryDirectory() as tmp:
+    """Every case on `world` gloo ranks, one after the other in one spawn (one rank: in this
+    process, whose switches are set back after); rank 0's results."""
+    from dpbench.run.knobs import PLANT_ENV
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
         save = str(Path(tmp) / "trained.pt")
-        here = os.getcwd()
-        os.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
-        try:
-            mp.spawn(_rank, args=(world, str(Path(tmp) / "store"), cases, steps, global_batch, save), nprocs=world)
-        finally:
-            os.chdir(here)
+        args = (world, str(Path(tmp) / "store"), cases, steps, global_batch, save)
+        patch.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
+        if world == 1:   # a spawn's start-up (an interpreter importing torch) costs more than the cases
+            for var, value in {"LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", PLANT_ENV: ""}.items():
+                patch.setenv(var, value)   # what _rank sets, undone on leaving
+            threads = torch.get_num_threads()
+            try:
+                _rank(0, *args)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            mp.spawn(_rank, args=args, nprocs=world)
         return torch.load(save, weights_only=False)
 
 
