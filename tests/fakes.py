@@ -17,6 +17,11 @@ figure:
     outside_points(fig), empty_panels(fig), untagged(fig), notes_over_data(fig),
     overlapping_texts(fig); is_placeholder(fig) for a figure that says why it is empty
 
+A dpbench command line run as `python -m` runs it, in this process (no fresh interpreter's
+seconds of imports), for the cases of a command line whose own start is tested in a process:
+
+    proc = run_module("dpbench.analysis.collect", "--results-dir", str(root), "--tag", "t")
+
 The workflow in a temporary folder, for the tests that run the real Snakemake:
 
     wd = copy_workflow(tmp_path / "wf", extra=("profiles",))
@@ -24,12 +29,16 @@ The workflow in a temporary folder, for the tests that run the real Snakemake:
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
+import runpy
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -234,6 +243,31 @@ def copy_workflow(wd: Path | str, extra: Iterable[str] = ()) -> Path:
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, wd / name)
     return wd
+
+
+def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m module args` in this process: runpy runs the module as __main__, as -m does;
+    its exit code, stdout and stderr as a finished process's. An uncaught exception propagates
+    (where a process would print its traceback and exit 1)."""
+    out, err = io.StringIO(), io.StringIO()
+    argv, code = sys.argv, 0
+    sys.argv = [module, *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # runpy's note that the module was imported before (by the tests): not the command's output
+            warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package",
+                                    category=RuntimeWarning)
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as exc:   # as the interpreter ends on it
+                if isinstance(exc.code, int) or exc.code is None:
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.argv = argv
+    return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code, out.getvalue(), err.getvalue())
 
 
 def run_snakemake(wd: Path | str, *args: str, cores: int | None = 2, env: dict | None = None,

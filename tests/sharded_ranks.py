@@ -3,15 +3,19 @@ the engine's own pieces (build_workload, build_model, Variant, make_optimizer, t
 the profiled step), and keep what a parity check compares: the global loss of every step, the
 whole gradients of the first and last steps, the whole parameters after the last, and the
 profiled step's collectives and memory rows. One spawn runs every case, so the ranks import
-torch once."""
+torch once; the two-rank cases of every module that shares them (`share_two_ranks`) train in
+one spawn a session."""
 from __future__ import annotations
 
+import copy
+import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -136,16 +140,52 @@ def _rank(rank: int, world: int, store: str, cases: list[Case], steps: int, glob
 
 
 def train_all(cases: list[Case], world: int, steps: int = 3, global_batch: int = 8) -> dict[str, Trained]:
-    """Every case on `world` gloo ranks, one after the other in one spawn; rank 0's results."""
-    with tempfile.TemporaryDirectory() as tmp:
+    """Every case on `world` gloo ranks, one after the other in one spawn (one rank: in this
+    process, whose switches are set back after); rank 0's results."""
+    from dpbench.run.knobs import PLANT_ENV
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
         save = str(Path(tmp) / "trained.pt")
-        here = os.getcwd()
-        os.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
-        try:
-            mp.spawn(_rank, args=(world, str(Path(tmp) / "store"), cases, steps, global_batch, save), nprocs=world)
-        finally:
-            os.chdir(here)
+        args = (world, str(Path(tmp) / "store"), cases, steps, global_batch, save)
+        patch.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
+        if world == 1:   # a spawn's start-up (an interpreter importing torch) costs more than the cases
+            for var, value in {"LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", PLANT_ENV: ""}.items():
+                patch.setenv(var, value)   # what _rank sets, undone on leaving
+            threads = torch.get_num_threads()
+            try:
+                _rank(0, *args)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            mp.spawn(_rank, args=args, nprocs=world)
         return torch.load(save, weights_only=False)
+
+
+# The modules whose cases train on 2 ranks at train_all's defaults register them at import
+# (collection imports every test module before any test runs); the first to ask trains every
+# distinct case of them all in one spawn: a spawn (two interpreters importing torch, a process
+# group) costs seconds, and the modules share their ddp, zero1 and fsdp cases.
+_SHARED_CASES: dict[str, list[Case]] = {}
+_SHARED_TRAINED: dict[str, Trained] = {}
+
+
+def _case_key(case: Case) -> str:
+    """What a case trains, whatever it is called."""
+    return json.dumps([case.variant, case.workload, case.options, case.plant_scale, case.plant], sort_keys=True)
+
+
+def share_two_ranks(owner: str, cases: list[Case]) -> None:
+    """Register `owner`'s two-rank cases for the session's one spawn."""
+    _SHARED_CASES[owner] = cases
+
+
+def two_rank_results(owner: str) -> dict[str, Trained]:
+    """`owner`'s registered cases by their names, trained on 2 ranks (train_all's steps and
+    global batch) in the session's one spawn; each owner gets its own copies."""
+    wanted = {_case_key(c): c for cases in _SHARED_CASES.values() for c in cases}
+    missing = [replace(c, name=key) for key, c in wanted.items() if key not in _SHARED_TRAINED]
+    if missing:
+        _SHARED_TRAINED.update(train_all(missing, world=2))
+    return {c.name: copy.deepcopy(_SHARED_TRAINED[_case_key(c)]) for c in _SHARED_CASES[owner]}
 
 
 def max_differences(ref: Trained, other: Trained) -> dict[str, float]:

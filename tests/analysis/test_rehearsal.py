@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.nn as nn
 from fakes import fake_result_set
-from sharded_ranks import NESTED, TINY_LM, Case, Inner, Outer, max_differences, train_all
+from sharded_ranks import (NESTED, TINY_LM, Case, Inner, Outer, max_differences, share_two_ranks, train_all,
+                           two_rank_results)
 
 from dpbench import results
 from dpbench.analysis import memory_model as M
@@ -98,8 +99,9 @@ def test_rehearsed_runs_train_as_ordinary_ones_and_are_marked(tmp_path, gpus):
     assert [r["device"] for r in rehearsed_["memory_components"]] == list(range(gpus))
 
 
-# The two-rank cases of this file, trained in one spawn (module fixture `two_ranks`): a spawn
-# (two interpreters importing torch, a process group) costs more than the tiny cases it trains.
+# The two-rank cases of this file, trained in the session's one two-rank spawn (module fixture
+# `two_ranks`): a spawn (two interpreters importing torch, a process group) costs more than the
+# tiny cases it trains.
 PER_RANK_CASES = [Case("ddp", "ddp", TINY_LM), Case("zero1", "zero1", TINY_LM), Case("fsdp", "fsdp", TINY_LM),
                   Case("fsdp_keep", "fsdp", TINY_LM, {"reshard_after_forward": False})]
 REHEARSED_CASES = [Case("ddp_r", "ddp", TINY_LM, {"rehearse": True}), Case("fsdp_r", "fsdp", TINY_LM, {"rehearse": True}),
@@ -107,9 +109,12 @@ REHEARSED_CASES = [Case("ddp_r", "ddp", TINY_LM, {"rehearse": True}), Case("fsdp
 NESTED_CASES = [Case("nested_ddp", "ddp", NESTED), Case("nested_fsdp", "fsdp", NESTED)]
 
 
+share_two_ranks(__name__, PER_RANK_CASES + REHEARSED_CASES + NESTED_CASES)
+
+
 @pytest.fixture(scope="module")
 def two_ranks():
-    return train_all(PER_RANK_CASES + REHEARSED_CASES + NESTED_CASES, world=2)
+    return two_rank_results(__name__)
 
 
 def test_rehearsed_gloo_ranks_give_ddps_losses_gradients_and_parameters(two_ranks):

@@ -23,20 +23,38 @@ def _weights(path):
     return torch.load(path, map_location="cpu")
 
 
-@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])   # 3 ranks: the slow loop
-def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks):
+def first_steps(out, ranks: int) -> tuple[dict, dict]:
+    """One step of single and of ddp on `ranks` gloo ranks; their records (model.pt beside each)."""
     # Global batch 7 splits unevenly (4/3, 3/3/1); BatchNorm frozen so only the reduction can differ.
     common = dict(max_steps=1, global_batch=7, batchnorm="eval", save_checkpoint=True,
                   eval_each_epoch=False, warmup_steps=0)
-    single = run_engine(tmp_path / "single", variant="single", **common)
-    ddp = run_engine(tmp_path / "ddp", variant="ddp", gpus=ranks, max_cpu_ranks=ranks, **common)
+    single = run_engine(out / "single", variant="single", **common)
+    ddp = run_engine(out / "ddp", variant="ddp", gpus=ranks, max_cpu_ranks=ranks, **common)
+    return single, ddp
+
+
+@pytest.fixture(scope="module")
+def two_rank_first_steps(tmp_path_factory):
+    """first_steps on 2 ranks in a 2-thread job (what Snakemake sets), made once: the step check
+    and the threads check read the same launch (each launch starts torchrun and its ranks)."""
+    out = tmp_path_factory.mktemp("first_steps")
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            mp.setenv(var, "2")
+        return out, *first_steps(out, 2)
+
+
+@pytest.mark.parametrize("ranks", [2, pytest.param(3, marks=pytest.mark.slow)])   # 3 ranks: the slow loop
+def test_ddp_on_gloo_takes_the_same_first_step_as_single(tmp_path, ranks, request):
+    out, single, ddp = (request.getfixturevalue("two_rank_first_steps") if ranks == 2
+                        else (tmp_path, *first_steps(tmp_path, ranks)))
     assert single["status"] == ddp["status"] == "ok", ddp["reason"]
-    a, b = _weights(tmp_path / "single" / "model.pt"), _weights(tmp_path / "ddp" / "model.pt")
+    a, b = _weights(out / "single" / "model.pt"), _weights(out / "ddp" / "model.pt")
     moved = max((a[k] - _weights_init()[k]).abs().max().item() for k in a if a[k].is_floating_point())
     assert moved > 1e-3                                     # the step did change the weights
     worst = max((a[k] - b[k]).abs().max().item() for k in a if a[k].is_floating_point())
     assert worst < 1e-5
-    s_loss, d_loss = (results.read_json(tmp_path / n / results.METRICS)["final_loss"] for n in ("single", "ddp"))
+    s_loss, d_loss = (results.read_json(out / n / results.METRICS)["final_loss"] for n in ("single", "ddp"))
     assert math.isclose(s_loss, d_loss, rel_tol=1e-5)
     # from the launch to the first step: torchrun and its ranks' start-up are in ddp's, not single's
     assert 0 < single["start_s"] < ddp["start_s"] < 300
@@ -335,11 +353,8 @@ def test_a_rerun_that_fails_early_leaves_no_old_curve(tmp_path, monkeypatch):
     assert not (out / results.STEPS).exists()
 
 
-def test_gloo_ranks_share_the_jobs_threads(tmp_path, monkeypatch):
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):   # what Snakemake sets for a 2-thread job
-        monkeypatch.setenv(var, "2")
-    rec = run_engine(tmp_path / "ddp", variant="ddp", gpus=2, max_steps=1, global_batch=6,
-                     eval_each_epoch=False)
+def test_gloo_ranks_share_the_jobs_threads(two_rank_first_steps):
+    _, _, rec = two_rank_first_steps   # ddp on 2 ranks under OMP_NUM_THREADS=2
     assert rec["status"] == "ok" and rec["provenance"]["cpu_threads"] == 1
 
 
@@ -456,11 +471,11 @@ def test_each_epoch_is_set_up_before_its_step_clock_starts(tmp_path, monkeypatch
 
     monkeypatch.setattr(train, "make_feed", make_feed)
     monkeypatch.setattr(measure.StepClock, "mark", lambda self: events.append("mark") or real_mark(self))
-    rec = run_engine(tmp_path / "r", epochs=2, eval_each_epoch=True)   # 48 images, batch 12: 4 steps an epoch
+    rec = run_engine(tmp_path / "r", epochs=2, eval_each_epoch=True, synthetic_size=24)   # batch 12: 2 steps an epoch
     assert rec["status"] == "ok", rec["reason"]
     segments = " ".join(events[1:]).split("epoch")
     assert segments[0].strip() == "", "the first epoch's clock started before the epoch was set up"
-    assert [seg.split().count("mark") for seg in segments[1:]] == [5, 5]   # the start mark and one a step
+    assert [seg.split().count("mark") for seg in segments[1:]] == [3, 3]   # the start mark and one a step
 
 
 def test_a_watchdog_stops_a_run_whose_starter_is_gone(tmp_path):

@@ -11,7 +11,7 @@ import json
 
 import pytest
 from fakes import make_runs, write_set
-from sharded_ranks import TINY_CNN, TINY_LM, Case, max_differences, train_all
+from sharded_ranks import TINY_CNN, TINY_LM, Case, max_differences, share_two_ranks, train_all, two_rank_results
 
 from dpbench import results
 from dpbench.plan import skips
@@ -38,9 +38,12 @@ def two_rank_cases() -> list[Case]:
             Case("fsdp_offload", "fsdp", options={"offload": True})]
 
 
+share_two_ranks(__name__, two_rank_cases())
+
+
 @pytest.fixture(scope="module")
 def two():
-    return train_all(two_rank_cases(), world=2)
+    return two_rank_results(__name__)
 
 
 def verdicts(trained, name) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import math
 import os
 
 import pytest
-from sharded_ranks import TINY_CNN, TINY_LM, Case, max_differences, train_all
+from sharded_ranks import TINY_CNN, TINY_LM, Case, max_differences, share_two_ranks, train_all, two_rank_results
 
 from dpbench import results
 from dpbench.plan import skips
@@ -29,10 +29,13 @@ def cases(workload) -> list[Case]:
             Case("fsdp_planted", "fsdp", workload, plant_scale=True)]
 
 
+share_two_ranks(__name__, cases(TINY_LM))
+
+
 @pytest.fixture(scope="module")
 def two_ranks():
     """Every variant on the tiny transformer LM, 2 gloo ranks (seconds)."""
-    return 2, train_all(cases(TINY_LM), world=2)
+    return 2, two_rank_results(__name__)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY, write_official_cifar
-from fakes import copy_workflow, pids_naming, run_snakemake
+from fakes import copy_workflow, pids_naming, run_module, run_snakemake
 from run.test_cifar_pack import make_pack
 
 from dpbench import results
@@ -269,7 +269,8 @@ def test_a_damaged_run_record_is_a_failed_row_naming_the_file(fake_results, dama
     bad = results.runs_dir(fake_results, "t") / "single-g1-r1" / results.METRICS
     text = bad.read_text()
     bad.write_text({"truncated": text[: len(text) // 2], "garbage": "\x00\x17 not json", "empty": ""}[damage])
-    proc = collect(fake_results)
+    # the command line in this process: its start in a process of its own is the group test's above
+    proc = run_module("dpbench.analysis.collect", "--results-dir", str(fake_results), "--tag", "t")
     assert proc.returncode == 0, proc.stderr[-TAIL:]
     assert "Traceback" not in proc.stderr
     import pandas as pd
@@ -297,9 +298,12 @@ def two_tags(tmp_path) -> Path:
     return root
 
 
-def compare(root: Path, *extra: str) -> subprocess.CompletedProcess:
-    return cli("dpbench.compare_cli", "--results-dir", str(root), "--baseline", BASELINE,
-               "--candidate", CANDIDATE, "--fail-on-regression", *extra)
+def compare(root: Path, *extra: str, in_process: bool = False) -> subprocess.CompletedProcess:
+    """dpbench.compare_cli on the two tags, in a process of its own or (in_process) as
+    `python -m` runs it in this one."""
+    args = ("--results-dir", str(root), "--baseline", BASELINE, "--candidate", CANDIDATE, "--fail-on-regression",
+            *extra)
+    return run_module("dpbench.compare_cli", *args) if in_process else cli("dpbench.compare_cli", *args)
 
 
 def test_compare_of_intact_tables_exits_0_or_1(two_tags):
@@ -329,7 +333,7 @@ def _damage_summary(root: Path, how: str) -> tuple[Path, str]:
 @pytest.mark.parametrize("how", ["missing column", "empty", "non-numeric", "garbage provenance"])
 def test_compare_on_damaged_input_exits_2_with_one_line(two_tags, how):
     path, column = _damage_summary(two_tags, how)
-    proc = compare(two_tags)
+    proc = compare(two_tags, in_process=True)   # its start in a process: the intact case's test above
     assert proc.returncode == 2, output(proc)[-TAIL:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-TAIL:]

@@ -85,9 +85,9 @@ TINY = {"synthetic_size": 14, "synthetic_test_size": 8, "global_batch": 7, "epoc
         "warmup_steps": 1, "log_every": 1000, "eval_each_epoch": False, "lr": 0.1}
 
 
-@pytest.fixture
-def factory(tmp_path) -> str:
-    path = tmp_path / "anymodel.py"
+@pytest.fixture(scope="module")
+def factory(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("factory") / "anymodel.py"
     path.write_text(FACTORY)
     return f"{path}:build"
 
@@ -101,6 +101,14 @@ def workload(factory: str, **args) -> dict:
     return {"factory": factory, "args": args}
 
 
+@pytest.fixture(scope="module")
+def ddp_of_dict_inputs_and_modeloutput(factory, tmp_path_factory) -> tuple[dict, list[float]]:
+    """ddp on 2 gloo ranks of the model that takes a dict and returns a ModelOutput: one
+    torchrun launch (seconds of start-up) that the outputs check and the inputs check share."""
+    return run(tmp_path_factory.mktemp("ddp"), variant="ddp", gpus=2,
+               workload=workload(factory, returns="modeloutput", inputs="dict"))
+
+
 # -- outputs ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("returns", ["dict", "tuple", "modeloutput"])
@@ -111,9 +119,10 @@ def test_a_model_returning_a_dict_tuple_or_modeloutput_trains_as_the_tensor_mode
     assert len(curve) == 3 and curve == p_curve
 
 
-def test_outputs_through_ddp_on_2_gloo_ranks_follow_the_tensor_models_curve(factory, tmp_path):
+def test_outputs_through_ddp_on_2_gloo_ranks_follow_the_tensor_models_curve(factory, tmp_path,
+                                                                          ddp_of_dict_inputs_and_modeloutput):
     _, p_curve = run(tmp_path / "plain", variant="single", workload=workload(factory))
-    rec, curve = run(tmp_path / "ddp", variant="ddp", gpus=2, workload=workload(factory, returns="modeloutput"))
+    rec, curve = ddp_of_dict_inputs_and_modeloutput   # a ModelOutput (of dict inputs) through DDP
     assert rec["status"] == "ok", rec["reason"]
     assert curve == pytest.approx(p_curve, rel=1e-5, abs=1e-6)
 
@@ -170,7 +179,7 @@ def test_a_dict_without_logits_trains_with_its_output_named(factory, tmp_path, c
 # -- inputs ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("inputs", ["tuple", "dict"])
-def test_a_two_input_model_trains_single_and_ddp_on_2_ranks_alike(inputs, factory, tmp_path):
+def test_a_two_input_model_trains_single_and_ddp_on_2_ranks_alike(inputs, factory, tmp_path, request):
     spec = workload(factory, inputs=inputs)
     single, s_curve = run(tmp_path / "single", variant="single", workload=spec)
     assert single["status"] == "ok", single["reason"]
@@ -179,8 +188,8 @@ def test_a_two_input_model_trains_single_and_ddp_on_2_ranks_alike(inputs, factor
     assert s_curve == p_curve   # the same numbers as one tensor
     dp, _ = run(tmp_path / "dp", variant="dp", gpus=2, workload=spec)
     assert dp["status"] == "skipped"   # as usual without CUDA
-    if inputs == "dict":   # one torchrun launch is enough for the CPU loop
-        ddp, d_curve = run(tmp_path / "ddp", variant="ddp", gpus=2, workload=spec)
+    if inputs == "dict":   # one torchrun launch is enough for the CPU loop (its model returns a ModelOutput)
+        ddp, d_curve = request.getfixturevalue("ddp_of_dict_inputs_and_modeloutput")
         assert ddp["status"] == "ok", ddp["reason"]
         assert d_curve == pytest.approx(s_curve, rel=1e-5, abs=1e-6)
 

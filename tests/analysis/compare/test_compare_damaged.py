@@ -3,24 +3,23 @@ input to compare: named as damaged, exit 2, never 1, with --fail-on-regression t
 launches and in one paired launch (docs/compare.md)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fakes import run_module
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "results" / "reference"
-ENV = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
 BASELINE, CANDIDATE = "cpu_check-torch-2.13.0+cpu", "cpu_check-torch-2.14.1+cu130"
 PAIRED = "cpu-paired-213-vs-2141-43b8177"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    """`python -m <args>` as that runs it, in this process (fakes.run_module): the command lines'
+    start in a process of their own is tested in tests/workflow/test_faults.py."""
+    return run_module(*args)
 
 
 def copy_set(root: Path, tag: str) -> Path:
@@ -48,14 +47,23 @@ def _says_damaged(proc: subprocess.CompletedProcess, run_id: str) -> None:
     assert run_id in lines[0] and "damaged" in lines[0]
 
 
+@pytest.fixture(scope="module")
+def damaged_candidate(tmp_path_factory) -> Path:
+    """Both sets, the candidate's ddp-g1-r0 damaged and collected: made once (collect is a
+    process of its own), copied for each test."""
+    root = tmp_path_factory.mktemp("damaged")
+    for tag in (BASELINE, CANDIDATE):
+        copy_set(root, tag)
+    damage_and_collect(root, CANDIDATE, "ddp-g1-r0")
+    return root
+
+
 @pytest.mark.parametrize("flags", [[], ["--fail-on-regression"], ["--fail-on", "regressions,new-failures"]])
-def test_a_damaged_run_in_the_candidate_is_exit_2(tmp_path, flags):
+def test_a_damaged_run_in_the_candidate_is_exit_2(tmp_path, flags, damaged_candidate):
     if flags[-1:] == ["regressions,new-failures"]:
         from dpbench.analysis import compare
         flags = ["--fail-on", ",".join(compare.FAIL_ON)]
-    for tag in (BASELINE, CANDIDATE):
-        copy_set(tmp_path, tag)
-    damage_and_collect(tmp_path, CANDIDATE, "ddp-g1-r0")
+    shutil.copytree(damaged_candidate, tmp_path, dirs_exist_ok=True)
     proc = cli("dpbench.compare_cli", "--results-dir", str(tmp_path), "--baseline", BASELINE,
                "--candidate", CANDIDATE, *flags)
     _says_damaged(proc, "ddp-g1-r0")

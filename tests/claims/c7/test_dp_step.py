@@ -92,6 +92,13 @@ def cpu_reduce(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def one_warmup(monkeypatch):
+    """One warm-up step a kind, not three: on the CPU there is no autotuning to wait out, and a
+    ResNet18 step is slow (the steps' plumbing is under test, not their number)."""
+    monkeypatch.setattr(dp_step, "WARMUP", 1)
+
+
 @cpu_only
 def test_dp_step_breakdown_says_it_needs_cuda(capsys):
     assert dp_step.main(["--benchmark", "off", "--batch", "512"]) == 0
@@ -143,7 +150,7 @@ def test_replica_threads_hand_an_error_back_and_keep_serving():
     pool.close()
 
 
-def test_dp_bench_steps_through_persistent_threads_on_the_cpu(cpu_reduce, monkeypatch):
+def test_dp_bench_steps_through_persistent_threads_on_the_cpu(cpu_reduce, one_warmup, monkeypatch):
     monkeypatch.setattr(dp_step, "SLOW_STEP_MS", float("inf"))   # a CPU step is slow: keep the steps asked for
     bench = dp_step.Bench(4, [0, 1], device_type="cpu")
     dp = CpuDataParallel(bench.model)
@@ -153,6 +160,7 @@ def test_dp_bench_steps_through_persistent_threads_on_the_cpu(cpu_reduce, monkey
     single = bench.staged(bench.staged_single_step, steps=2)
     assert set(single) == {*records.SINGLE_STAGES, "total", "timed_steps"}
     monkeypatch.setattr(dp_step, "SLOW_STEP_MS", 0.0)   # every step slow: the few steps instead
+    monkeypatch.setattr(dp_step, "FEW_STEPS", 3)        # (fewer than its 5, still not the 2 asked for)
     stages = bench.staged(lambda: bench.staged_dp_step(dp), steps=2)
     assert set(stages) == {*records.STAGES, "total", "timed_steps"} and stages["timed_steps"] == dp_step.FEW_STEPS
     dp.replica_threads.close()
@@ -172,7 +180,8 @@ def test_dp_staged_step_splits_the_gradients_reduce_from_backward(cpu_reduce):
     dp.replica_threads.close()
 
 
-def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_path, cpu_reduce, monkeypatch):
+def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_path, cpu_reduce, one_warmup,
+                                                                          monkeypatch):
     # dp_step.measure with DataParallel's CPU stand-in -> its JSON line -> the C7 probe's
     # observations -> the ledger's cause: every key one side writes, the other reads
     monkeypatch.setattr(dp_step, "SLOW_STEP_MS", float("inf"))

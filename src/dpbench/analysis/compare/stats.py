@@ -2,6 +2,7 @@
 spread, and the two pictures of loss curves (bit for bit, and the baseline's per-step band)."""
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -83,6 +84,7 @@ def power(effect_se: float, df: float, alpha: float) -> float:
     return float(nct.sf(crit, df, effect_se) + (far if math.isfinite(far) else 0.0))
 
 
+@functools.lru_cache(maxsize=4096)   # a root-finding on the noncentral t; calibrations ask the same df often
 def detectable_se(df: float, alpha: float, target: float = 0.8) -> float:
     """The true change, in standard errors, that a two-sided t-test at level alpha on df degrees
     of freedom finds with power `target` (solved on the noncentral t). The textbook
