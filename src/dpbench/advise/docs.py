@@ -34,6 +34,14 @@ def advise_process_group(ref: Path) -> str:
     return nccl_memory.group_note(_rows(ref), _measured(ref), link)
 
 
+@query("advise_nvml_without_group")
+def advise_nvml_without_group(ref: Path) -> str:
+    """The NVML share within its target with NCCL's memory left out (as before it was measured)."""
+    rows = error.cells([ref / name for name in error.REFERENCES], error.cached_estimates(), {})
+    s = next(x for x in error.summary(rows) if x["quantity"] == "nvml")
+    return f"{s['within_target']:.1%} of {s['cells']} cells"
+
+
 @query("advise_error_summary")
 def advise_error_summary(ref: Path) -> str:
     return error.summary_markdown(_rows(ref), error.cached_versions())
@@ -79,63 +87,130 @@ def advise_nvml_misses(ref: Path) -> str:
     return f"{len(misses)}: {', '.join(where)}, {low:+.1%} to {high:+.1%}; {nccl} of them ran with an NCCL group"
 
 
-ON_H200 = "h200-advise-032c2c6"   # dpbench advise and --check on one H200 (its README: the calls)
+# dpbench advise and --check on one H200 (each README: the calls): with the headroom, and before it
+# (the advised batch at the card's edge)
+ON_H200 = "h200-advise-1a5f006"
+AT_EDGE = "h200-advise-032c2c6"
 
 
-@cache   # read once a render: four queries quote it
-def _h200_advice(ref: Path) -> list[tuple[str, dict]]:
-    """(call folder/file stem, the advice's JSON) of every advise run in the H200 reference."""
+@cache   # read once a render: several queries quote each
+def _h200_advice(ref: Path, name: str = ON_H200) -> list[tuple[str, dict]]:
+    """(call folder/file stem, the advice's JSON) of every advise run in an H200 reference."""
     return [(f"{p.parent.name}/{p.stem}", json.loads(p.read_text()))
-            for p in sorted((ref / ON_H200).glob("*/advise-*.json"))]
+            for p in sorted((ref / name).glob("*/advise-*.json"))]
 
 
 def _pct(v: float | None) -> str:
     return "–" if v is None else f"{v:+.1%}"
 
 
-@query("advise_h200_advice", ON_H200)
-def advise_h200_advice(ref: Path) -> str:
+def _advice_table(ref: Path, name: str) -> str:
     """Each advice of the reference: the workload, GPUs and card, the recommended setup, its batch."""
     rows = []
-    for name, d in _h200_advice(ref):
+    for call, d in _h200_advice(ref, name):
         top = next((r for r in d["rows"] if r["setup"] == d["chosen"]), {})
-        rows.append([name, d["probe"]["parameters"], d["gpus"], f"{d['gpu_memory_gib']:g}", d["probe"]["precision"],
+        rows.append([call, d["probe"]["parameters"], d["gpus"], f"{d['gpu_memory_gib']:g}", d["probe"]["precision"],
                      d["chosen"] or "none", top.get("batch"), top.get("largest_batch"),
                      None if top.get("nvml_gib") is None else round(top["nvml_gib"], 1)])
     return md_table(["advice", "parameters", "GPUs", "card GiB", "precision", "recommended", "batch",
                      "largest batch", "NVML GiB (predicted)"], rows, right=(1, 2, 6, 7, 8))
 
 
-@query("advise_h200_checks", ON_H200)
-def advise_h200_checks(ref: Path) -> str:
+def _checks_table(ref: Path, name: str) -> str:
     """Every setup --check ran: out of memory, or its measured against predicted, per quantity."""
     rows = []
-    for name, d in _h200_advice(ref):
+    for call, d in _h200_advice(ref, name):
         for (setup, batch, how), got in groupby(d.get("check") or [], key=lambda c: (c["setup"], c["batch"], c["how"])):
             got = list(got)
             by = {c["what"]: c for c in got}
             failed = by.get("run")
             outcome = "out of memory" if failed and "out of memory" in (failed.get("reason") or "") else \
                 (f"failed: {failed.get('reason', '')[:60]}" if failed else "ran")
-            rows.append([name, setup, batch, how, outcome,
+            rows.append([call, setup, batch, how, outcome,
                          *[_pct(by[w]["error"]) if w in by else "–"
                            for w in ("allocated", "reserved", "nvml", "samples_per_s")]])
     return md_table(["advice", "setup", "batch", "how", "outcome", "allocated", "reserved", "NVML", "samples/s"],
                     rows, right=(2,))
 
 
-@query("advise_h200_out_of_memory", ON_H200)
-def advise_h200_out_of_memory(ref: Path) -> str:
+def _out_of_memory(ref: Path, name: str) -> str:
     """Of the setups --check ran on the GPU itself (not rehearsed) at their advised batch (each
     setup's first row; a retry one step below comes after it), how many ran out of memory."""
     advised: dict[tuple, bool] = {}
-    for name, d in _h200_advice(ref):
+    for call, d in _h200_advice(ref, name):
         for c in d.get("check") or []:
             if c["how"] == "ranks":
-                advised.setdefault((name, c["setup"]), c["what"] == "run")
+                advised.setdefault((call, c["setup"]), c["what"] == "run")
     return f"{sum(advised.values())} of the {len(advised)} setups"
+
+
+def _errors(ref: Path, name: str, what: str) -> list[float]:
+    return [c["error"] for _, d in _h200_advice(ref, name) for c in d.get("check") or []
+            if c["what"] == what and c.get("error") is not None]
+
+
+@query("advise_h200_advice", ON_H200)
+def advise_h200_advice(ref: Path) -> str:
+    return _advice_table(ref, ON_H200)
+
+
+@query("advise_h200_checks", ON_H200)
+def advise_h200_checks(ref: Path) -> str:
+    return _checks_table(ref, ON_H200)
+
+
+@query("advise_h200_out_of_memory", ON_H200)
+def advise_h200_out_of_memory(ref: Path) -> str:
+    return _out_of_memory(ref, ON_H200)
+
+
+@query("advise_h200_ranking", ON_H200)
+def advise_h200_ranking(ref: Path) -> str:
+    """Per timed check: the advised setup's measured samples/s as a share of the fastest measured."""
+    parts = []
+    for call, d in _h200_advice(ref, ON_H200):
+        rk = d.get("ranking")
+        if rk:
+            got = "did not run" if rk["advised_rate"] is None else f"{rk['share_of_best']:.1%} of {rk['best']}'s"
+            parts.append(f"{call}: the advised {rk['advised']} at {got} "
+                         f"({'within' if rk['within'] else 'not within'} {rk['tolerance']:.0%})")
+    return "; ".join(parts) or "no check timed two setups"
+
+
+@query("advise_h200_memory_errors", ON_H200)
+def advise_h200_memory_errors(ref: Path) -> str:
+    """The checks' range of errors per memory quantity (measured against predicted)."""
+    parts = []
+    for what in ("allocated", "reserved", "nvml"):
+        errs = _errors(ref, ON_H200, what)
+        if errs:
+            within = sum(abs(e) <= error.TARGETS[what] for e in errs)
+            parts.append(f"{what} {min(errs):+.1%} to {max(errs):+.1%} ({within} of {len(errs)} within "
+                         f"±{error.TARGETS[what]:.0%})")
+    return "; ".join(parts)
+
+
+@query("advise_h200_speed_errors", ON_H200)
+def advise_h200_speed_errors(ref: Path) -> str:
+    errs = _errors(ref, ON_H200, "samples_per_s")
+    return f"{min(errs):+.1%} to {max(errs):+.1%}" if errs else "none timed"
 
 
 @query("advise_h200_ref", ON_H200)
 def advise_h200_ref(ref: Path) -> str:
     return ON_H200
+
+
+@query("advise_edge_checks", AT_EDGE)
+def advise_edge_checks(ref: Path) -> str:
+    return _checks_table(ref, AT_EDGE)
+
+
+@query("advise_edge_out_of_memory", AT_EDGE)
+def advise_edge_out_of_memory(ref: Path) -> str:
+    return _out_of_memory(ref, AT_EDGE)
+
+
+@query("advise_edge_ref", AT_EDGE)
+def advise_edge_ref(ref: Path) -> str:
+    return AT_EDGE
