@@ -364,6 +364,19 @@ def test_a_trial_the_shared_gpu_cannot_hold_is_not_run_and_the_search_says_so():
     assert not search_budget(measure, 0.25, trials)["limited_by_device"]
 
 
+def test_a_trial_too_big_for_the_gpu_above_a_measured_failure_limits_nothing():
+    """As 42.3M ddp at N = 8 on one H200: the first trial (52) was too big for the shared GPU, a
+    later one (45) failed the budget by measurement: the budget, not the device, set the answer."""
+    def measure(b):
+        if b >= 50:
+            return {"batch": b, "how": "device-full", "peak_mib": None, "reserved_mib": 9e9}
+        return {"batch": b, "how": "measured", "peak_mib": 100.0 * b, "reserved_mib": 120.0 * b}
+    trials = [measure(1), measure(2)]
+    found = search_budget(measure, 4522 / 1024, trials, start=52)   # 52 within SAFE x the cap by the fit
+    assert found["smallest_failing"] < 50 and not found["limited_by_device"]
+    assert any(d[3] == "device-full" for d in found["trials"])
+
+
 @pytest.mark.slow
 def test_ranks_that_lose_step_end_within_the_collective_timeout(tmp_path):
     """Rank 1 skips a step (the planted desync): its peer's wait ends at the timeout, the case is

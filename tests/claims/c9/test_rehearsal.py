@@ -3,8 +3,11 @@ the tables drawn from a launch whose ranks lost step are drawn (seen on one H200
 cases after the first were written without a size, and the tables' reader stopped on them)."""
 from __future__ import annotations
 
-from dpbench.claims.c9 import rehearsed
+import json
+import socket
+
 from dpbench.analysis.memory_model import CONTEXT_BYTES
+from dpbench.claims.c9 import rehearsal, rehearsed
 from dpbench.claims.c9.rehearsal import device_full, failed_case, measured_context_bytes
 
 CASE = {"name": "42m-ddp", "variant": "ddp", "options": {}, "args": {"width": 512, "layers": 8, "heads": 8},
@@ -39,3 +42,21 @@ def test_the_device_guard_uses_the_context_the_ranks_measured():
     assert device_full(16_400, 8, context, total)
     assert measured_context_bytes([{"nvml_process_mib": None, "reserved_peak_mib": 10.0}]) == CONTEXT_BYTES
     assert measured_context_bytes([{"nvml_process_mib": 100.0, "reserved_peak_mib": 90.0}]) == CONTEXT_BYTES
+
+
+def test_cases_past_the_launchs_time_budget_are_rows_with_their_reason(tmp_path, monkeypatch):
+    """One gloo rank, a deadline already past: no case runs, and each is a skipped record that
+    names its model and why (the launch used to leave them out)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, val in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                     "MASTER_PORT": str(port), "DPBENCH_REHEARSAL_DEADLINE": "0"}.items():
+        monkeypatch.setenv(key, val)
+    plan, out = tmp_path / "plan.json", tmp_path / "cases.jsonl"
+    plan.write_text(json.dumps([CASE, {**CASE, "name": "42m-fsdp", "variant": "fsdp"}]))
+    assert rehearsal.main(["--plan", str(plan), "--out", str(out)]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["run_id"], r["status"], r["size"]) for r in recs] == [("42m-ddp-g1", "skipped", "512x8"),
+                                                                     ("42m-fsdp-g1", "skipped", "512x8")]
+    assert all("time budget" in r["reason"] for r in recs)

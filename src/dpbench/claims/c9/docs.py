@@ -31,7 +31,8 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-n8-8cec286", "n8-235m-42m-12m.tgz"),
             ("h200-rehearsal-n8-8cec286", "n8-42m-12m.tgz"),
             ("h200-rehearsal-n8-7288c44", "n8-12m.tar.gz"),
-            ("h200-rehearsal-n8-7288c44", "n8-42m.tar.gz"))
+            ("h200-rehearsal-n8-7288c44", "n8-42m.tar.gz"),
+            ("h200-rehearsal-n8-1a5f006", "n8-42m.tar.gz"))
 COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak")
 
 

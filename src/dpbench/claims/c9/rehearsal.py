@@ -109,8 +109,10 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
     found = largest(fits, granule=1, start=start, resolution=resolution)
     at = next((t for t in trials if t["batch"] == found["largest"]), {})
     return {"cap_gib": cap_gib, "largest": found["largest"], "smallest_failing": found["smallest_failing"],
-            # a "device-full" trial: the rehearsed ranks together could not run it on this GPU
-            "limited_by_device": any(d[3] == "device-full" for d in decided), "trials": decided, "peak_mib_at_largest": at.get("peak_mib"),
+            # the bound came from the GPU, not the budget: the smallest failing batch was a trial the
+            # rehearsed ranks together could not run on it ("device-full"); one above a batch that
+            # failed the budget by measurement limits nothing (42.3M at N = 8 on one H200)
+            "limited_by_device": any(d[3] == "device-full" and d[0] == found["smallest_failing"] for d in decided), "trials": decided, "peak_mib_at_largest": at.get("peak_mib"),
             "reserved_mib_at_largest": at.get("reserved_mib")}
 
 
@@ -292,7 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             late = [time.time() > deadline]
             dist.broadcast_object_list(late, src=0)   # every rank skips the same cases
             if late[0]:
-                if rank == 0:
+                if rank == 0:   # a case that cannot run is a row with its reason
+                    skipped = {**failed_case(case, world, "not started: the launch's time budget was spent"),
+                               "status": "skipped"}
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(skipped) + "\n")
                     print(f"[rehearsal] {case['name']}-g{world}: not started (time budget spent)", flush=True)
                 continue
             try:
