@@ -98,12 +98,18 @@ def test_nccls_memory_enters_only_the_nvml_cells_of_runs_with_an_nccl_group_on_t
     assert error.cells([SHARDING], error.cached_estimates(), elsewhere) == error.cells([SHARDING], error.cached_estimates())
 
 
-def test_the_docs_apply_a_committed_measurement_and_otherwise_leave_the_table_as_it_was(tmp_path):
+def test_the_docs_apply_a_committed_measurement_and_only_to_nccl_cells(tmp_path):
     for name in error.REFERENCES:
         (tmp_path / name).symlink_to(REF / name)
     plain = docs._rows(tmp_path)
     assert not docs._measured(tmp_path) and all(c.get("process_group_mib") is None for c in plain)
-    assert plain == docs._rows(REF)   # nothing committed yet: the published cells as they were
+    # the committed H200 measurement (h200-advise-1a5f006) enters only the NVML cells with an NCCL group
+    published = docs._rows(REF)
+    changed = [(a["source"], a["setup"], a["quantity"]) for a, b in zip(plain, published) if a != b]
+    assert len(plain) == len(published) and changed
+    assert {q for _, _, q in changed} == {"nvml"}
+    assert all(b.get("nccl_group") and b["process_group_mib"] == docs._measured(REF)["NVIDIA H200"].mib
+               for a, b in zip(plain, published) if a != b)
     with_file = tmp_path / "with"
     with_file.mkdir()
     for name in error.REFERENCES:

@@ -149,19 +149,17 @@ def _errors(ref: Path, name: str, what: str) -> list[float]:
             if c["what"] == what and c.get("error") is not None]
 
 
-@query("advise_h200_advice", ON_H200)
-def advise_h200_advice(ref: Path) -> str:
-    return _advice_table(ref, ON_H200)
+def _register_reference(prefix: str, name: str) -> None:
+    """The queries every H200 advise reference answers, as {prefix}_advice, _checks,
+    _out_of_memory and _ref (the folder's name)."""
+    query(f"{prefix}_advice", name)(lambda ref: _advice_table(ref, name))
+    query(f"{prefix}_checks", name)(lambda ref: _checks_table(ref, name))
+    query(f"{prefix}_out_of_memory", name)(lambda ref: _out_of_memory(ref, name))
+    query(f"{prefix}_ref", name)(lambda ref: name)
 
 
-@query("advise_h200_checks", ON_H200)
-def advise_h200_checks(ref: Path) -> str:
-    return _checks_table(ref, ON_H200)
-
-
-@query("advise_h200_out_of_memory", ON_H200)
-def advise_h200_out_of_memory(ref: Path) -> str:
-    return _out_of_memory(ref, ON_H200)
+_register_reference("advise_h200", ON_H200)
+_register_reference("advise_edge", AT_EDGE)
 
 
 @query("advise_h200_ranking", ON_H200)
@@ -194,23 +192,3 @@ def advise_h200_memory_errors(ref: Path) -> str:
 def advise_h200_speed_errors(ref: Path) -> str:
     errs = _errors(ref, ON_H200, "samples_per_s")
     return f"{min(errs):+.1%} to {max(errs):+.1%}" if errs else "none timed"
-
-
-@query("advise_h200_ref", ON_H200)
-def advise_h200_ref(ref: Path) -> str:
-    return ON_H200
-
-
-@query("advise_edge_checks", AT_EDGE)
-def advise_edge_checks(ref: Path) -> str:
-    return _checks_table(ref, AT_EDGE)
-
-
-@query("advise_edge_out_of_memory", AT_EDGE)
-def advise_edge_out_of_memory(ref: Path) -> str:
-    return _out_of_memory(ref, AT_EDGE)
-
-
-@query("advise_edge_ref", AT_EDGE)
-def advise_edge_ref(ref: Path) -> str:
-    return AT_EDGE
