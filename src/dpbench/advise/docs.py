@@ -192,3 +192,11 @@ def advise_h200_memory_errors(ref: Path) -> str:
 def advise_h200_speed_errors(ref: Path) -> str:
     errs = _errors(ref, ON_H200, "samples_per_s")
     return f"{min(errs):+.1%} to {max(errs):+.1%}" if errs else "none timed"
+
+
+@query("advise_h200_resnet_probe_steps", ON_H200)
+def advise_h200_resnet_probe_steps(ref: Path) -> str:
+    """ResNet18's probe: its step time at each of its two batches (why its speed is mispredicted)."""
+    d = next(d for call, d in _h200_advice(ref, ON_H200) if call.endswith("resnet18-g1"))
+    (b1, b2), (t1, t2) = d["probe"]["batches"], d["probe"]["step_s"]
+    return f"{1e3 * t1:.1f} ms at batch {b1} and {1e3 * t2:.1f} ms at {b2}"
