@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpbench.advise.predict import GIB, ProbeFacts, Setup, largest_batch, predict, setups, what_would_fit
-from dpbench.advise.rank import LINK_GBS, ranking, speed
+from dpbench.advise.rank import LINK_GBS, SCALING_SHARE, ranking, scaling_share, speed
 from dpbench.analysis.memory_model import MIB
 
 COLUMNS = ["rank", "setup", "fits", "batch", "allocated_gib", "reserved_gib", "nvml_gib", "largest_batch",
@@ -34,6 +34,7 @@ class Advice:
     misfit: dict[str, Any] | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     headroom: float = HEADROOM
+    scaling_share: float | None = None   # of the probe's larger step, what grows with the batch (rank)
 
 
 def accumulation(facts: ProbeFacts, gpus: int, batch: int, limit_mib: float, gpus_per_node: int | None) -> int:
@@ -76,7 +77,7 @@ def advise(facts: ProbeFacts, gpus: int, gpu_memory_gib: float, batch: int | Non
     table = [dict(rows[name], rank=i + 1) for i, name in enumerate(order)]
     chosen = order[0] if fits[order[0]] else None
     advice = Advice(str(facts.workload), gpus, gpu_memory_gib, batch, table, chosen, "", facts=facts.__dict__,
-                    headroom=headroom)
+                    headroom=headroom, scaling_share=scaling_share(facts))
     if chosen is None:
         advice.misfit = what_would_fit(facts, gpus, limit, gpus_per_node)
     advice.sentence = sentence(advice)
@@ -108,7 +109,14 @@ def sentence(a: Advice) -> str:
                    f"{top['samples_per_s'] / runner['samples_per_s']:.2f}x the runner-up {runner['setup']})")
     elif runner:
         why.append(f"the runner-up is {runner['setup']}")
-    return f"Use {a.chosen} on {a.gpus} GPU(s): " + " and ".join(why) + "."
+    text = f"Use {a.chosen} on {a.gpus} GPU(s): " + " and ".join(why) + "."
+    share = a.scaling_share
+    if share is not None and share < SCALING_SHARE and top["samples_per_s"]:
+        b = a.facts.get("batches") or ("?", "?")
+        text += (f" The probe's step barely grew with its batch ({share:.0%} of it at batch {b[1]} scales with the "
+                 f"batch): the host set it, so the samples/s are upper bounds; --probe-batches where the GPU sets "
+                 f"the step would rank more truly.")
+    return text
 
 
 def table_rows(a: Advice) -> list[list[Any]]:
