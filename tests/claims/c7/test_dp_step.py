@@ -200,7 +200,7 @@ def test_the_breakdown_process_feeds_the_probe_and_the_ledger_end_to_end(tmp_pat
     c = f.data["dp_step"]
     assert set(c["excess"]) == set(records.STAGES) and c["largest_excess_stage"] in records.STAGES
     assert f.data["overhead_growth"]["batches"] == [4, 8]
-    assert sum("where a DataParallel step's time goes" in e for e in f.evidence) == 2
+    assert sum(c7_text.cause_text(b) in e for b in f.data["dp_step_batches"] for e in f.evidence) == 2
     assert c7_text.finding(evidence(tmp_path / "c7", gpu_tag(), probes)).data["dp_step"]["on"]["batch"] == 4
 
 

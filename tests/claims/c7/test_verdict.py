@@ -26,4 +26,5 @@ def test_c7_verdict_follows_step_times_against_its_off_leg(tmp_path, on_ms, verd
 
 def test_c7_advice_names_the_threads_when_persistent_threads_escape_it(tmp_path):
     f = c7_text.finding(evidence(tmp_path, gpu_tag()))
-    assert "new replica threads" in f.advice and "725 ms a step" in f.advice
+    on = f.data["dp_step"]["on"]   # the advice in words: the C7 snapshot of tests/claims/test_text.py
+    assert on["threads_are_the_cost"] and (on["dp_ms"], on["dp_persistent_ms"]) == (725.0, 20.0)

@@ -3,6 +3,7 @@ from pathlib import Path
 
 
 from dpbench import results
+from dpbench.claims import NOT_RUN
 from dpbench.claims.c9 import bench, probe
 
 from claims.planted import CROSSING
@@ -13,8 +14,13 @@ def test_the_bench_prints_the_ledgers_c9_section_from_its_rows(tmp_path, monkeyp
     monkeypatch.chdir(Path(__file__).resolve().parents[3])   # experiments/claims.yaml
     one = [r for r in CROSSING if r["gpus"] == 1]
     section = bench.ledger_section(one, 12.0, tmp_path)
-    assert section.startswith("## C9:") and "**Verdict: not measured here.**" in section
-    assert "- The memory model predicts, on 2 GPUs" in section and "crossover itself was not measured" in section
-    assert "ddp on 1 GPU(s), transformer-lm-12000000 (12M parameters), fp32: largest batch 500" in section
+    (c9,) = [c for c in results.read_json(tmp_path / "c9" / "claims.json")["claims"] if c["id"] == "C9"]
+    assert c9["verdict"] == NOT_RUN and c9["data"]["crossovers"] == []
+    assert [p["cap_gib"] for p in c9["data"]["predicted"]] == [12.0]   # the memory model's prediction
+    assert {(r["variant"], r["gpus"], r["largest_batch"]) for r in c9["data"]["rows"]} == {("ddp", 1, 500),
+                                                                                           ("fsdp", 1, 500)}
+    # the section printed is the ledger's own, that finding's evidence in it (its words: the C9 snapshot)
+    assert section.startswith("## C9:") and c9["evidence"]
+    assert all(f"- {line}" in section for line in c9["evidence"])
     table = results.ResultSet(tmp_path, "c9").claim_table("largest_batch")
     assert sorted(table["variant"]) == ["ddp", "fsdp"] and table["largest_batch"].tolist() == [500, 500]

@@ -1,4 +1,5 @@
-"""C9's finding: its words come from the rows."""
+"""C9's finding: its verdict, crossovers and predictions come from the rows (its evidence in words: the C9
+snapshot of tests/claims/test_text.py)."""
 
 
 from dpbench.claims import CONFIRMED, NOT_RUN
@@ -25,18 +26,20 @@ def test_finding_words_come_from_the_rows():
     assert f.verdict == CONFIRMED
     first = {c["quantity"]: c["first_exceeds"] for c in f.data["crossovers"]}
     assert first == {"largest_batch": 235_000_000, "samples_per_s_at_largest": 1_070_000_000}
-    assert "235M" in f.summary and "1.07B" in f.summary and "12 GiB per rank" in f.summary
+    assert f.data["budgets"] == {"12 GiB": 12.0}
     assert len(f.data["rows"]) == len(CROSSING) and f.data["interconnect"] == "NV18"
     moved = [dict(r, largest_batch=8) if r["variant"] == "ddp" and r["gpus"] == 2 else r for r in CROSSING]
-    assert "first exceeds DDP at 12M parameters" in text.finding(Ev(probe_record(moved))).summary
+    first = {c["quantity"]: c["first_exceeds"] for c in text.finding(Ev(probe_record(moved))).data["crossovers"]}
+    assert first["largest_batch"] == 12_000_000
 
 
 def test_finding_on_one_gpu_predicts_and_says_not_measured():
     f = text.finding(Ev(probe_record([r for r in CROSSING if r["gpus"] == 1], gpus=1)))
     assert f.verdict == NOT_RUN and "needs 2 GPUs (found 1)" in f.not_run
-    assert "the crossover itself was not measured" in f.summary and "on one GPU: ddp on 1 GPU(s)" in f.summary
+    assert f.data["crossovers"] == [] and [p["cap_gib"] for p in f.data["predicted"]] == [12.0]   # predicted only
+    assert {(r["variant"], r["gpus"], r["largest_batch"]) for r in f.data["rows"]} == {("ddp", 1, 500), ("fsdp", 1, 500)}
     none = text.finding(Ev(None))
     assert none.verdict == NOT_RUN and "no probe record claims/C9.json" in none.not_run
     # without rows: the named devices' budgets, never the probe's cap
     assert [p["budget"] for p in none.data["predicted"]] == list(predicted.BUDGETS)
-    assert "22 GiB per rank (24GB)" in none.summary and "12 GiB" not in none.summary
+    assert [p["cap_gib"] for p in none.data["predicted"]] == [22.0, 14.0] and none.data["budgets"] == {}
