@@ -189,8 +189,7 @@ def memory_markdown(table: list[dict]) -> str:
 def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     from dpbench.analysis import rehearsal
     from dpbench.claims.c9 import text, verdict
-    from dpbench.claims.c9.predicted import BUDGETS
-    from dpbench.claims.c9.rehearsed import c9_rows, finding, mark_not_fitting
+    from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
     from dpbench.report.figstyle import save, style
     from dpbench.report.markdown import md_table
     from dpbench.report.sharding_plots import plot_rehearsed_batches, plot_rehearsed_memory
@@ -199,17 +198,16 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     cases = [r for r in records if not r.get("launched")]
     mem = rehearsal.memory_table(cases)
     traffic = rehearsal.traffic_table(cases)
-    rows = mark_not_fitting(c9_rows(cases, {n: g for n, (g, _) in BUDGETS.items()}), not_fitting)
+    rows = largest_batch_rows(cases, not_fitting)
     v = verdict.verdict_from(rows)
     crossings = [dict(c.__dict__) for c in v.crossovers]
     write_csv(out / "memory_per_rank.csv", mem, rehearsal.MEMORY_COLUMNS)
     write_csv(out / "collectives.csv", traffic, rehearsal.TRAFFIC_COLUMNS)
     write_csv(out / "largest_batch.csv", rows, LARGEST_BATCH_COLUMNS)
     with style():
-        failed = rehearsal.not_ok_rows(cases)
         for size in sorted({r["size"] for r in mem}):
-            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
-            save(plot_rehearsed_memory(mem, size, failed=gone), out / f"memory_per_rank-{size}.png")
+            save(plot_rehearsed_memory(mem, size, failed=rehearsal.not_run_at(cases, size)),
+                 out / f"memory_per_rank-{size}.png")
         save(plot_rehearsed_batches(rows, crossings), out / "largest_batch.png")
     f = finding(rows)
     cross_rows = [[c.name, c.gpus, c.budget, fmt(c.cap_gib, "{:g}"), text.params(c.first_exceeds) if c.first_exceeds
@@ -229,7 +227,7 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
              md_table(["variant", "N", "budget", "GiB", "measured", "model", "sharded/ddp per size"], cross_rows), "",
              f"**C9 ({f.verdict})**: {f.summary}", "", *[f"- {e}" for e in f.evidence], "",
              "## Not run", "", *[f"- {n['reason']} ({n['budget']})" for n in not_fitting],
-             *[f"- {r['run_id']}: {r['status']}: {r.get('reason')}" + (f" ({r['source_launch']})" if r.get("source_launch") else "")
+             *[f"- {r['run_id']}: {r['status']}: {r.get('reason')}" + (f" ({r[rehearsal.SOURCE]})" if r.get(rehearsal.SOURCE) else "")
                for r in records if r.get("status") != "ok"], "",
              "## Through dpbench's launcher (run option rehearse)", "",
              *[f"- {r['run_id']}: {r.get('status')} {r.get('reason') or ''}; config rehearse="

@@ -29,10 +29,9 @@ import torch
 import torch.distributed as dist
 
 import dpbench
-from dpbench.host.nvml import nvml, nvml_process_mib
+from dpbench.host.nvml import MIB, nvml, nvml_process_mib
 from dpbench.results.errors import error_text
 
-MIB = 2 ** 20
 TIMEOUT_S = 60.0        # the child's whole life: importing torch, CUDA, NCCL's set-up, three collectives
 INIT_TIMEOUT_S = 30     # NCCL's own bound on its set-up and collectives, inside the child's
 ELEMENTS = 1 << 10      # the collectives' tensors: small, so the allocator's share stays one block

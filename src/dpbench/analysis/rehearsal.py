@@ -105,6 +105,11 @@ def not_ok_rows(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: sort_key((x["size"], x["variant"], x["gpus"])))
 
 
+def not_run_at(records: Iterable[Mapping[str, Any]], size: str) -> list[tuple[str, int]]:
+    """(variant, N) of the size's cases that failed or did not run: what the memory figure marks."""
+    return [(f["variant"], f["gpus"]) for f in not_ok_rows(records) if f["size"] == size]
+
+
 def component_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The record's memory_components as collect writes them (one row per rank), with the
     state measured at the profiled forward's start and the closed forms' predictions."""

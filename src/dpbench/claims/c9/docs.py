@@ -16,13 +16,13 @@ from typing import Any
 
 from dpbench.analysis import rehearsal
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.predicted import BUDGETS
-from dpbench.claims.c9.rehearsed import c9_rows, finding, mark_not_fitting
+from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
+from dpbench.host.source import PROJECT
 from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = PROJECT
 FIGURES = Path("docs") / "figures"
 # Every rehearsal launch kept under results/reference, oldest first (each reference's README says
 # which launch came after which): where two measured the same case the later one's record wins.
@@ -63,7 +63,7 @@ def combined(ref: Path) -> Combined:
     records = rehearsal.combine([(name, recs) for name, (recs, _) in parts.items()])
     not_fitting = rehearsal.combine_not_fitting(nf for _, nf in parts.values())
     cases = [r for r in records if not r.get("launched")]
-    rows = mark_not_fitting(c9_rows(cases, {n: g for n, (g, _) in BUDGETS.items()}), not_fitting)
+    rows = largest_batch_rows(cases, not_fitting)
     return Combined({name: recs for name, (recs, _) in parts.items()}, records, not_fitting,
                     rehearsal.memory_table(cases), rows)
 
@@ -251,10 +251,9 @@ def draw(root: Path = ROOT) -> list[Path]:
     paths = figure_paths(root)
     paths["memory-256x4"].parent.mkdir(parents=True, exist_ok=True)
     with style():
-        failed = rehearsal.not_ok_rows(c.records)
         for size in ("256x4", "512x8", "1024x16"):
-            gone = [(f["variant"], f["gpus"]) for f in failed if f["size"] == size]
-            save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", gone), paths[f"memory-{size}"])
+            save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", rehearsal.not_run_at(c.records, size)),
+                 paths[f"memory-{size}"])
         save(plot_rehearsed_batches(c.rows, [dict(x.__dict__) for x in c.crossovers()]), paths["largest-batch"])
     return list(paths.values())
 

@@ -18,6 +18,7 @@ GIB = 2 ** 30
 # name -> (GiB PyTorch may allocate per rank, the devices it stands for)
 BUDGETS = {"24GB": (22.0, "a 24 GB card (RTX 4090, L4, A10G: 22.5-24 GiB to CUDA)"),
            "16GB": (14.0, "a 16 GB card (T4, V100-16GB: 14.6-15.8 GiB to CUDA)")}
+BUDGET_GIB = {name: gib for name, (gib, _) in BUDGETS.items()}   # what PyTorch may allocate, by budget
 
 
 def predicted_state_bytes(variant: str, parameters: int, ranks: int, param_bytes: float = 4.0,

@@ -264,11 +264,12 @@ def count_reducer(module) -> dict[str, Any]:
     return counts
 
 
-def failed_case(case: dict[str, Any], world: int, reason: str) -> dict[str, Any]:
-    """The record of a case that did not run to its end: its identity and size, for the tables."""
+def failed_case(case: dict[str, Any], world: int, reason: str, status: str = "failed") -> dict[str, Any]:
+    """The record of a case that did not run to its end (or, "skipped", did not start): its
+    identity and size, for the tables."""
     a = {"seq_len": 512, "vocab": 32768, "tied": True, **case["args"]}
     return {"run_id": f"{case['name']}-g{world}", "case": case["name"], "variant": case["variant"], "gpus": world,
-            "status": "failed", "reason": reason, "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
+            "status": status, "reason": reason, "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
             "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
             "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
 
@@ -295,8 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.broadcast_object_list(late, src=0)   # every rank skips the same cases
             if late[0]:
                 if rank == 0:   # a case that cannot run is a row with its reason
-                    skipped = {**failed_case(case, world, "not started: the launch's time budget was spent"),
-                               "status": "skipped"}
+                    skipped = failed_case(case, world, "not started: the launch's time budget was spent", "skipped")
                     with open(args.out, "a") as f:
                         f.write(json.dumps(skipped) + "\n")
                     print(f"[rehearsal] {case['name']}-g{world}: not started (time budget spent)", flush=True)

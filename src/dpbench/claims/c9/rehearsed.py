@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 from dpbench.analysis.memory_model import MIB, predicted_bytes, setting_of
 from dpbench.analysis.rehearsal import short_reason
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.predicted import predicted_largest_batch
+from dpbench.claims.c9.predicted import BUDGET_GIB, predicted_largest_batch
 from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
 from dpbench.claims.records import Finding, ProbeRecord, obs
 
@@ -88,6 +88,13 @@ def mark_not_fitting(rows: list[dict[str, Any]], not_fitting: Iterable[Mapping[s
             if r["gpus"] == nf["ranks"] and r["budget"] == nf["budget"] and r["largest_batch"] is None:
                 r["reason"] = nf["reason"]
     return rows
+
+
+def largest_batch_rows(cases: Iterable[Mapping[str, Any]],
+                       not_fitting: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """C9's rows of rehearsed cases at the named budgets (c9.predicted.BUDGETS), the budgets N
+    ranks could not rehearse saying why."""
+    return mark_not_fitting(c9_rows(cases, BUDGET_GIB), not_fitting)
 
 
 def probe_record(rows: list[dict[str, Any]]) -> ProbeRecord:

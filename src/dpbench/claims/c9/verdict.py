@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpbench.claims import CONFIRMED, NOT_RUN, NUANCE
-from dpbench.claims.c9.predicted import BUDGETS, prediction
+from dpbench.claims.c9.predicted import BUDGET_GIB, prediction
 from dpbench.claims.records import ProbeRecord
 from dpbench.results import LARGEST_BATCH_COLUMNS
 
@@ -170,8 +170,7 @@ def verdict_from(rows: list[dict[str, Any]]) -> C9Verdict:
     found = crossovers(rows)
     if not found:   # the closed forms at the rows' budgets, else at the named devices' (c9.predicted.BUDGETS)
         sizes = sorted({int(r["parameters"]) for r in rows if r.get("parameters")})
-        named = {n: g for n, (g, _) in BUDGETS.items()}
-        pred = [dict(prediction(sizes, gib), budget=name) for name, gib in (budgets or named).items()]
+        pred = [dict(prediction(sizes, gib), budget=name) for name, gib in (budgets or BUDGET_GIB).items()]
         return C9Verdict(NOT_RUN, [], one, pred, caps[-1] if caps else None, budgets=budgets)
     batch = any(c.first_exceeds is not None for c in found if c.quantity == "largest_batch")
     speed = any(c.first_exceeds is not None for c in found if c.quantity == "samples_per_s_at_largest")
