@@ -2,11 +2,19 @@
 there is no caching allocator to ask (the CPU), the peak since the last mark and the level at
 each mark, with the tracker's breakdown by kind at the peak (run.components.PhasePeaks reads it).
 
-What the tracker counts: every tensor storage allocated by an op under its dispatch mode, plus
-those registered before the step (the module's parameters, buffers and gradients, the
-optimizer's state, the step's inputs). It misses storages allocated outside Python dispatch
-before it was entered: DDP's reducer's flat gradient buckets (unless gradient_as_bucket_view
-makes the gradients their views).
+What the tracker counts: every tensor storage an op allocates under its dispatch mode on the
+step's thread, and those registered before the step (the module's parameters, buffers and
+gradients, the optimizer's state, the step's inputs); a DTensor by its local shard. What it
+misses (gloo ranks, a tiny transformer LM, torch 2.14): DDP's (and ZeRO-1's) flat gradient
+buckets, which its reducer allocates in C++ before the tracker is entered, unless
+gradient_as_bucket_view makes them the gradients' storage. On DDP's second step (the rehearsal's
+profiled one) the reducer rebuilds them in the forward: the new buckets are counted from there
+(as "Activation"), the old ones never were, so the step's start is their bytes short and the
+activation peak their bytes long. On a later step the buckets stay unseen and a tensor of their
+size appears in each backward (as "Temp") and outlives the step. FSDP2 and HSDP (1-D and 2-D
+meshes): the step's start is exactly the counted shards and inputs; the all-gather outputs and
+unsharded parameters are counted by kind; no "Reduce Scatter" kind shows on gloo (the backward's
+buffers fall under "Temp"). A backend's own buffers (gloo's) are no tensors and unseen.
 """
 from __future__ import annotations
 
