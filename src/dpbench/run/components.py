@@ -123,7 +123,7 @@ class PhasePeaks:
 
     def __init__(self, device: torch.device, live: LiveTensors | None = None):
         self.cuda = device.type == "cuda"
-        self.live = None if self.cuda else live
+        self.live = live   # the CPU's; CUDA asks its allocator
         self.device, self.peaks, self.ends, self.start = device, {}, {}, 0
         self.kinds: dict[str, dict[str, int]] = {}
 
@@ -138,7 +138,7 @@ class PhasePeaks:
 
     def mark(self, phase: str) -> None:
         """The peak since the last mark and the level now; a phase marked again (each
-        micro-batch's forward and backward) keeps its largest."""
+        micro-batch's forward and backward) keeps its largest of each."""
         if self.cuda:
             torch.cuda.synchronize(self.device)
             for key, value in ((phase, torch.cuda.max_memory_allocated(self.device)),

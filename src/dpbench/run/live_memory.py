@@ -36,7 +36,7 @@ PEAK_ATTRIBUTES = ("_peak_mem", "_peak_mem_snap")
 
 def tracker_for(variant: Variant, optimizer: torch.optim.Optimizer, inputs: tuple) -> MemTracker:
     """FSDPMemTracker over a fully_shard root (it tells sharded from unsharded parameters and
-    gradients, and the all-gather and reduce-scatter buffers), else a MemTracker over the
+    gradients, and the all-gather outputs), else a MemTracker over the
     module, the optimizer's state and the inputs. ZeRO-1's state is its local optimizer's
     (ZeroRedundancyOptimizer's own `state` is empty)."""
     local = getattr(optimizer, "optim", optimizer)
@@ -55,8 +55,8 @@ def _kind(key: Any) -> str:
 
 
 class LiveTensors:
-    """A context manager around the step: the live bytes on `device` now (`level`), and the
-    peak since the last `restart_peak` with its bytes by kind (`peak`)."""
+    """A context manager around the step: the live bytes on `device` now (`level`), and at
+    each mark the peak since the last one with its bytes by kind (`mark`)."""
 
     def __init__(self, variant: Variant, optimizer: torch.optim.Optimizer, inputs: tuple,
                  device: torch.device):
@@ -84,6 +84,7 @@ class LiveTensors:
     def restart_peak(self) -> None:
         """From now on the peak is the live bytes' (what MemTracker's __enter__ does)."""
         now = self.tracker.get_tracker_snapshot("current")
+        # private (PEAK_ATTRIBUTES, checked at construction): no public reset of the peak
         self.tracker._peak_mem_snap = now
         self.tracker._peak_mem = {dev: snap[TOTAL] for dev, snap in now.items()}
 
