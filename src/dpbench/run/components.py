@@ -3,7 +3,8 @@
 Memory (one row per rank, the record's `memory_components`): the bytes of the tensors this rank
 holds after the step, counted from the tensors themselves (a DTensor's local shard; ZeRO-1's
 optimizer state is this rank's partition), so also on the CPU; on CUDA, the allocator's peak
-in each phase of the step (forward, backward, optimizer step).
+in each phase of the step (forward, backward, optimizer step) and what it holds as each
+ends; on the CPU, where asked, the same from the live tensors (run.live_memory).
 
 Collectives (the record's `collectives`, rank 0's): a dispatch mode counts the collectives
 CommDebugMode knows, as Python dispatch sees them (FSDP2's all-gathers and reduce-scatters, ZeRO-1's broadcasts, DDP's
@@ -26,6 +27,7 @@ from torch.distributed.tensor.debug import _comm_mode as known
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dpbench.run.live_memory import LiveTensors
 from dpbench.run.step import train_step
 from dpbench.run.variants import StepLosses, Variant
 from dpbench.workloads.calls import Inputs, first_tensor
@@ -113,35 +115,52 @@ def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
 
 
 class PhasePeaks:
-    """The allocator's peak in each phase of the step (CUDA only: None on the CPU)."""
+    """The memory of each phase of the step (forward, backward, optimizer step): its peak and
+    what is held as it ends (`<phase>_end_mib`; forward's is where the backward starts). On
+    CUDA the allocator's; on the CPU, where asked (`live`), the live tensors PyTorch's
+    MemTracker counts, with each peak's bytes by kind (`<phase>_peak_by_kind_mib`) and no
+    reserved peak (no cache); else None on the CPU, and no ends."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, live: LiveTensors | None = None):
         self.cuda = device.type == "cuda"
-        self.device, self.peaks, self.start = device, {}, 0
+        self.live = live   # the CPU's; CUDA asks its allocator
+        self.device, self.peaks, self.ends, self.start = device, {}, {}, 0
+        self.kinds: dict[str, dict[str, int]] = {}
 
     def begin(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             self.start = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+        elif self.live is not None:
+            self.start = self.live.level()
+            self.live.restart_peak()
 
     def mark(self, phase: str) -> None:
-        """The peak since the last mark; a phase marked again (each micro-batch's forward and
-        backward) keeps its largest."""
+        """The peak since the last mark and the level now; a phase marked again (each
+        micro-batch's forward and backward) keeps its largest of each."""
         if self.cuda:
             torch.cuda.synchronize(self.device)
             for key, value in ((phase, torch.cuda.max_memory_allocated(self.device)),
                                (f"{phase}_reserved", torch.cuda.max_memory_reserved(self.device))):
                 self.peaks[key] = max(self.peaks.get(key, 0), value)
+            self.ends[phase] = max(self.ends.get(phase, 0), torch.cuda.memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
+        elif self.live is not None:
+            peak, kinds, now = self.live.mark(phase)
+            if peak >= self.peaks.get(phase, 0):
+                self.peaks[phase], self.kinds[phase] = peak, kinds
+            self.ends[phase] = max(self.ends.get(phase, 0), now)
 
-    def row(self) -> dict[str, float | None]:
-        if not self.cuda:
+    def row(self) -> dict[str, Any]:
+        if not self.cuda and self.live is None:
             return {f"{p}_peak_mib": None for p in PHASES} | {"activation_peak_mib": None, "reserved_peak_mib": None}
         mib = {f"{p}_peak_mib": self.peaks[p] / MIB for p in PHASES}
         activations = max(self.peaks["forward"], self.peaks["backward"]) - self.start
-        reserved = max(self.peaks[f"{p}_reserved"] for p in PHASES)
-        return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved / MIB}
+        reserved = max(self.peaks[f"{p}_reserved"] for p in PHASES) / MIB if self.cuda else None
+        ends = {f"{p}_end_mib": self.ends[p] / MIB for p in PHASES}
+        kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in self.kinds[p].items()} for p in PHASES if p in self.kinds}
+        return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved} | ends | kinds
 
 
 def own_parameters(units: list[nn.Module]) -> list[list[torch.Tensor]]:
@@ -305,15 +324,20 @@ def _now() -> float:
 
 def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y: torch.Tensor,
                   n_global: int, autocast, distributed: bool, accumulate: int = 1,
-                  probe: StepProbe | None = None) -> tuple[StepLosses, dict[str, Any], list[dict]]:
+                  probe: StepProbe | None = None, track_cpu: bool = False
+                  ) -> tuple[StepLosses, dict[str, Any], list[dict]]:
     """One training step (the engine's train_step, with its micro-batches) with its memory by
     phase and, in a distributed run, its collectives: (losses, this rank's memory row,
     collective rows); `probe`, where given, gets what the mechanism checks read. A compiled
     module (or compiled units) runs without the counter and the saved-activation hooks (a
     dispatch mode around a compiled graph would change what runs): its collectives are DDP's
-    buckets alone."""
-    peaks = PhasePeaks(first_tensor(x).device)
+    buckets alone. `track_cpu`: on the CPU, the memory by phase from the live tensors
+    (run.live_memory) in place of None (rehearsed ranks; not with a compiled module)."""
+    device = first_tensor(x).device
     compiled = isinstance(variant.module, torch._dynamo.eval_frame.OptimizedModule) or variant.compiled_units
+    tracked = track_cpu and device.type == "cpu" and not compiled
+    live = LiveTensors(variant, optimizer, (x, y), device) if tracked else None
+    peaks = PhasePeaks(device, live)
     counter = CollectiveCounter() if distributed and not compiled else None
     probe = probe or StepProbe()
     saved = SavedActivations(variant.checkpointed) if variant.checkpointed and not compiled else None
@@ -321,11 +345,12 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
 
     def mark(phase: str) -> None:
         peaks.mark(phase)
-        probe.mark(phase, variant, first_tensor(x).device)
+        probe.mark(phase, variant, device)
 
-    peaks.begin()
-    probe.start(counter)
-    with counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext():
+    with (counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext(),
+          live if live is not None else nullcontext()):
+        peaks.begin()   # inside the tracker: FSDPMemTracker counts the sharded state as it is entered
+        probe.start(counter)
         losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
     rows = [dict(r, source="counted") for r in counter.rows()] if counter is not None else []
     if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):

@@ -16,7 +16,8 @@ budget when every rank's allocated peak of one training step at that batch stays
 The step runs uncapped and the ranks decide together from the gathered peaks (a capped step
 that ran out of memory on one rank would leave its peers waiting in a collective); a batch
 whose peak the trials so far put beyond SAFE x the budget (peak linear in the batch, fitted on
-the measured trials) is decided without running it, and the trial says so.
+the measured trials) is decided without running it, and the trial says so. On the CPU (no
+allocator, no search) the profiled step's peaks by phase are its live tensors' (run.live_memory).
 
 Rank 0 appends one JSON line per case to --out: a record-like dict (run_id, variant, gpus,
 options, config, parameters, param_bytes, memory_components, collectives, status, reason,
@@ -186,7 +187,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
         train_step(variant, opt, x, y, case["batch"] * world)        # warm: the momentum exists from here
     reducer["on"] = True
     losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
-                                                               nullcontext, True)
+                                                               nullcontext, True, track_cpu=not cuda)
     reducer["on"] = False
     if reducer["count"] and any(c.get("source") == "buckets" for c in rec["collectives"]):
         # the reducer's all-reduces as its comm hook counted them, in place of its bucket sizes
