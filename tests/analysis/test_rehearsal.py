@@ -297,6 +297,23 @@ def test_c9_text_is_computed_from_search_records_with_its_conditions():
     assert first[("fsdp", "24GB")] == 235_000_000 and first[("fsdp", "16GB")] == 42_000_000
 
 
+def test_c9s_model_leaves_a_sharded_rank_the_gradients_ddp_frees_where_the_backward_peaks():
+    a, b = 3000.0, 400.0                       # DDP's one-rank line: MiB at batch 0, MiB a sample
+    trials = [{"batch": n, "how": "measured", "peak_mib": a + b * n} for n in (1, 2)]
+    ddp = search_record("ddp", 1, "1024x16", {"24GB": 40}, trials=trials)
+    fsdp = search_record("fsdp", 4, "1024x16", {"24GB": 48})
+    p = SIZES["1024x16"]
+    for backward in (True, False):
+        # DDP's profiled step peaked in its backward (past its forward's peak), or in its forward
+        ddp["memory_components"] = [{"forward_peak_mib": 900.0, "backward_peak_mib": 1000.0 if backward else 800.0}]
+        rows = {r["variant"]: r for r in rehearsed.c9_rows([ddp, fsdp], {"24GB": 22.0})}
+        freed = 4 * p / MIB if backward else 0.0                       # the gradients zero_grad frees: b·P
+        overhead = a - (16 * p / MIB - freed)                           # DDP's line less what it holds then
+        held = 12 * p / 4 / MIB - (freed / 4)                          # fsdp on 4: 12·P/4 less its gradients
+        assert rows["fsdp"]["predicted_largest_batch"] == math.floor((22 * 1024 - held - overhead) / b)
+        assert rows["ddp"]["predicted_largest_batch"] == math.floor((22 * 1024 - a) / b)
+
+
 def probe_of(rows):
     from dpbench.claims.records import ProbeRecord, obs
     observations = [obs(verdict.CONDITIONS_ID, "where", interconnect="one GPU")]

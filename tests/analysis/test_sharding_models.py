@@ -87,6 +87,49 @@ def test_the_measured_state_is_the_peak_less_the_activations_and_the_data():
     assert M.measured_state({"forward_peak_mib": None, "activation_peak_mib": None}) is None
 
 
+def test_units_held_at_the_peak_are_every_unit_without_resharding_at_any_n():
+    # FSDP2 copies units out at one rank too: every unit is held at N = 1 as at N = 4
+    for ranks in (1, 4):
+        assert state_bytes(variant="fsdp", ranks=ranks, reshard_after_forward=False)["held_at_peak"] == 4 * RESNET18
+    assert state_bytes(variant="hsdp", ranks=4, reshard_after_forward=False, precision="bf16")["held_at_peak"] \
+        == 2 * RESNET18
+    assert state_bytes(variant="fsdp", ranks=4, largest_unit_bytes=9.0 * MIB)["held_at_peak"] == 0
+    assert state_bytes(variant="ddp", ranks=4)["held_at_peak"] == 0
+
+
+def peak_row(variant, gpus, forward, backward, start, grads, held=0.0, **kw):
+    """A memory_components row: phase peaks (MiB) and the closed forms' gradients and held units."""
+    return {"run_id": f"{variant}-{gpus}", "variant": variant, "gpus": gpus, "options": "b8", "device": 0,
+            "forward_peak_mib": forward, "backward_peak_mib": backward,
+            "activation_peak_mib": max(forward, backward) - start, "predicted_gradients_mib": grads,
+            "predicted_held_at_peak_mib": held, **kw}
+
+
+def test_a_backward_peak_past_zero_grad_rises_by_the_gradients_a_sharded_rank_frees_less():
+    # one rank: state 300 (gradients 100 of it), forward peak 900, backward peak 1000 (past the forward)
+    one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0)
+    four = peak_row("fsdp", 4, 700.0, 800.0, 75.0, 25.0)
+    keep = peak_row("fsdp", 4, 700.0, 800.0, 75.0, 25.0, held=40.0, run_id="keep")
+    out = {r["run_id"]: r for r in M.with_references([one, four, keep])}
+    assert out["fsdp-1"]["predicted_activation_peak_mib"] == 700.0                  # itself
+    assert out["fsdp-4"]["predicted_activation_peak_mib"] == 700.0 + (100.0 - 25.0)  # frees 25, not 100
+    assert out["keep"]["predicted_activation_peak_mib"] == 775.0 + 40.0              # every unit held
+    # the forward's peak higher: nothing freed there, the gradients' term drops out of the max
+    fwd_one, fwd_four = peak_row("fsdp", 1, 1000.0, 950.0, 300.0, 100.0), peak_row("fsdp", 4, 0, 0, 0, 25.0)
+    assert M.predicted_peaks(fwd_four, fwd_one)["activation_peak_mib"] == 700.0
+    # a backward peak below the forward's but past the level the forward ended at: after zero_grad
+    ended = dict(fwd_one, forward_end_mib=900.0)
+    assert M.predicted_peaks(fwd_four, ended)["activation_peak_mib"] == max(700.0, 650.0 + 75.0)
+    assert M.predicted_peaks(fwd_four, {"forward_peak_mib": None}) is None
+
+
+def test_reserved_follows_the_predicted_peak_and_the_state_saved():
+    one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
+    four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_state_mib=75.0)
+    # 1200 less the 225 of state saved, plus the 75 the activation peak rises by
+    assert M.predicted_peaks(four, one)["reserved_peak_mib"] == 1200.0 - 225.0 + 75.0
+
+
 # -- traffic --------------------------------------------------------------------------------
 
 P = 1000

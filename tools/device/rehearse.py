@@ -8,6 +8,7 @@ tars on any machine (torch-free).
     python tools/device/rehearse.py --part 1 --out $OUT          # N = 1, 2, 4 (+ one dpbench launch)
     python tools/device/rehearse.py --part 2 --out $OUT          # N = 8
     python tools/device/rehearse.py --ranks 4 8 --out $OUT       # only these N, no launcher run
+    python tools/device/rehearse.py --ranks 1 2 --variants fsdp fsdp-keep --out $OUT   # only these cases
     python tools/device/rehearse.py --combine A.tar.gz B.tar.gz --out DIR   # oldest first: B wins
     python tools/device/rehearse.py --part 1 --tiny --out /tmp/r  # the CPU check: tiny models, gloo
 
@@ -65,14 +66,16 @@ def budgets_for(ranks: int, device_gib: float | None) -> tuple[dict[str, float],
     return ok, why
 
 
-def plan(sizes: dict, ranks: int, budgets: dict[str, float], seq_len: int | None = None) -> list[dict]:
+def plan(sizes: dict, ranks: int, budgets: dict[str, float], seq_len: int | None = None,
+         only: tuple[str, ...] | None = None) -> list[dict]:
+    """Every (size, variant) case at this N; `only`: these VARIANTS names."""
     cases = []
     for size, ((width, layers), batch) in sizes.items():
         args = {"width": width, "layers": layers, "heads": max(2, width // 64)}
         if seq_len:
             args.update(seq_len=seq_len, vocab=64)
         for name, variant, options, fewest in VARIANTS:
-            if ranks < fewest or (variant == "hsdp" and ranks % HSDP_SHARD):
+            if ranks < fewest or (variant == "hsdp" and ranks % HSDP_SHARD) or (only and name not in only):
                 continue
             cases.append({"name": f"{size}-{name}", "variant": variant, "options": options, "args": args,
                           "batch": batch, "budgets": budgets})
@@ -89,7 +92,7 @@ def device_gib() -> float | None:
 
 
 def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | None = None,
-             ranks_list: tuple[int, ...] | None = None) -> list[dict]:
+             ranks_list: tuple[int, ...] | None = None, only: tuple[str, ...] | None = None) -> list[dict]:
     """The part's launches (or only `ranks_list`'s: a part whose N were not reached, again);
     the records, and not_fitting.json under `out` (the work folder)."""
     started = time.time()
@@ -108,7 +111,7 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
             print(f"N={ranks}: not started (time budget spent)", flush=True)
             continue
         budgets, why = budgets_for(ranks, gib)
-        cases = plan(TINY if tiny else (sizes or SIZES), ranks, budgets, seq_len=16 if tiny else None)
+        cases = plan(TINY if tiny else (sizes or SIZES), ranks, budgets, seq_len=16 if tiny else None, only=only)
         not_fitting += [{"ranks": ranks, "budget": b, "reason": w, "cases": [c["name"] for c in cases]}
                         for b, w in why.items()]
         plan_file, lines = work / f"plan-{ranks}.json", work / f"cases-{ranks}.jsonl"
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="+", choices=[*SIZES, *MORE], help="model sizes (default: 12m 42m 235m)")
     ap.add_argument("--ranks", nargs="+", type=int, choices=[n for p in PARTS.values() for n in p],
                     help="only these N (no launcher run): the N a part did not reach, in a call of their own")
+    ap.add_argument("--variants", nargs="+", choices=[v[0] for v in VARIANTS], help="only these cases' variants")
     ap.add_argument("--work", type=Path, default=Path("/tmp/rehearse-work"), help="runs, tables and figures")
     args = ap.parse_args(argv)
     if not (args.part or args.ranks) and not args.combine:
@@ -288,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sizes = {k: {**SIZES, **MORE}[k] for k in args.sizes} if args.sizes else None
         ranks = tuple(args.ranks) if args.ranks else None
-        records = run_part(args.part or "1", work, args.tiny, args.budget_s, sizes, ranks)
+        records = run_part(args.part or "1", work, args.tiny, args.budget_s, sizes, ranks,
+                           tuple(args.variants) if args.variants else None)
         not_fitting = json.loads((work / "not_fitting.json").read_text())
         tag = f"part{args.part}" if not ranks else "n" + "-".join(map(str, ranks))
     md = analyse(records, work, not_fitting)

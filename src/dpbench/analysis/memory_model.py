@@ -19,8 +19,18 @@ single all-gather the rank's collective counter saw (`largest_gather_mib`).
 Per rank under rehearsal (N ranks sharing one GPU, each its own process and allocator, doc
 docs/sharding.md): every term above is per rank; the activation peak and the allocator's
 reserved bytes are predicted from the one-rank run of the same variant and per-rank batch
-(`with_references`): activations do not depend on N at a fixed per-rank batch, except by the
-gathered units; reserved shifts by what the state saves.
+(`with_references`), phase by phase, since what a rank holds at a phase's peak differs:
+  - forward: the state (last step's gradients included) and the activations;
+  - backward: the step has freed last step's gradients (zero_grad(set_to_none=True) after the
+    forward), so a backward peak past the level the forward ended at holds the state less its
+    gradients: b·P at one rank, b·P/N under fsdp, so sharded ranks' activation peaks, measured
+    from the state, rise by b·P·(1 - 1/N);
+  - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
+    at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
+    falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
+    tracker); a peak inside a unit adds its all-gather buffer, at most the largest unit.
+Activations themselves do not depend on N at a fixed per-rank batch; reserved follows the
+predicted peak.
 
 Unsharded parameters are in the compute dtype: 2 bytes under bf16 (MixedPrecisionPolicy's bf16
 parameters, fp32 reduction), b otherwise. The state is what a rank holds between steps: the
@@ -39,7 +49,8 @@ BF16_BYTES = 2
 TOLERANCE = 0.05        # a component further than this from its prediction is flagged
 # What the closed forms predict (the table's predicted_<name>_mib), and which of them a record
 # measures too (its <name>_mib; state: measured_state).
-PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit")
+PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit",
+             "held_at_peak")
 COMPARED = ("parameters", "gradients", "optimizer", "state", "largest_unit", "activation_peak", "reserved_peak")
 # the measured column of each compared component where it is not <component>_mib
 MEASURED_AS = {"largest_unit": "largest_gather_mib"}
@@ -85,8 +96,9 @@ def optimizer_slots(config: Mapping[str, Any]) -> int:
 def predicted_bytes(s: Setting) -> dict[str, float | None]:
     """Bytes per device: parameters, gradients, optimizer state, DDP's gradient buckets, their sum
     (`state`: what a rank holds between steps, the last step's gradients included, since the
-    step zeroes them after its forward), and the unsharded parameters a sharded variant adds
-    while it computes (`unsharded`; None where the largest unit is not known)."""
+    step zeroes them after its forward), the unsharded parameters a sharded variant adds
+    while it computes (`unsharded`, at most: None where the largest unit is not known), and
+    those it holds at its step's peaks (`held_at_peak`, module docstring)."""
     shard = s.shard_size
     params = s.param_bytes * s.parameters / shard
     grads = s.param_bytes * s.parameters / shard
@@ -95,12 +107,15 @@ def predicted_bytes(s: Setting) -> dict[str, float | None]:
         else s.param_bytes * s.parameters   # DDP's flat buckets beside the .grad tensors
     unsharded: float | None = 0.0
     largest: float | None = 0.0
+    every_unit = s.variant in ("fsdp", "hsdp") and not s.reshard_after_forward
     if s.variant in ("fsdp", "hsdp") and shard > 1:   # a shard group of one gathers nothing
         # the unit in the compute dtype (bf16 under MixedPrecisionPolicy), stored as param_bytes
         largest = None if s.largest_unit_bytes is None else s.largest_unit_bytes * s.compute_bytes / s.param_bytes
-        unsharded = s.compute_bytes * s.parameters if not s.reshard_after_forward else largest
+        unsharded = s.compute_bytes * s.parameters if every_unit else largest
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "buckets": buckets,
-            "state": params + grads + optimizer + buckets, "unsharded": unsharded, "largest_unit": largest}
+            "state": params + grads + optimizer + buckets, "unsharded": unsharded, "largest_unit": largest,
+            # at the step's peaks: every unit kept unsharded (copied out at one rank too), else none
+            "held_at_peak": s.compute_bytes * s.parameters if every_unit else 0.0}
 
 
 def rank_estimate_bytes(s: Setting, cap_bytes: float | None = None) -> float:
@@ -177,23 +192,50 @@ def reference_key(row: Mapping[str, Any]) -> tuple:
     return variant, _options_key(row)
 
 
+def _number(row: Mapping[str, Any], key: str) -> float:
+    value = row.get(key)
+    return float(value) if is_number(value) else 0.0
+
+
+def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float] | None:
+    """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
+    its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
+    the state as there; the backward's, where it lies past the level the forward ended at (it
+    then comes after zero_grad freed the gradients), as there plus the gradients this N frees
+    less than one rank does; both plus the units this N holds at its peaks beyond ref's.
+    Reserved: ref's, shifted as the predicted peak shifts. None without ref's peaks."""
+    names = ("forward_peak_mib", "backward_peak_mib", "activation_peak_mib")
+    if not all(is_number(ref.get(k)) for k in names):
+        return None
+    start = max(ref["forward_peak_mib"], ref["backward_peak_mib"]) - ref["activation_peak_mib"]
+    forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
+    # the backward phase begins at the forward's end level: a peak above it follows zero_grad
+    # (without that level recorded, above the forward's peak, which is at least as high)
+    ended = ref.get("forward_end_mib") if is_number(ref.get("forward_end_mib")) else ref["forward_peak_mib"]
+    if ref["backward_peak_mib"] > ended:
+        backward += _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
+    held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
+    activation = max(forward, backward) + held
+    out = {"activation_peak_mib": activation}
+    if is_number(ref.get("reserved_peak_mib")) and is_number(row.get("predicted_state_mib")) \
+            and is_number(ref.get("predicted_state_mib")):
+        saved = ref["predicted_state_mib"] - row["predicted_state_mib"]
+        out["reserved_peak_mib"] = ref["reserved_peak_mib"] - saved + activation - ref["activation_peak_mib"]
+    return out
+
+
 def with_references(rows: list[Mapping[str, Any]], key=reference_key) -> list[dict[str, Any]]:
     """Rows with predicted_activation_peak_mib and predicted_reserved_peak_mib where a one-rank
     row of the same key (variant and options: the same per-rank batch, weak scaling) measured
-    them: activations as there, plus the gathered units this N adds (none at one rank);
-    reserved as there, less the state this N saves and plus the units it adds."""
+    them (predicted_peaks)."""
     one = {key(r): r for r in rows if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
     out = []
     for row in rows:
         row = dict(row)
         ref = one.get(key(row))
-        if ref is not None:
-            gathered = (row.get("predicted_unsharded_mib") or 0.0) - (ref.get("predicted_unsharded_mib") or 0.0)
-            row["predicted_activation_peak_mib"] = ref["activation_peak_mib"] + gathered
-            if is_number(ref.get("reserved_peak_mib")) and is_number(row.get("predicted_state_mib")) \
-                    and is_number(ref.get("predicted_state_mib")):
-                saved = ref["predicted_state_mib"] - row["predicted_state_mib"]
-                row["predicted_reserved_peak_mib"] = ref["reserved_peak_mib"] - saved + gathered
+        peaks = predicted_peaks(row, ref) if ref is not None else None
+        for name, value in (peaks or {}).items():
+            row[f"predicted_{name}"] = value
         out.append(row)
     return out
 

@@ -15,8 +15,8 @@ and c per parameter as gathered (2 under bf16 fsdp/hsdp, else b):
     hsdp                fsdp's within a shard group of S ranks, plus all_reduce P·b/S across the
                         N/S replicas (called on one replica too, N = S: its payload counted, wire 0)
 
-FSDP2 does not reshard the root unit after its forward, so the measured backward all-gather lacks
-the root's parameters (docs/sharding.md). With gradient accumulation over k micro-batches (one
+dpbench passes reshard_after_forward to every fully_shard call, the root's too, so FSDP2 gathers
+the root again for the backward: the counted all-gathers are the whole 2·P·c (docs/sharding.md). With gradient accumulation over k micro-batches (one
 optimizer step, the sync deferred to the last: run.knobs) fsdp/hsdp gather k times, hsdp over
 several replicas also reduce-scatters k times (its all-reduce across replicas is what waits),
 and every other reduction happens once. Numbers only (torch-free).

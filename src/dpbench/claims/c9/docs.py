@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.analysis import rehearsal
+from dpbench.analysis.memory_model import MIB
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
@@ -163,6 +164,47 @@ def rehearsal_peak_misses(ref: Path) -> str:
         said = "; ".join(f"{v} at {names[sz]}: {', '.join(ns)}" for (v, sz), ns in groups.items())
         lines.append(f"- {comp.replace('_', ' ')}: {said or 'none'}")
     return "\n".join(lines)
+
+
+@query("rehearsal_activation_error")
+def rehearsal_activation_error(ref: Path) -> str:
+    """The largest |error| of the activation peak at N >= 2 over every size and variant."""
+    worst = max(abs(m["relative_difference"]) for m in combined(ref).memory
+                if m["component"] == "activation_peak" and m["gpus"] >= 2)
+    return f"±{100 * worst:.1f}%"
+
+
+@query("fsdp_root_gathers")
+def fsdp_root_gathers(ref: Path) -> str:
+    """The smallest model's fsdp at N = 2: its counted all-gathers against its units and c·P."""
+    c = combined(ref)
+    rec = next(r for r in c.records if r.get("status") == "ok" and r.get("size") == "256x4"
+               and rehearsal.variant_label(r) == "fsdp" and int(r["gpus"]) == 2)
+    gathers = next(x for x in rec["collectives"] if x["collective"] == "all_gather")
+    blocks = int(str(rec["size"]).split("x")[1])
+    return (f"at {size_names(c)['256x4']} ({blocks} blocks and the root: {blocks + 1} units) on N = 2 ranks the "
+            f"counter saw {gathers['count']} all-gathers, {gathers['bytes'] / MIB:.1f} MiB in all, twice c·P "
+            f"({rec['param_bytes'] / MIB:.1f} MiB)")
+
+
+@query("rehearsal_reserved_slack")
+def rehearsal_reserved_slack(ref: Path) -> str:
+    """Per variant and N (rows), per size (columns): reserved less the profiled step's allocated
+    peak, the ranks' mean, MiB."""
+    c = combined(ref)
+    names = size_names(c)
+    slack: dict[tuple[str, int], dict[str, float]] = {}
+    for r in c.records:
+        rows = [m for m in r.get("memory_components") or [] if r.get("status") == "ok"
+                and all(isinstance(m.get(k), (int, float)) for k in ("reserved_peak_mib", "forward_peak_mib", "backward_peak_mib"))]
+        if rows:
+            slack.setdefault((rehearsal.variant_label(r), int(r["gpus"])), {})[str(r["size"])] = sum(
+                m["reserved_peak_mib"] - max(m["forward_peak_mib"], m["backward_peak_mib"], m.get("step_peak_mib") or 0)
+                for m in rows) / len(rows)
+    sizes = sorted({sz for v in slack.values() for sz in v}, key=lambda sz: float(names[sz][:-1]))
+    keys = sorted(slack, key=lambda k: rehearsal.sort_key(("", *k)))
+    body = [[v, n, *(f"{slack[(v, n)][sz]:,.0f}" if sz in slack[(v, n)] else "–" for sz in sizes)] for v, n in keys]
+    return md_table(["variant", "N", *(names[sz] for sz in sizes)], body)
 
 
 def memory_caption(ref: Path, size: str) -> str:

@@ -41,13 +41,22 @@ def largest_trainable(variant: str, cap_gib: float, ranks: int, **kw: Any) -> in
     return int(cap_gib * GIB / bytes_per_parameter(variant, ranks, **kw))
 
 
-def predicted_largest_batch(s: Setting, cap_gib: float, per_sample_mib: float, overhead_mib: float) -> int:
-    """The largest per-rank batch the model predicts within cap_gib: what the state and the
-    gathered units leave of the budget, less the overhead (allocator and workspaces, measured at
-    one rank), over the activations of one sample (measured at one rank: they do not depend on
-    N at a fixed per-rank batch). 0 where the state alone does not fit."""
+def peak_state_bytes(s: Setting, backward: bool) -> float:
+    """What a rank holds beside its activations at its step's peak: the state, less its gradients
+    where the peak is the backward's (the step frees them with zero_grad before its backward),
+    plus the units it holds unsharded then (memory_model's held_at_peak)."""
     b = predicted_bytes(s)
-    left = cap_gib * GIB / MIB - (float(b["state"] or 0) + float(b["unsharded"] or 0)) / MIB - overhead_mib
+    return float(b["state"] or 0) - (float(b["gradients"] or 0) if backward else 0.0) + float(b["held_at_peak"] or 0)
+
+
+def predicted_largest_batch(s: Setting, cap_gib: float, per_sample_mib: float, overhead_mib: float,
+                            backward: bool = True) -> int:
+    """The largest per-rank batch the model predicts within cap_gib: what the rank holds at its
+    peak besides activations (peak_state_bytes; `backward`: the peak is the backward's) leaves
+    of the budget, less the overhead (allocator and workspaces, measured at one rank), over the
+    activations of one sample (measured at one rank: they do not depend on N at a fixed
+    per-rank batch). 0 where the state alone does not fit."""
+    left = cap_gib * GIB / MIB - peak_state_bytes(s, backward) / MIB - overhead_mib
     return max(0, math.floor(left / per_sample_mib)) if per_sample_mib > 0 else 0
 
 

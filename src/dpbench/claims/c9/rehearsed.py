@@ -1,19 +1,20 @@
 """C9's largest_batch rows from rehearsed ranks (claims.c9.rehearsal's records: one per variant,
 rank count and model size, each with its searches per budget), with the memory model's largest
-batch beside each: what the state and the gathered units leave of the budget, over one sample's
-activations, both measured on DDP's one-rank trials at that size (the peak is a straight line
-in the batch: its slope is the activations of a sample, its intercept less the modelled state
-the allocator's overhead); the budgets N ranks could not rehearse say why; C9's finding
+batch beside each: what the rank holds at its peak besides activations (the state, less the
+gradients where the peak is the backward's, plus the units held unsharded) leaves of the
+budget, over one sample's activations, both measured on DDP's one-rank trials at that size (the
+peak is a straight line in the batch: its slope is the activations of a sample, its intercept
+less what the model says DDP holds there the allocator's overhead); the budgets N ranks could not rehearse say why; C9's finding
 (the ledger's words) from those rows. Torch-free.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from dpbench.analysis.memory_model import MIB, predicted_bytes, setting_of
+from dpbench.analysis.memory_model import MIB, is_number, setting_of
 from dpbench.analysis.rehearsal import short_reason
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.predicted import BUDGET_GIB, predicted_largest_batch
+from dpbench.claims.c9.predicted import BUDGET_GIB, peak_state_bytes, predicted_largest_batch
 from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
 from dpbench.claims.records import Finding, ProbeRecord, obs
 
@@ -31,15 +32,26 @@ def line(trials: list[Mapping[str, Any]]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
-def one_rank_fit(records: list[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
-    """size -> (overhead MiB, activations MiB per sample) from DDP's one-rank trials there."""
+def backward_peaks(rec: Mapping[str, Any]) -> bool:
+    """Whether the record's profiled step peaked in its backward past the level its forward ended
+    at (so after zero_grad freed the gradients); without that level, above the forward's peak."""
+    rows = [m for m in rec.get("memory_components") or []
+            if is_number(m.get("forward_peak_mib")) and is_number(m.get("backward_peak_mib"))]
+    return bool(rows) and all(
+        m["backward_peak_mib"] > (m["forward_end_mib"] if is_number(m.get("forward_end_mib")) else m["forward_peak_mib"])
+        for m in rows)
+
+
+def one_rank_fit(records: list[Mapping[str, Any]]) -> dict[str, tuple[float, float, bool]]:
+    """size -> (overhead MiB, activations MiB per sample, whether the peak is the backward's) from
+    DDP's one-rank trials there and its profiled step."""
     out = {}
     for r in records:
         if r.get("variant") == "ddp" and int(r.get("gpus") or 0) == 1 and r.get("search_trials"):
             fit, s = line(r["search_trials"]), setting_of(r)
             if fit and s is not None:
-                state = float(predicted_bytes(s)["state"] or 0) / MIB
-                out[str(r["size"])] = (fit[0] - state, fit[1])
+                backward = backward_peaks(r)
+                out[str(r["size"])] = (fit[0] - peak_state_bytes(s, backward) / MIB, fit[1], backward)
     return out
 
 
@@ -68,8 +80,8 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
                 reason = reason or "not searched"
             pred = None
             if s is not None and size in fits:
-                overhead, per_sample = fits[size]
-                pred = predicted_largest_batch(s, gib, per_sample, overhead)
+                overhead, per_sample, backward = fits[size]
+                pred = predicted_largest_batch(s, gib, per_sample, overhead, backward)
             rows.append({"workload": f"transformer-lm-{width}x{layers}", "parameters": r.get("parameters"),
                          "variant": r["variant"], "gpus": int(r["gpus"]),
                          "reshard_after_forward": bool(cfg.get("reshard_after_forward", True))
