@@ -49,6 +49,7 @@ from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.run import components, engine, sharded
+from dpbench.run.cache_streams import reserved_by_stream_mib
 from dpbench.run.step import train_step
 from dpbench.run.variants import Variant
 from dpbench.workloads.transformer_lm import parameter_count
@@ -194,6 +195,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
         rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [
             {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
     row["nvml_process_mib"] = nvml_process_mib()
+    row["reserved_by_stream_mib"] = reserved_by_stream_mib(device)   # the cache after the step, per stream
     rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
     context = measured_context_bytes(rec["memory_components"])
     rec["context_mib"] = round(context / MIB, 1)
