@@ -207,9 +207,12 @@ def analyse(records: list[dict], out: Path, not_fitting: list[dict]) -> str:
     write_csv(out / "memory_per_rank.csv", mem, rehearsal.MEMORY_COLUMNS)
     write_csv(out / "collectives.csv", traffic, rehearsal.TRAFFIC_COLUMNS)
     write_csv(out / "largest_batch.csv", rows, LARGEST_BATCH_COLUMNS)
+    # no allocator on the CPU: its ranks' peaks are PyTorch's memory tracker's (run.live_memory)
+    on_gpu = any(m.get("reserved_peak_mib") is not None for r in cases for m in r.get("memory_components") or [])
+    where = "on one GPU" if on_gpu else "on the CPU (gloo; peaks from PyTorch's memory tracker)"
     with style():
         for size in sorted({r["size"] for r in mem}):
-            save(plot_rehearsed_memory(mem, size, failed=rehearsal.not_run_at(cases, size)),
+            save(plot_rehearsed_memory(mem, size, failed=rehearsal.not_run_at(cases, size), where=where),
                  out / f"memory_per_rank-{size}.png")
         save(plot_rehearsed_batches(rows, crossings), out / "largest_batch.png")
     f = finding(rows)

@@ -163,14 +163,15 @@ LOG_FLOOR_MIB = 1.0   # the memory panels' log axis starts here: a zero (nothing
 
 
 def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label: str | None = None,
-                          failed: list[tuple[str, int]] = ()) -> Figure:
+                          failed: list[tuple[str, int]] = (), where: str = "on one GPU") -> Figure:
     """Per variant a panel: each component's bytes per rank (the ranks' mean) at every rank count
     measured at that size (one N axis for all panels), measured as bars, the memory model as a
     black tick on each bar, log scale (the state is tens of MiB where activations are GiB); the
     legend names only the components drawn (rows: analysis.rehearsal.memory_table). `failed`:
-    (variant, N) cases of this size that failed or were not run, marked where their bars would be."""
+    (variant, N) cases of this size that failed or were not run, marked where their bars would be;
+    `where`: what the ranks ran on, for the title."""
     df = pd.DataFrame(rows)
-    title = "Memory per rank by component, rehearsed ranks on one GPU"
+    title = f"Memory per rank by component, rehearsed ranks {where}"
     if df.empty:
         return placeholder(title, "no rehearsed records")
     size = size or sorted(df["size"].unique())[-1]

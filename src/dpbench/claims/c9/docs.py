@@ -35,6 +35,9 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-n8-7288c44", "n8-42m.tar.gz"),
             ("h200-rehearsal-n8-1a5f006", "n8-42m.tar.gz"))
 COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak")
+# The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
+# rank holds at each phase's peak, by kind, beside the H200's allocator peaks
+CPU_TRACKER = (("cpu-tracker-fb14748", "rehearsal-n1-2-4.tar.gz"), ("cpu-tracker-fb14748", "rehearsal-n1-2.tar.gz"))
 
 
 def launch_name(reference: str, tar: str) -> str:
@@ -205,6 +208,58 @@ def rehearsal_reserved_slack(ref: Path) -> str:
     keys = sorted(slack, key=lambda k: rehearsal.sort_key(("", *k)))
     body = [[v, n, *(f"{slack[(v, n)][sz]:,.0f}" if sz in slack[(v, n)] else "–" for sz in sizes)] for v, n in keys]
     return md_table(["variant", "N", *(names[sz] for sz in sizes)], body)
+
+
+def above_start(rec: dict[str, Any]) -> dict[str, float]:
+    """The ranks' mean forward and backward peaks above the allocated bytes as the step began."""
+    rows = rec["memory_components"]
+    out = {}
+    for phase in ("forward", "backward"):
+        out[phase] = sum(m[f"{phase}_peak_mib"] - max(m["forward_peak_mib"], m["backward_peak_mib"])
+                         + m["activation_peak_mib"] for m in rows) / len(rows)
+    return out
+
+
+def at_peak(rec: dict[str, Any]) -> str:
+    """What the tracker saw at rank 0's higher phase peak: the phase, its unsharded parameters,
+    all-gather buffers and gradients (MiB)."""
+    m = rec["memory_components"][0]
+    phase = "forward" if m["forward_peak_mib"] >= m["backward_peak_mib"] else "backward"
+    kinds = m.get(f"{phase}_peak_by_kind_mib") or {}
+    grads = sum(v for k, v in kinds.items() if "Grad" in k)
+    return (f"{phase}: {kinds.get('Unsharded Param', 0):,.0f} unsharded, {kinds.get('All Gather', 0):,.0f} "
+            f"all-gather, {grads:,.0f} gradients")
+
+
+@query("rehearsal_cpu_tracker")
+def rehearsal_cpu_tracker(ref: Path) -> str:
+    """Per case rehearsed both on the H200 and on the CPU with the tracker: each phase's peak
+    above the step's start on both (MiB), what the tracker saw at the higher one, and the
+    largest difference."""
+    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_TRACKER]
+    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
+    c = combined(ref)
+    names = size_names(c)
+    h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
+    body, worst = [], (0.0, 0.0)
+    for r in sorted(cpu, key=lambda r: (float(names[str(r["size"])][:-1]),
+                                        rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"])))):
+        g = h200.get(rehearsal.case_key(r))
+        if g is None:
+            continue
+        a, b = above_start(g), above_start(r)
+        for phase in a:
+            diff = b[phase] - a[phase]
+            if abs(diff) > abs(worst[0]):
+                worst = (diff, diff / a[phase])
+        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"],
+                     *(f"{a[p]:,.1f} / {b[p]:,.1f}" for p in a), at_peak(r)])
+    table = md_table(["model", "variant", "N", "forward peak above the start, H200 / CPU",
+                      "backward peak above the start, H200 / CPU", "at the higher peak (CPU tracker, MiB)"], body)
+    launches = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_TRACKER)
+    return (f"{table}\n\nOver these {len(body)} cases the tracker's peaks lie within {abs(worst[0]):.1f} MiB "
+            f"({100 * abs(worst[1]):.1f}%) of the H200's ({launches}, "
+            f"[its README](../results/reference/{CPU_TRACKER[0][0]}/README.md)).")
 
 
 def memory_caption(ref: Path, size: str) -> str:
