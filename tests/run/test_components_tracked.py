@@ -73,6 +73,7 @@ def gathered(kinds: dict) -> float:
     return kinds.get("Unsharded Param", 0.0) + kinds.get("All Gather", 0.0)
 
 
+@pytest.mark.slow   # three launches of gloo ranks, ~15 s
 def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
     whole = 4 * rehearsed[1]["fsdp"]["parameters"] / MIB           # fp32 parameters, unsharded
     rows = {(n, name): rec["memory_components"] for n, recs in rehearsed.items() for name, rec in recs.items()}
