@@ -160,6 +160,36 @@ def train_all(cases: list[Case], world: int, steps: int = 3, global_batch: int =
         return torch.load(save, weights_only=False)
 
 
+def _rehearse_rank(rank: int, world: int, store: str, cases: list[dict], save: str) -> None:
+    from dpbench.claims.c9.rehearsal import run_case
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        records = {c["name"]: run_case(c, torch.device("cpu"), world, rank) for c in cases
+                   if world >= c.get("min_ranks", 1)}
+        if rank == 0:
+            torch.save(records, save)
+    finally:
+        dist.destroy_process_group()
+
+
+def rehearse_cases(cases: list[dict], world: int) -> dict[str, dict]:
+    """Rehearsal cases (claims.c9.rehearsal's plan entries; `min_ranks`: fewer ranks skip it) on
+    `world` gloo ranks of this CPU, one spawn (one rank: in this process, its threads set back
+    after): rank 0's records by case name."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = (world, str(Path(tmp) / "store"), cases, str(Path(tmp) / "records.pt"))
+        if world == 1:
+            threads = torch.get_num_threads()
+            try:
+                _rehearse_rank(0, *args)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            mp.spawn(_rehearse_rank, args=args, nprocs=world)
+        return torch.load(args[-1], weights_only=False)
+
+
 # The modules whose cases train on 2 ranks at train_all's defaults register them at import
 # (collection imports every test module before any test runs); the first to ask trains every
 # distinct case of them all in one spawn: a spawn (two interpreters importing torch, a process

@@ -6,38 +6,15 @@ every N, the case the model predicts; where a one-rank backward peaks at its sta
 narrow-vocabulary TINY_LM), the model cannot see the later peak (tests/run/test_components_tracked)."""
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from sharded_ranks import rehearse_cases
 
 from dpbench.analysis import rehearsal
 
 ARGS = {"width": 32, "layers": 2, "heads": 2, "seq_len": 16, "vocab": 4096}
 CASES = [{"name": "fsdp", "variant": "fsdp", "args": ARGS, "batch": 8},
-         {"name": "fsdp-keep", "variant": "fsdp", "args": ARGS, "batch": 8, "options": {"reshard_after_forward": False}}]
-
-
-def _rank(rank: int, world: int, store: str, save: str) -> None:
-    from dpbench.claims.c9.rehearsal import run_case
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
-        records = [run_case(c, torch.device("cpu"), world, rank) for c in CASES if world >= 2 or c["name"] == "fsdp"]
-        if rank == 0:
-            torch.save(records, save)
-    finally:
-        dist.destroy_process_group()
-
-
-def records_on(world: int) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        args = (world, str(Path(tmp) / "store"), str(Path(tmp) / "records.pt"))
-        mp.spawn(_rank, args=args, nprocs=world)
-        return torch.load(args[2], weights_only=False)
+         {"name": "fsdp-keep", "variant": "fsdp", "args": ARGS, "batch": 8, "options": {"reshard_after_forward": False},
+          "min_ranks": 2}]
 
 
 pytestmark = pytest.mark.slow   # three launches of gloo ranks, ~20 s
@@ -45,7 +22,7 @@ pytestmark = pytest.mark.slow   # three launches of gloo ranks, ~20 s
 
 @pytest.fixture(scope="module")
 def records() -> list[dict]:
-    return [r for world in (1, 2, 4) for r in records_on(world)]
+    return [r for world in (1, 2, 4) for r in rehearse_cases(CASES, world).values()]
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,12 @@ counted components, a backward peak after zero_grad moves with the gradients a r
 without resharding every unit is whole at the peaks. An ordinary run's row stays as it was."""
 from __future__ import annotations
 
-import tempfile
 from contextlib import nullcontext
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from sharded_ranks import TINY_LM
+from sharded_ranks import TINY_LM, rehearse_cases
 
-from dpbench.claims.c9.rehearsal import run_case
 from dpbench.run import components, live_memory
 
 MIB = 2 ** 20
@@ -32,35 +27,9 @@ BYTE = 1 / MIB
 LOSSES = 64 * BYTE
 
 
-def _rank(rank: int, world: int, store: str, save: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
-        records = {c["name"]: run_case(c, torch.device("cpu"), world, rank) for c in CASES}
-        if rank == 0:
-            torch.save(records, save)
-    finally:
-        dist.destroy_process_group()
-
-
-def rehearse(world: int) -> dict[str, dict]:
-    """Every case's record on `world` gloo ranks (one rank: in this process)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        args = (world, str(Path(tmp) / "store"), str(Path(tmp) / "records.pt"))
-        if world == 1:
-            threads = torch.get_num_threads()
-            try:
-                _rank(0, *args)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            mp.spawn(_rank, args=args, nprocs=world)
-        return torch.load(args[2], weights_only=False)
-
-
 @pytest.fixture(scope="module")
 def rehearsed() -> dict[int, dict[str, dict]]:
-    return {world: rehearse(world) for world in (1, 2, 4)}
+    return {world: rehearse_cases(CASES, world) for world in (1, 2, 4)}
 
 
 def start_of(row: dict) -> float:
