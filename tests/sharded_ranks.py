@@ -147,17 +147,25 @@ def train_all(cases: list[Case], world: int, steps: int = 3, global_batch: int =
         save = str(Path(tmp) / "trained.pt")
         args = (world, str(Path(tmp) / "store"), cases, steps, global_batch, save)
         patch.chdir(Path(__file__).parent)   # TINY_CNN's file resolves from here
-        if world == 1:   # a spawn's start-up (an interpreter importing torch) costs more than the cases
+        if world == 1:
             for var, value in {"LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", PLANT_ENV: ""}.items():
                 patch.setenv(var, value)   # what _rank sets, undone on leaving
-            threads = torch.get_num_threads()
-            try:
-                _rank(0, *args)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            mp.spawn(_rank, args=args, nprocs=world)
+        on_ranks(_rank, world, args)
         return torch.load(save, weights_only=False)
+
+
+def on_ranks(target, world: int, args: tuple) -> None:
+    """target(rank, *args) on `world` ranks: one rank in this process, its torch threads set back
+    after (a spawn's start-up, an interpreter importing torch, costs more than the work), more
+    spawned."""
+    if world == 1:
+        threads = torch.get_num_threads()
+        try:
+            target(0, *args)
+        finally:
+            torch.set_num_threads(threads)
+    else:
+        mp.spawn(target, args=args, nprocs=world)
 
 
 def _rehearse_rank(rank: int, world: int, store: str, cases: list[dict], save: str) -> None:
@@ -179,14 +187,7 @@ def rehearse_cases(cases: list[dict], world: int) -> dict[str, dict]:
     after): rank 0's records by case name."""
     with tempfile.TemporaryDirectory() as tmp:
         args = (world, str(Path(tmp) / "store"), cases, str(Path(tmp) / "records.pt"))
-        if world == 1:
-            threads = torch.get_num_threads()
-            try:
-                _rehearse_rank(0, *args)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            mp.spawn(_rehearse_rank, args=args, nprocs=world)
+        on_ranks(_rehearse_rank, world, args)
         return torch.load(args[-1], weights_only=False)
 
 
