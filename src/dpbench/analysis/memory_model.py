@@ -28,7 +28,8 @@ reserved bytes are predicted from the one-rank run of the same variant and per-r
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
-    tracker); a peak inside a unit adds its all-gather buffer, at most the largest unit.
+    tracker); a peak inside the units' compute also holds the all-gather buffer in flight then
+    (at most the largest unit), which the model leaves out.
 Activations themselves do not depend on N at a fixed per-rank batch; reserved follows the
 predicted peak.
 
@@ -197,6 +198,15 @@ def _number(row: Mapping[str, Any], key: str) -> float:
     return float(value) if is_number(value) else 0.0
 
 
+def backward_after_zero_grad(row: Mapping[str, Any]) -> bool:
+    """Whether a memory row's backward peaked after zero_grad freed the gradients: the backward
+    phase begins at the level the forward ended at, so a peak above it came later (without that
+    level recorded, above the forward's peak, which is at least as high)."""
+    backward = row.get("backward_peak_mib")
+    ended = row.get("forward_end_mib") if is_number(row.get("forward_end_mib")) else row.get("forward_peak_mib")
+    return is_number(backward) and is_number(ended) and backward > ended
+
+
 def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float] | None:
     """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
     its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
@@ -209,10 +219,7 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str,
         return None
     start = max(ref["forward_peak_mib"], ref["backward_peak_mib"]) - ref["activation_peak_mib"]
     forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
-    # the backward phase begins at the forward's end level: a peak above it follows zero_grad
-    # (without that level recorded, above the forward's peak, which is at least as high)
-    ended = ref.get("forward_end_mib") if is_number(ref.get("forward_end_mib")) else ref["forward_peak_mib"]
-    if ref["backward_peak_mib"] > ended:
+    if backward_after_zero_grad(ref):
         backward += _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held

@@ -3,15 +3,15 @@ rank count and model size, each with its searches per budget), with the memory m
 batch beside each: what the rank holds at its peak besides activations (the state, less the
 gradients where the peak is the backward's, plus the units held unsharded) leaves of the
 budget, over one sample's activations, both measured on DDP's one-rank trials at that size (the
-peak is a straight line in the batch: its slope is the activations of a sample, its intercept
-less what the model says DDP holds there the allocator's overhead); the budgets N ranks could not rehearse say why; C9's finding
-(the ledger's words) from those rows. Torch-free.
+peak is a straight line in the batch: its slope is the activations of a sample; its intercept,
+less what the model says DDP holds at its peak, the allocator's overhead); the budgets N ranks
+could not rehearse say why; C9's finding (the ledger's words) from those rows. Torch-free.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from dpbench.analysis.memory_model import MIB, is_number, setting_of
+from dpbench.analysis.memory_model import MIB, backward_after_zero_grad, setting_of
 from dpbench.analysis.rehearsal import short_reason
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.predicted import BUDGET_GIB, peak_state_bytes, predicted_largest_batch
@@ -33,13 +33,10 @@ def line(trials: list[Mapping[str, Any]]) -> tuple[float, float] | None:
 
 
 def backward_peaks(rec: Mapping[str, Any]) -> bool:
-    """Whether the record's profiled step peaked in its backward past the level its forward ended
-    at (so after zero_grad freed the gradients); without that level, above the forward's peak."""
-    rows = [m for m in rec.get("memory_components") or []
-            if is_number(m.get("forward_peak_mib")) and is_number(m.get("backward_peak_mib"))]
-    return bool(rows) and all(
-        m["backward_peak_mib"] > (m["forward_end_mib"] if is_number(m.get("forward_end_mib")) else m["forward_peak_mib"])
-        for m in rows)
+    """Whether every rank's profiled step peaked in its backward, after zero_grad freed the
+    gradients (memory_model.backward_after_zero_grad)."""
+    rows = rec.get("memory_components") or []
+    return bool(rows) and all(backward_after_zero_grad(m) for m in rows)
 
 
 def one_rank_fit(records: list[Mapping[str, Any]]) -> dict[str, tuple[float, float, bool]]:
