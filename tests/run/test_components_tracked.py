@@ -11,6 +11,7 @@ import pytest
 import torch
 from sharded_ranks import TINY_LM, rehearse_cases
 
+from dpbench.analysis.memory_model import step_start
 from dpbench.run import components, live_memory
 
 MIB = 2 ** 20
@@ -32,11 +33,6 @@ def rehearsed() -> dict[int, dict[str, dict]]:
     return {world: rehearse_cases(CASES, world) for world in (1, 2, 4)}
 
 
-def start_of(row: dict) -> float:
-    """What the rank held as the step began: the forward-backward peak less the activations'."""
-    return max(row["forward_peak_mib"], row["backward_peak_mib"]) - row["activation_peak_mib"]
-
-
 def gathered(kinds: dict) -> float:
     """Parameters held whole at a peak: FSDP2's unsharded parameters and all-gather outputs."""
     return kinds.get("Unsharded Param", 0.0) + kinds.get("All Gather", 0.0)
@@ -54,7 +50,7 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
             # and momentum, and the batch
             held = row["parameters_mib"] + row["gradients_mib"] + row["optimizer_mib"]
             assert row["parameters_mib"] == pytest.approx(whole / n, abs=BYTE * n)
-            assert start_of(row) == pytest.approx(held + INPUT_MIB, abs=BYTE)
+            assert step_start(row) == pytest.approx(held + INPUT_MIB, abs=BYTE)
             # back where it began, but for the step's losses (scalars the caller keeps)
             assert row["step_end_mib"] == pytest.approx(held + INPUT_MIB, abs=LOSSES)
             for kinds, peak in zip(KINDS, PEAKS, strict=True):
@@ -71,8 +67,8 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
     for row in (two, four):
         assert "Sharded Grad" not in row["backward_peak_by_kind_mib"]
     assert gathered(two["backward_peak_by_kind_mib"]) == pytest.approx(gathered(four["backward_peak_by_kind_mib"]))
-    assert four["backward_peak_mib"] - start_of(four) == pytest.approx(
-        two["backward_peak_mib"] - start_of(two) + two["gradients_mib"] - four["gradients_mib"], abs=4 * BYTE)
+    assert four["backward_peak_mib"] - step_start(four) == pytest.approx(
+        two["backward_peak_mib"] - step_start(two) + two["gradients_mib"] - four["gradients_mib"], abs=4 * BYTE)
     # Without resharding every unit is held whole at the forward's and the backward's peaks.
     for n in (1, 2, 4):
         for row in rows[(n, "fsdp-keep")]:
@@ -111,7 +107,7 @@ def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(on
     assert tracked["step_peak_by_kind_mib"]["Optstate"] >= tracked["optimizer_mib"]
     # what the tracker misses: DDP's flat buckets, allocated in C++ before it; this second step
     # rebuilds them in its forward, counted from there, so it ends their bytes above its start
-    assert tracked["step_end_mib"] - start_of(tracked) == pytest.approx(tracked["gradients_mib"], abs=LOSSES)
+    assert tracked["step_end_mib"] - step_start(tracked) == pytest.approx(tracked["gradients_mib"], abs=LOSSES)
 
 
 def test_live_tensors_fail_clearly_where_torch_moved_the_peak(monkeypatch):

@@ -163,15 +163,24 @@ def _mib(value: float | None) -> float | None:
     return None if value is None else value / MIB
 
 
-def measured_state(row: Mapping[str, Any]) -> float | None:
-    """What the device held as the profiled step's forward began (MiB), the dataset on it left
-    out: the forward-backward peak less the activation peak (measured from that start)."""
+def step_start(row: Mapping[str, Any]) -> float | None:
+    """What was allocated as the profiled step's forward began (MiB): the forward-backward peak
+    less the activation peak (measured from that start)."""
     peaks = [row.get(k) for k in ("forward_peak_mib", "backward_peak_mib") if is_number(row.get(k))]
     activations = row.get("activation_peak_mib")
     if not peaks or not is_number(activations):
         return None
+    return max(peaks) - activations
+
+
+def measured_state(row: Mapping[str, Any]) -> float | None:
+    """What the device held as the profiled step's forward began (MiB), the dataset on it left
+    out (step_start less data_mib)."""
+    start = step_start(row)
+    if start is None:
+        return None
     data = row.get("data_mib")
-    return max(peaks) - activations - (data if is_number(data) else 0.0)
+    return start - (data if is_number(data) else 0.0)
 
 
 def predicted_row(record: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, float | None]:
@@ -214,10 +223,9 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str,
     then comes after zero_grad freed the gradients), as there plus the gradients this N frees
     less than one rank does; both plus the units this N holds at its peaks beyond ref's.
     Reserved: ref's, shifted as the predicted peak shifts. None without ref's peaks."""
-    names = ("forward_peak_mib", "backward_peak_mib", "activation_peak_mib")
-    if not all(is_number(ref.get(k)) for k in names):
+    start = step_start(ref)
+    if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
-    start = max(ref["forward_peak_mib"], ref["backward_peak_mib"]) - ref["activation_peak_mib"]
     forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
     if backward_after_zero_grad(ref):
         backward += _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")

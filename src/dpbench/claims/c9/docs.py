@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.analysis import rehearsal
-from dpbench.analysis.memory_model import MIB
+from dpbench.analysis.memory_model import MIB, step_start
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
@@ -213,11 +213,8 @@ def rehearsal_reserved_slack(ref: Path) -> str:
 def above_start(rec: dict[str, Any]) -> dict[str, float]:
     """The ranks' mean forward and backward peaks above the allocated bytes as the step began."""
     rows = rec["memory_components"]
-    out = {}
-    for phase in ("forward", "backward"):
-        out[phase] = sum(m[f"{phase}_peak_mib"] - max(m["forward_peak_mib"], m["backward_peak_mib"])
-                         + m["activation_peak_mib"] for m in rows) / len(rows)
-    return out
+    return {phase: sum(m[f"{phase}_peak_mib"] - step_start(m) for m in rows) / len(rows)
+            for phase in ("forward", "backward")}
 
 
 def at_peak(rec: dict[str, Any]) -> str:
