@@ -216,6 +216,14 @@ def backward_after_zero_grad(row: Mapping[str, Any]) -> bool:
     return is_number(backward) and is_number(ended) and backward > ended
 
 
+def backward_from_zero_grad(row: Mapping[str, Any]) -> bool:
+    """Whether a row's backward peak, however high, was taken after zero_grad: a row that marks
+    zero_grad (zero_grad_end_mib) measures its backward from there; an older one began the
+    backward at the forward's end, so only a peak above that level (backward_after_zero_grad)
+    was, and one at it hid whatever came after zero_grad."""
+    return is_number(row.get("zero_grad_end_mib")) or backward_after_zero_grad(row)
+
+
 def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float] | None:
     """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
     its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
@@ -227,7 +235,7 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str,
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
     forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
-    if backward_after_zero_grad(ref):
+    if backward_from_zero_grad(ref):
         backward += _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held

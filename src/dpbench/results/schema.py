@@ -44,7 +44,7 @@ MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
 MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib",
                              "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
                              "activation_peak_mib", "reserved_peak_mib", "largest_gather_mib",
-                             "nvml_process_mib", "forward_end_mib"]
+                             "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib"]
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
                             + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",

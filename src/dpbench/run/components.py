@@ -34,6 +34,7 @@ from dpbench.workloads.calls import Inputs, first_tensor
 
 MIB = 2 ** 20
 PHASES = ("forward", "backward", "step")
+ZERO_GRAD = "zero_grad"   # marked between the forward and the backward (run.step.train_step)
 
 
 def local_bytes(t: torch.Tensor | None) -> int:
@@ -116,7 +117,9 @@ def ddp_buckets(variant: Variant) -> dict[str, Any] | None:
 
 class PhasePeaks:
     """The memory of each phase of the step (forward, backward, optimizer step): its peak and
-    what is held as it ends (`<phase>_end_mib`; forward's is where the backward starts). On
+    what is held as it ends (`<phase>_end_mib`). zero_grad, between the forward and the
+    backward, is marked too, so the backward's peak is measured from the level zero_grad left
+    (`zero_grad_end_mib`): one that peaks below the forward's end is seen, not hidden. On
     CUDA the allocator's; on the CPU, where asked (`live`), the live tensors PyTorch's
     MemTracker counts, with each peak's bytes by kind (`<phase>_peak_by_kind_mib`) and no
     reserved peak (no cache); else None on the CPU, and no ends."""
@@ -157,8 +160,8 @@ class PhasePeaks:
             return {f"{p}_peak_mib": None for p in PHASES} | {"activation_peak_mib": None, "reserved_peak_mib": None}
         mib = {f"{p}_peak_mib": self.peaks[p] / MIB for p in PHASES}
         activations = max(self.peaks["forward"], self.peaks["backward"]) - self.start
-        reserved = max(self.peaks[f"{p}_reserved"] for p in PHASES) / MIB if self.cuda else None
-        ends = {f"{p}_end_mib": self.ends[p] / MIB for p in PHASES}
+        reserved = max(v for k, v in self.peaks.items() if k.endswith("_reserved")) / MIB if self.cuda else None
+        ends = {f"{p}_end_mib": self.ends[p] / MIB for p in (*PHASES, ZERO_GRAD) if p in self.ends}
         kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in self.kinds[p].items()} for p in PHASES if p in self.kinds}
         return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved} | ends | kinds
 
@@ -302,6 +305,8 @@ class StepProbe:
         return diff
 
     def mark(self, phase: str, variant: Variant, device: torch.device) -> None:
+        if phase not in PHASES:   # zero_grad: its time and collectives stay in the backward's
+            return
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         clock = _now()

@@ -34,7 +34,8 @@ def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y:
     """One optimizer step on the batch (x, y) of n_global samples in all (x: a tensor, or a tuple
     or dict of tensors, workloads.calls). zero_grad=False
     leaves the gradients to the backward (a CUDA graph's capture writes them anew into its
-    pool). mark: called with "forward" and "backward" as each micro-batch's phases end and
+    pool). mark: called with "forward" and "backward" as each micro-batch's phases end,
+    "zero_grad" once the gradients are freed (the backward's memory is measured from there) and
     "step" after the optimizer's (the profiled step's memory and collectives by phase,
     run.components). accumulate: micro-batches per optimizer step. Every micro-batch's loss is
     scaled by the whole step's n_global (the variant's scaling), so their gradients add up to
@@ -54,6 +55,7 @@ def train_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs, y:
             mark("forward")
             if i == 0 and zero_grad:
                 optimizer.zero_grad(set_to_none=True)
+                mark("zero_grad")
             losses.optimised.backward()
             mark("backward")
         step = losses if step is None else StepLosses(

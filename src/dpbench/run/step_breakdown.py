@@ -65,6 +65,8 @@ class Phases:
         self._open("forward")
 
     def mark(self, ended: str) -> None:
+        if ended not in _MARKS:   # zero_grad: its time stays in the backward's range
+            return
         self._sync()
         self.ms[self._phase] = (time.perf_counter() - self._t) * 1e3
         self._range.__exit__(None, None, None)
