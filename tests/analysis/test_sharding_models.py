@@ -123,6 +123,23 @@ def test_a_backward_peak_past_zero_grad_rises_by_the_gradients_a_sharded_rank_fr
     assert M.predicted_peaks(fwd_four, {"forward_peak_mib": None}) is None
 
 
+def test_a_backward_peak_that_holds_regrown_gradients_rises_only_by_the_share_not_yet_written():
+    # one rank: start 300 (gradients 100), backward peak 1000 below the forward's end (950 + 100
+    # would be past it): nothing to tell without kinds, so no rise at all
+    one = peak_row("fsdp", 1, 1100.0, 1000.0, 300.0, 100.0, gradients_mib=100.0, forward_end_mib=1050.0)
+    four = peak_row("fsdp", 4, 0, 0, 0, 25.0)
+    assert M.predicted_peaks(four, one)["activation_peak_mib"] == 800.0
+    # the tracker counted 90 of the 100 written again at the peak (the backward's now the higher):
+    # it rises by 10% of the 75 a rank of four frees less
+    counted = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, gradients_mib=100.0, forward_end_mib=1050.0,
+                       backward_peak_by_kind_mib={"Sharded Grad": 90.0, "Temp": 10.0})
+    assert M.gradients_at_backward_peak(counted) == pytest.approx(0.9)
+    assert M.predicted_peaks(four, counted)["activation_peak_mib"] == pytest.approx(700.0 + 7.5)
+    # none written yet: the whole 75
+    none = dict(counted, backward_peak_by_kind_mib={"Temp": 10.0})
+    assert M.predicted_peaks(four, none)["activation_peak_mib"] == pytest.approx(700.0 + 75.0)
+
+
 def test_reserved_follows_the_predicted_peak_and_the_state_saved():
     one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
     four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_state_mib=75.0)

@@ -22,9 +22,11 @@ reserved bytes are predicted from the one-rank run of the same variant and per-r
 (`with_references`), phase by phase, since what a rank holds at a phase's peak differs:
   - forward: the state (last step's gradients included) and the activations;
   - backward: the step has freed last step's gradients (zero_grad(set_to_none=True) after the
-    forward), so a backward peak past the level the forward ended at holds the state less its
-    gradients: b·P at one rank, b·P/N under fsdp, so sharded ranks' activation peaks, measured
-    from the state, rise by b·P·(1 - 1/N);
+    forward) and writes them again as it goes: a peak before it writes any (past the level the
+    forward ended at, as at the transformer's loss) holds the state less its gradients, b·P at
+    one rank, b·P/N under fsdp, so sharded ranks' activation peaks, measured from the state,
+    rise by b·P·(1 - 1/N); a later peak rises by the share not yet written (counted by kind
+    where the CPU's tracker measured it: 6% at 1.07B);
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
@@ -216,27 +218,39 @@ def backward_after_zero_grad(row: Mapping[str, Any]) -> bool:
     return is_number(backward) and is_number(ended) and backward > ended
 
 
-def backward_from_zero_grad(row: Mapping[str, Any]) -> bool:
-    """Whether a row's backward peak, however high, was taken after zero_grad: a row that marks
-    zero_grad (zero_grad_end_mib) measures its backward from there; an older one began the
-    backward at the forward's end, so only a peak above that level (backward_after_zero_grad)
-    was, and one at it hid whatever came after zero_grad."""
-    return is_number(row.get("zero_grad_end_mib")) or backward_after_zero_grad(row)
+# The memory tracker's names for the gradients a rank holds (run.live_memory: the CPU's peaks by kind)
+GRADIENT_KINDS = ("Gradient", "Sharded Grad")
+
+
+def gradients_at_backward_peak(row: Mapping[str, Any]) -> float | None:
+    """The share of its gradients a rank holds again at its backward's peak (0: the peak comes
+    before the backward writes any, as at the transformer's loss; near 1: at its end, as at
+    1.07B), where the tracker counted the peak by kind (the CPU); None elsewhere."""
+    kinds, gradients = row.get("backward_peak_by_kind_mib"), row.get("gradients_mib")
+    if not isinstance(kinds, Mapping) or not is_number(gradients) or gradients <= 0:
+        return None
+    return min(1.0, sum(float(kinds.get(k) or 0.0) for k in GRADIENT_KINDS) / gradients)
 
 
 def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float] | None:
     """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
     its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
-    the state as there; the backward's, where it lies past the level the forward ended at (it
-    then comes after zero_grad freed the gradients), as there plus the gradients this N frees
-    less than one rank does; both plus the units this N holds at its peaks beyond ref's.
-    Reserved: ref's, shifted as the predicted peak shifts. None without ref's peaks."""
+    the state as there; the backward's as there plus the gradients this N frees less than one
+    rank does, for the share of them not yet written again at that peak; both plus the units
+    this N holds at its peaks beyond ref's. Reserved: ref's, shifted as the predicted peak
+    shifts. None without ref's peaks."""
     start = step_start(ref)
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
     forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
-    if backward_from_zero_grad(ref):
-        backward += _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
+    # zero_grad freed the gradients and the backward writes them again, a share of them by its
+    # peak: counted where the tracker counted the peak by kind; else none where the peak lies
+    # past the forward's end (after zero_grad, before the backward writes any: the transformer's
+    # loss), and all where it does not (nothing to tell, so the one-rank peak as it is)
+    regrown = gradients_at_backward_peak(ref)
+    if regrown is None:
+        regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
+    backward += (1.0 - regrown) * (_number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib"))
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held
     out = {"activation_peak_mib": activation}
