@@ -26,12 +26,13 @@ reserved bytes are predicted from the one-rank run of the same variant and per-r
     forward ended at, as at the transformer's loss) holds the state less its gradients, b·P at
     one rank, b·P/N under fsdp, so sharded ranks' activation peaks, measured from the state,
     rise by b·P·(1 - 1/N); a later peak rises by the share not yet written (counted by kind
-    where the CPU's tracker measured it: 6% at 1.07B);
+    where the CPU's tracker measured it; small where the peak comes at the backward's end);
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
-    tracker); a peak inside the units' compute also holds the all-gather buffer in flight then
-    (at most the largest unit), which the model leaves out.
+    tracker); a peak inside the units' compute also holds the all-gather buffers in flight then,
+    which the model leaves out (one unit's at 236M on 2 ranks; two blocks' at the 2048x20
+    model, more than the largest unit).
 Activations themselves do not depend on N at a fixed per-rank batch; reserved follows the
 predicted peak.
 
@@ -225,7 +226,7 @@ GRADIENT_KINDS = ("Gradient", "Sharded Grad")
 def gradients_at_backward_peak(row: Mapping[str, Any]) -> float | None:
     """The share of its gradients a rank holds again at its backward's peak (0: the peak comes
     before the backward writes any, as at the transformer's loss; near 1: at its end, as at
-    1.07B), where the tracker counted the peak by kind (the CPU); None elsewhere."""
+    2048x20), where the tracker counted the peak by kind (the CPU); None elsewhere."""
     kinds, gradients = row.get("backward_peak_by_kind_mib"), row.get("gradients_mib")
     if not isinstance(kinds, Mapping) or not is_number(gradients) or gradients <= 0:
         return None
@@ -253,7 +254,9 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str,
     backward += (1.0 - regrown) * (_number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib"))
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held
-    out = {"activation_peak_mib": activation}
+    # each phase's too (above the step's start): which one the prediction took, and by how much
+    out = {"activation_peak_mib": activation, "forward_above_start_mib": forward + held,
+           "backward_above_start_mib": backward + held}
     if is_number(ref.get("reserved_peak_mib")) and is_number(row.get("predicted_state_mib")) \
             and is_number(ref.get("predicted_state_mib")):
         saved = ref["predicted_state_mib"] - row["predicted_state_mib"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from dpbench.analysis import rehearsal
-from dpbench.analysis.memory_model import MIB, step_start
+from dpbench.analysis.memory_model import GRADIENT_KINDS, MIB, step_start, with_references
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
@@ -38,6 +39,8 @@ COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activatio
 # The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
 CPU_TRACKER = (("cpu-tracker-fb14748", "rehearsal-n1-2-4.tar.gz"), ("cpu-tracker-fb14748", "rehearsal-n1-2.tar.gz"))
+# Beyond what the H200 has run: the 1.07B model on the CPU's tracker (fsdp at N = 1 and 2)
+CPU_BEYOND = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
 
 
 def launch_name(reference: str, tar: str) -> str:
@@ -257,6 +260,38 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
     return (f"{table}\n\nOver these {len(body)} cases the tracker's peaks lie within {abs(worst[0]):.1f} MiB "
             f"({100 * abs(worst[1]):.1f}%) of the H200's ({launches}, "
             f"[its README](../results/reference/{CPU_TRACKER[0][0]}/README.md)).")
+
+
+def kinds_text(kinds: dict[str, float], gradients: float) -> str:
+    """A peak's unsharded parameters, all-gather buffers and gradients (MiB; the gradients also
+    as a share of the rank's)."""
+    grads = sum(kinds.get(k, 0.0) for k in GRADIENT_KINDS)
+    return (f"{kinds.get('Unsharded Param', 0):,.0f} unsharded, {kinds.get('All Gather', 0):,.0f} all-gather, "
+            f"{grads:,.0f} gradients ({100 * grads / gradients:.0f}%)")
+
+
+@query("rehearsal_cpu_tracker_1b")
+def rehearsal_cpu_tracker_1b(ref: Path) -> str:
+    """The CPU tracker's cases of a size the H200 has not run: each phase's peak above the
+    step's start, the activation peak against the memory model (predicted from the one-rank
+    case), and what each peak held."""
+    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_BEYOND]
+    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
+    predicted = defaultdict(list)   # run_id -> its ranks' rows with the model's phase peaks
+    for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)]):
+        predicted[row["run_id"]].append(row)
+    body = []
+    for r in sorted(cpu, key=lambda r: rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))):
+        m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
+        model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
+        body.append([text.params(r["parameters"]), rehearsal.variant_label(r), r["gpus"],
+                     *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
+                     *(kinds_text(m[f"{p}_peak_by_kind_mib"], m["gradients_mib"]) for p in peaks)])
+    launches = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_BEYOND)
+    return (md_table(["model", "variant", "N", "forward peak above the start, measured / model",
+                      "backward peak above the start, measured / model", "at the forward's peak (MiB)",
+                      "at the backward's peak (MiB)"],
+                     body) + f"\n\n({launches}, [its README](../results/reference/{CPU_BEYOND[0][0]}/README.md))")
 
 
 def memory_caption(ref: Path, size: str) -> str:
