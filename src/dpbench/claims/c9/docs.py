@@ -34,7 +34,10 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-n8-8cec286", "n8-42m-12m.tgz"),
             ("h200-rehearsal-n8-7288c44", "n8-12m.tar.gz"),
             ("h200-rehearsal-n8-7288c44", "n8-42m.tar.gz"),
-            ("h200-rehearsal-n8-1a5f006", "n8-42m.tar.gz"))
+            ("h200-rehearsal-n8-1a5f006", "n8-42m.tar.gz"),
+            ("h200-rehearsal-4036c92", "n8-42m-hsdp.tar.gz"),
+            ("h200-rehearsal-4036c92", "n4-235m.tar.gz"),
+            ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz"))
 COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak")
 # The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
@@ -292,6 +295,25 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
                       "backward peak above the start, measured / model", "at the forward's peak (MiB)",
                       "at the backward's peak (MiB)"],
                      body) + f"\n\n({launches}, [its README](../results/reference/{CPU_BEYOND[0][0]}/README.md))")
+
+
+@query("rehearsal_reserved_by_stream")
+def rehearsal_reserved_by_stream(ref: Path) -> str:
+    """Per case whose records hold it (rank 0): reserved by CUDA stream after the profiled step
+    against the reserved and allocated peaks (MiB): how much of the slack the side streams hold."""
+    c, body = combined(ref), []
+    names = size_names(c)
+    for r in sorted((r for r in c.records if r.get("status") == "ok" and (r.get("memory_components") or [{}])[0].get("reserved_by_stream_mib")),
+                    key=lambda r: rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))):
+        m = r["memory_components"][0]
+        streams = m["reserved_by_stream_mib"]
+        side = [v for k, v in streams.items() if k != "0"]
+        peak = max(m["forward_peak_mib"], m["backward_peak_mib"])
+        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"], commit_of(r[rehearsal.SOURCE]),
+                     f"{m['reserved_peak_mib']:,.0f}", f"{peak:,.0f}", f"{m['reserved_peak_mib'] - peak:,.0f}",
+                     f"{streams.get('0', 0):,.0f}", " + ".join(f"{v:,.0f}" for v in side) or "none", f"{sum(side):,.0f}"])
+    return md_table(["model", "variant", "N", "commit", "reserved peak", "allocated peak", "slack",
+                     "default stream", "other streams", "other streams, sum"], body)
 
 
 def memory_caption(ref: Path, size: str) -> str:
