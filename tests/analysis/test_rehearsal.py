@@ -245,6 +245,27 @@ def test_the_in_process_search_bisects_on_measured_peaks_and_runs_nothing_far_be
     assert again["largest"] == 5 and len(ran) == len(set(ran))
 
 
+def test_a_too_flat_first_line_cannot_send_the_first_trial_past_the_shared_gpu():
+    """As ddp at 236M on 4 ranks of one H200 (4036c92): batch 1's peak lies above the line of the
+    larger batches, so the line through 1 and 2 is far too flat and put the first trial near 47,
+    about 36 GiB a rank. The first extrapolated trial now goes at most FIRST_TRIAL_SPAN times the
+    largest batch measured, and every trial that runs stays within SAFE x the budget."""
+    from dpbench.claims.c9.rehearsal import FIRST_TRIAL_SPAN
+    ran = []
+
+    def true_peak(b):
+        return {1: 4559.0, 2: 4950.0}.get(b, 4169.0 + 700.0 * b)
+
+    def measure(b):
+        ran.append(b)
+        return {"batch": b, "how": "measured", "peak_mib": true_peak(b), "reserved_mib": true_peak(b) + 30}
+    trials = [measure(1), measure(2)]
+    found = search_budget(measure, 22.0, trials)
+    assert ran[2] == FIRST_TRIAL_SPAN * 2 < 47
+    assert all(true_peak(b) <= SAFE * 22 * 1024 for b in ran)
+    assert found["largest"] <= 26 < found["smallest_failing"]   # 4169 + 700 b <= 22 GiB up to b = 26
+
+
 SIZES = {"256x4": 12_000_000, "512x8": 42_000_000, "1024x16": 235_000_000}
 
 

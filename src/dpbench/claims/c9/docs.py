@@ -42,7 +42,7 @@ COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activatio
 # The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
 CPU_TRACKER = (("cpu-tracker-fb14748", "rehearsal-n1-2-4.tar.gz"), ("cpu-tracker-fb14748", "rehearsal-n1-2.tar.gz"))
-# Beyond what the H200 has run: the 1.07B model on the CPU's tracker (fsdp at N = 1 and 2)
+# Beyond what the H200 has run: the 2048x20 model on the CPU's tracker (fsdp at N = 1 and 2)
 CPU_BEYOND = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
 
 
@@ -276,8 +276,8 @@ def kinds_text(kinds: dict[str, float], gradients: float) -> str:
 @query("rehearsal_cpu_tracker_1b")
 def rehearsal_cpu_tracker_1b(ref: Path) -> str:
     """The CPU tracker's cases of a size the H200 has not run: each phase's peak above the
-    step's start, the activation peak against the memory model (predicted from the one-rank
-    case), and what each peak held."""
+    step's start against the memory model's (predicted from the one-rank case), and what each
+    peak held."""
     parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_BEYOND]
     cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
     predicted = defaultdict(list)   # run_id -> its ranks' rows with the model's phase peaks

@@ -65,6 +65,11 @@ DEFAULT_TIMEOUT_S = 300.0
 # The ranks' reserved memory together may use this share of the device: a trial predicted beyond
 # it is not run (out of memory on one rank mid-step would desynchronise the ranks' collectives).
 DEVICE_SHARE = 0.95
+# The search's first extrapolated trial goes at most this many times the largest batch measured:
+# a line through batches 1 and 2 can be far too flat (ddp at 236M on 4 ranks of one H200: 391 MiB
+# a sample there, 645-709 in zero1's larger trials), and its overshoot put the 4 ranks past the
+# GPU; one ran out of memory and left its peers in DDP's all-reduce (issue 38, 4036c92).
+FIRST_TRIAL_SPAN = 8
 PLANT_DESYNC = "rehearsal-desync"   # DPBENCH_PLANT: rank 1 skips the warm step (the bounded-wait test)
 
 
@@ -108,6 +113,9 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
         line = peak_fit(trials)
         slope = line(2) - line(1) if line else 0.0
         start = max(1, int((cap_mib - line(0)) / slope)) if line and slope > 0 else 1
+        measured = [t["batch"] for t in trials if t.get("how") == "measured"]
+        if measured:
+            start = min(start, FIRST_TRIAL_SPAN * max(measured))
     found = largest(fits, granule=1, start=start, resolution=resolution)
     at = next((t for t in trials if t["batch"] == found["largest"]), {})
     return {"cap_gib": cap_gib, "largest": found["largest"], "smallest_failing": found["smallest_failing"],
