@@ -196,6 +196,16 @@ def fsdp_root_gathers(ref: Path) -> str:
             f"({rec['param_bytes'] / MIB:.1f} MiB)")
 
 
+def allocated_peak(m: dict[str, Any]) -> float:
+    """A rank's allocated peak over the profiled step's phases (MiB)."""
+    return max(m["forward_peak_mib"], m["backward_peak_mib"], m.get("step_peak_mib") or 0)
+
+
+def case_order(r: dict[str, Any]) -> tuple:
+    """A record's place in the page's tables: size, variant, N (analysis.rehearsal.sort_key)."""
+    return rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))
+
+
 @query("rehearsal_reserved_slack")
 def rehearsal_reserved_slack(ref: Path) -> str:
     """Per variant and N (rows), per size (columns): reserved less the profiled step's allocated
@@ -208,8 +218,7 @@ def rehearsal_reserved_slack(ref: Path) -> str:
                 and all(isinstance(m.get(k), (int, float)) for k in ("reserved_peak_mib", "forward_peak_mib", "backward_peak_mib"))]
         if rows:
             slack.setdefault((rehearsal.variant_label(r), int(r["gpus"])), {})[str(r["size"])] = sum(
-                m["reserved_peak_mib"] - max(m["forward_peak_mib"], m["backward_peak_mib"], m.get("step_peak_mib") or 0)
-                for m in rows) / len(rows)
+                m["reserved_peak_mib"] - allocated_peak(m) for m in rows) / len(rows)
     sizes = sorted({sz for v in slack.values() for sz in v}, key=lambda sz: float(names[sz][:-1]))
     keys = sorted(slack, key=lambda k: rehearsal.sort_key(("", *k)))
     body = [[v, n, *(f"{slack[(v, n)][sz]:,.0f}" if sz in slack[(v, n)] else "–" for sz in sizes)] for v, n in keys]
@@ -228,10 +237,7 @@ def at_peak(rec: dict[str, Any]) -> str:
     all-gather buffers and gradients (MiB)."""
     m = rec["memory_components"][0]
     phase = "forward" if m["forward_peak_mib"] >= m["backward_peak_mib"] else "backward"
-    kinds = m.get(f"{phase}_peak_by_kind_mib") or {}
-    grads = sum(v for k, v in kinds.items() if "Grad" in k)
-    return (f"{phase}: {kinds.get('Unsharded Param', 0):,.0f} unsharded, {kinds.get('All Gather', 0):,.0f} "
-            f"all-gather, {grads:,.0f} gradients")
+    return f"{phase}: {kinds_text(m.get(f'{phase}_peak_by_kind_mib') or {})}"
 
 
 @query("rehearsal_cpu_tracker")
@@ -245,8 +251,7 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
     names = size_names(c)
     h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
     body, worst = [], (0.0, 0.0)
-    for r in sorted(cpu, key=lambda r: (float(names[str(r["size"])][:-1]),
-                                        rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"])))):
+    for r in sorted(cpu, key=lambda r: (float(names[str(r["size"])][:-1]), case_order(r))):
         g = h200.get(rehearsal.case_key(r))
         if g is None:
             continue
@@ -265,12 +270,13 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
             f"[its README](../results/reference/{CPU_TRACKER[0][0]}/README.md)).")
 
 
-def kinds_text(kinds: dict[str, float], gradients: float) -> str:
-    """A peak's unsharded parameters, all-gather buffers and gradients (MiB; the gradients also
-    as a share of the rank's)."""
+def kinds_text(kinds: dict[str, float], gradients: float | None = None) -> str:
+    """A peak's unsharded parameters, all-gather buffers and gradients (MiB; with `gradients`,
+    the rank's, the gradients also as a share of them)."""
     grads = sum(kinds.get(k, 0.0) for k in GRADIENT_KINDS)
+    share = f" ({100 * grads / gradients:.0f}%)" if gradients else ""
     return (f"{kinds.get('Unsharded Param', 0):,.0f} unsharded, {kinds.get('All Gather', 0):,.0f} all-gather, "
-            f"{grads:,.0f} gradients ({100 * grads / gradients:.0f}%)")
+            f"{grads:,.0f} gradients{share}")
 
 
 @query("rehearsal_cpu_tracker_1b")
@@ -284,7 +290,7 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
     for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)]):
         predicted[row["run_id"]].append(row)
     body = []
-    for r in sorted(cpu, key=lambda r: rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))):
+    for r in sorted(cpu, key=case_order):
         m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
         model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
         body.append([text.params(r["parameters"]), rehearsal.variant_label(r), r["gpus"],
@@ -304,11 +310,11 @@ def rehearsal_reserved_by_stream(ref: Path) -> str:
     c, body = combined(ref), []
     names = size_names(c)
     for r in sorted((r for r in c.records if r.get("status") == "ok" and (r.get("memory_components") or [{}])[0].get("reserved_by_stream_mib")),
-                    key=lambda r: rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))):
+                    key=case_order):
         m = r["memory_components"][0]
         streams = m["reserved_by_stream_mib"]
         side = [v for k, v in streams.items() if k != "0"]
-        peak = max(m["forward_peak_mib"], m["backward_peak_mib"])
+        peak = allocated_peak(m)
         body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"], commit_of(r[rehearsal.SOURCE]),
                      f"{m['reserved_peak_mib']:,.0f}", f"{peak:,.0f}", f"{m['reserved_peak_mib'] - peak:,.0f}",
                      f"{streams.get('0', 0):,.0f}", " + ".join(f"{v:,.0f}" for v in side) or "none", f"{sum(side):,.0f}"])
