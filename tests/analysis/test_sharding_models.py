@@ -147,6 +147,33 @@ def test_reserved_follows_the_predicted_peak_and_the_state_saved():
     assert M.predicted_peaks(four, one)["reserved_peak_mib"] == 1200.0 - 225.0 + 75.0
 
 
+def test_reserved_takes_its_slack_from_the_fewest_ranks_that_communicate():
+    # one rank: state 300, peak 700 above it, reserved 1200 (slack 200); two ranks keep 150 more
+    # (the streams' pools), so four are predicted with the two-rank slack, not the one-rank one
+    one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
+    two = peak_row("fsdp", 2, 700.0, 900.0, 150.0, 50.0, reserved_peak_mib=1300.0, predicted_state_mib=150.0)
+    four = peak_row("fsdp", 4, 700.0, 850.0, 75.0, 25.0, reserved_peak_mib=1250.0, predicted_state_mib=75.0)
+    slack_two = 1300.0 - 150.0 - 750.0
+    assert M.reserved_slack(two) == slack_two == 400.0
+    out = {r["gpus"]: r for r in M.with_references([four, two, one])}
+    assert out[4]["predicted_reserved_peak_mib"] == 75.0 + (700.0 + 75.0) + slack_two
+    assert out[4]["reference_gpus"] == {"activation_peak": 1, "reserved_peak": 2}
+    assert out[2]["reference_gpus"]["reserved_peak"] == 2          # compares with itself
+    assert out[1]["predicted_reserved_peak_mib"] == 1200.0           # one rank keeps its own
+    # fsdp without resharding keeps its own slack where rows name it, though it shares fsdp's one-rank row
+    keep = dict(two, run_id="keep", variant_label="fsdp-keep", reserved_peak_mib=1500.0)
+    keep4 = dict(four, run_id="keep4", variant_label="fsdp-keep")
+    out = {r["run_id"]: r for r in M.with_references([one, two, keep, keep4])}
+    assert out["keep4"]["predicted_reserved_peak_mib"] == 75.0 + 775.0 + (1500.0 - 150.0 - 750.0)
+    # without a communicating row that measured reserved the one-rank slack stands
+    alone = {r["gpus"]: r for r in M.with_references([one, dict(four, reserved_peak_mib=None)])}
+    assert alone[4]["predicted_reserved_peak_mib"] == 1200.0 - 225.0 + 75.0
+    assert alone[4]["reference_gpus"]["reserved_peak"] == 1
+    cmp = {(c["gpus"], c["component"]): c for c in M.comparison([one, two, four])}
+    assert cmp[(4, "reserved_peak")]["reference_gpus"] == 2
+    assert cmp[(4, "reserved_peak")]["relative_difference"] == pytest.approx(1250.0 / (850.0 + 400.0) - 1.0)
+
+
 # -- traffic --------------------------------------------------------------------------------
 
 P = 1000

@@ -17,9 +17,10 @@ parameters are the shard itself), so the term is 0 there. A record measures it a
 single all-gather the rank's collective counter saw (`largest_gather_mib`).
 
 Per rank under rehearsal (N ranks sharing one GPU, each its own process and allocator, doc
-docs/sharding.md): every term above is per rank; the activation peak and the allocator's
-reserved bytes are predicted from the one-rank run of the same variant and per-rank batch
-(`with_references`), phase by phase, since what a rank holds at a phase's peak differs:
+docs/sharding.md): every term above is per rank; the activation peak is predicted from the
+one-rank run of the same variant and per-rank batch (`with_references`; reserved from it and
+the slack of the fewest ranks that communicate, below), phase by phase, since what a rank holds
+at a phase's peak differs:
   - forward: the state (last step's gradients included) and the activations;
   - backward: the step has freed last step's gradients (zero_grad(set_to_none=True) after the
     forward) and writes them again as it goes: a peak before it writes any (past the level the
@@ -33,8 +34,10 @@ reserved bytes are predicted from the one-rank run of the same variant and per-r
     tracker); a peak inside the units' compute also holds the all-gather buffers in flight then,
     which the model leaves out (one unit's at 236M on 2 ranks; two blocks' at the 2048x20
     model, more than the largest unit).
-Activations themselves do not depend on N at a fixed per-rank batch; reserved follows the
-predicted peak.
+Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
+state and peak plus the caching allocator's slack, measured at the fewest ranks (two or more) of
+the same variant: a rank that communicates keeps pools on the communication streams, sized by the
+units (FSDP2's all-gather and reduce-scatter buffers) and not by N, which one rank never makes.
 
 Unsharded parameters are in the compute dtype: 2 bytes under bf16 (MixedPrecisionPolicy's bf16
 parameters, fp32 reduction), b otherwise. The state is what a rank holds between steps: the
@@ -233,13 +236,24 @@ def gradients_at_backward_peak(row: Mapping[str, Any]) -> float | None:
     return min(1.0, sum(float(kinds.get(k) or 0.0) for k in GRADIENT_KINDS) / gradients)
 
 
-def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str, float] | None:
+def reserved_slack(row: Mapping[str, Any]) -> float | None:
+    """What a row's allocator kept reserved beyond its predicted state and measured activation
+    peak (MiB): the caching allocator's free blocks at the reserved peak, streams' pools included."""
+    keys = ("reserved_peak_mib", "predicted_state_mib", "activation_peak_mib")
+    if not all(is_number(row.get(k)) for k in keys):
+        return None
+    return row["reserved_peak_mib"] - row["predicted_state_mib"] - row["activation_peak_mib"]
+
+
+def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
+                    slack_ref: Mapping[str, Any] | None = None) -> dict[str, float] | None:
     """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
     its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
     the state as there; the backward's as there plus the gradients this N frees less than one
     rank does, for the share of them not yet written again at that peak; both plus the units
-    this N holds at its peaks beyond ref's. Reserved: ref's, shifted as the predicted peak
-    shifts. None without ref's peaks."""
+    this N holds at its peaks beyond ref's. Reserved: the predicted state and peak plus the
+    allocator's slack in `slack_ref` (the fewest ranks that communicate, with_references), else
+    in ref. None without ref's peaks."""
     start = step_start(ref)
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
@@ -257,25 +271,43 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any]) -> dict[str,
     # each phase's too (above the step's start): which one the prediction took, and by how much
     out = {"activation_peak_mib": activation, "forward_above_start_mib": forward + held,
            "backward_above_start_mib": backward + held}
-    if is_number(ref.get("reserved_peak_mib")) and is_number(row.get("predicted_state_mib")) \
-            and is_number(ref.get("predicted_state_mib")):
-        saved = ref["predicted_state_mib"] - row["predicted_state_mib"]
-        out["reserved_peak_mib"] = ref["reserved_peak_mib"] - saved + activation - ref["activation_peak_mib"]
+    slack = reserved_slack(slack_ref) if slack_ref is not None else None
+    slack = reserved_slack(ref) if slack is None else slack
+    if slack is not None and is_number(row.get("predicted_state_mib")):
+        out["reserved_peak_mib"] = row["predicted_state_mib"] + activation + slack
     return out
+
+
+def slack_key(row: Mapping[str, Any]) -> tuple:
+    """Which row's allocator slack predicts a row's reserved bytes: the same variant and options
+    (hsdp its own: it adds a stream; fsdp without resharding its own where a row names it by
+    `variant_label`: it keeps its units)."""
+    return row.get("variant_label") or row.get("variant"), _options_key(row)
 
 
 def with_references(rows: list[Mapping[str, Any]], key=reference_key) -> list[dict[str, Any]]:
     """Rows with predicted_activation_peak_mib and predicted_reserved_peak_mib where a one-rank
     row of the same key (variant and options: the same per-rank batch, weak scaling) measured
-    them (predicted_peaks)."""
+    them (predicted_peaks). Reserved takes its slack from the fewest ranks, two or more, of the
+    same slack_key that measured it: a one-rank run gathers and reduces nothing, so the pools
+    its communication streams keep (FSDP2's, docs/sharding.md) first appear there, sized by the
+    units, not by N; at that N reserved compares with itself."""
     one = {key(r): r for r in rows if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
+    first: dict[tuple, Mapping[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: int(r.get("gpus") or 0)):
+        if int(r.get("gpus") or 0) >= 2 and reserved_slack(r) is not None:
+            first.setdefault(slack_key(r), r)
     out = []
     for row in rows:
         row = dict(row)
-        ref = one.get(key(row))
-        peaks = predicted_peaks(row, ref) if ref is not None else None
+        ref, slack_ref = one.get(key(row)), first.get(slack_key(row))
+        if slack_ref is not None and int(slack_ref.get("gpus") or 0) > int(row.get("gpus") or 0):
+            slack_ref = None   # a one-rank row keeps its own
+        peaks = predicted_peaks(row, ref, slack_ref) if ref is not None else None
         for name, value in (peaks or {}).items():
             row[f"predicted_{name}"] = value
+        if peaks:   # the N whose row each prediction came from: at that N it compares with itself
+            row["reference_gpus"] = {"activation_peak": 1, "reserved_peak": int((slack_ref or ref).get("gpus") or 1)}
         out.append(row)
     return out
 
@@ -284,7 +316,8 @@ def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE, key=
     """Measured against predicted per run, device and component (rows of memory_components.csv):
     the relative difference (measured / predicted - 1) and whether it lies beyond the tolerance.
     A component either side lacks is left out; a zero prediction compares by equality. The
-    activation peak and reserved bytes compare where a one-rank row gives them (with_references)."""
+    activation peak and reserved bytes compare where a one-rank row gives them (with_references),
+    with the N their prediction came from (`reference_gpus`; None for the closed forms)."""
     out = []
     for row in with_references(rows, key):
         for c in COMPARED:
@@ -294,6 +327,7 @@ def comparison(rows: list[Mapping[str, Any]], tolerance: float = TOLERANCE, key=
             rel = (measured / predicted - 1.0) if predicted else (0.0 if measured == 0 else float("inf"))
             out.append({**{k: row.get(k) for k in ("run_id", "variant", "gpus", "options", "device")},
                         "component": c, "measured_mib": measured, "predicted_mib": predicted,
+                        "reference_gpus": (row.get("reference_gpus") or {}).get(c),
                         "relative_difference": rel, "beyond_tolerance": abs(rel) > tolerance})
     return out
 

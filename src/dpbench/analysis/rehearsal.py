@@ -119,14 +119,16 @@ def component_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
         # rank nothing is gathered, so fsdp's one-rank row predicts fsdp-keep's and hsdp's activations)
         row = {"run_id": rec.get("run_id"), "variant": rec.get("variant"), "gpus": rec.get("gpus"),
                "options": f"{rec.get('size')}|b{(rec.get('options') or {}).get('per_gpu_batch')}",
-               "device": m.get("device"), "parameters": rec.get("parameters"), **m}
+               "device": m.get("device"), "parameters": rec.get("parameters"),
+               "variant_label": variant_label(rec), **m}
         rows.append({**row, "state_mib": memory_model.measured_state(row), **memory_model.predicted_row(rec, row)})
     return rows
 
 
 def memory_table(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (size, variant, N, component): the ranks' mean measured (and their max: ZeRO-1's
-    partitions are uneven), the model's, the relative difference of the mean and the flag."""
+    partitions are uneven), the model's, the relative difference of the mean and the flag, and
+    for the peaks the N their prediction came from (reference_gpus)."""
     recs = [r for r in records if r.get("status") == "ok"]
     rows = [row for r in recs for row in component_rows(r)]
     size_of = {r.get("run_id"): (str(r.get("size")), variant_label(r)) for r in recs}
@@ -141,7 +143,8 @@ def memory_table(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         out.append({"size": size, "variant": label, "gpus": gpus, "component": component,
                     "measured_mib": measured, "measured_max_mib": max(c["measured_mib"] for c in cs),
                     "predicted_mib": predicted, "relative_difference": rel,
-                    "beyond_tolerance": abs(rel) > memory_model.TOLERANCE})
+                    "beyond_tolerance": abs(rel) > memory_model.TOLERANCE,
+                    "reference_gpus": max((c["reference_gpus"] or 0 for c in cs), default=0) or None})
     return out
 
 

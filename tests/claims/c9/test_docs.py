@@ -126,3 +126,22 @@ def test_fsdp2s_side_streams_hold_the_reserved_slack_and_zero1_has_none():
         slack = m["reserved_peak_mib"] - max(m["forward_peak_mib"], m["backward_peak_mib"])
         assert slack > 0.15 * m["reserved_peak_mib"] and side >= 0.95 * slack, variant
     assert docs.rehearsal_reserved_by_stream(REF) in PAGE.read_text()
+
+
+def test_reserved_is_checked_above_the_fewest_communicating_ranks_and_blind_rows_follow_the_rule():
+    c = docs.combined(REF)
+    reserved = [m for m in c.memory if m["component"] == "reserved_peak"]
+    fewest: dict[tuple, int] = {}
+    for m in reserved:
+        if m["gpus"] >= 2:
+            fewest[(m["size"], m["variant"])] = min(m["gpus"], fewest.get((m["size"], m["variant"]), 99))
+    for m in reserved:
+        assert m["reference_gpus"] == (1 if m["gpus"] == 1 else fewest[(m["size"], m["variant"])])
+    checked = docs.reserved_checked(c)
+    assert checked and all(m["gpus"] > m["reference_gpus"] for m in checked)
+    worst = max(abs(m["relative_difference"]) for m in checked)
+    assert docs.rehearsal_reserved_error(REF) == f"±{100 * worst:.1f}%"
+    assert docs.launch_name(*docs.RESERVED_RULE_SAW) in c.launches
+    blind = docs.rehearsal_reserved_blind(REF)
+    after = list(c.launches)[list(c.launches).index(docs.launch_name(*docs.RESERVED_RULE_SAW)) + 1:]
+    assert (blind == "none yet") == (not after)

@@ -38,6 +38,9 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-4036c92", "n8-42m-hsdp.tar.gz"),
             ("h200-rehearsal-4036c92", "n4-235m.tar.gz"),
             ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz"))
+# The last launch seen when the reserved slack's reference became the fewest communicating ranks
+# (memory_model.with_references): every launch after it is that rule's blind check
+RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
 COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activation_peak", "reserved_peak")
 # The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
@@ -204,6 +207,33 @@ def allocated_peak(m: dict[str, Any]) -> float:
 def case_order(r: dict[str, Any]) -> tuple:
     """A record's place in the page's tables: size, variant, N (analysis.rehearsal.sort_key)."""
     return rehearsal.sort_key((r["size"], rehearsal.variant_label(r), r["gpus"]))
+
+
+def reserved_checked(c: Combined) -> list[dict[str, Any]]:
+    """The reserved rows the model predicts from a smaller N (not compared with themselves)."""
+    return [m for m in c.memory if m["component"] == "reserved_peak" and m["gpus"] > (m["reference_gpus"] or m["gpus"])]
+
+
+@query("rehearsal_reserved_error")
+def rehearsal_reserved_error(ref: Path) -> str:
+    """The largest |error| of the reserved peak at every N above its reference's."""
+    return f"±{100 * max(abs(m['relative_difference']) for m in reserved_checked(combined(ref))):.1f}%"
+
+
+@query("rehearsal_reserved_blind")
+def rehearsal_reserved_blind(ref: Path) -> str:
+    """The reserved rows from launches made after the slack rule (RESERVED_RULE_SAW): size,
+    variant, N and error each; or that there are none yet."""
+    c = combined(ref)
+    names, order = size_names(c), list(c.launches)
+    after = set(order[order.index(launch_name(*RESERVED_RULE_SAW)) + 1:])
+    source = {(str(r["size"]), rehearsal.variant_label(r), int(r["gpus"])): r[rehearsal.SOURCE]
+              for r in c.records if r.get("status") == "ok"}
+    blind = [m for m in reserved_checked(c) if source.get((m["size"], m["variant"], m["gpus"])) in after]
+    if not blind:
+        return "none yet"
+    return "; ".join(f"{m['variant']} at {names[m['size']]}, N = {m['gpus']}: {_percent(m['relative_difference'])}"
+                     + (" !" if m["beyond_tolerance"] else "") for m in blind)
 
 
 @query("rehearsal_reserved_slack")
