@@ -228,8 +228,12 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
             del xb, yb
             peak = torch.cuda.max_memory_allocated(device) / MIB if cuda else 0.0
             reserved = torch.cuda.max_memory_reserved(device) / MIB if cuda else 0.0
-        except torch.OutOfMemoryError:   # uncapped: the GPU itself is full (SAFE keeps this rare)
+        except torch.OutOfMemoryError as e:   # uncapped: the GPU itself is full (SAFE keeps this rare)
             failed, peak, reserved = True, float("nan"), float("nan")
+            # said here, before the gather: under DDP the peers may be waiting in an all-reduce
+            # this rank never joins, and then only this line tells why the case timed out
+            print(f"[rehearsal] {rec['run_id']} rank {rank}: out of memory at batch {b}: "
+                  f"{str(e).splitlines()[0][:160]}", flush=True)
         rows = gather((failed, peak, reserved))
         if cuda:
             torch.cuda.empty_cache()
