@@ -160,6 +160,10 @@ def test_reserved_takes_its_slack_from_the_fewest_ranks_that_communicate():
     assert out[4]["reference_gpus"] == {"activation_peak": 1, "reserved_peak": 2}
     assert out[2]["reference_gpus"]["reserved_peak"] == 2          # compares with itself
     assert out[1]["predicted_reserved_peak_mib"] == 1200.0           # one rank keeps its own
+    # the reference's ranks' mean slack: a second rank at two with 100 more
+    out = {r["run_id"]: r for r in M.with_references([one, two, dict(two, run_id="two-b", device=1,
+                                                                        reserved_peak_mib=1400.0), four])}
+    assert out["fsdp-4"]["predicted_reserved_peak_mib"] == 75.0 + 775.0 + slack_two + 50.0
     # fsdp without resharding keeps its own slack where rows name it, though it shares fsdp's one-rank row
     keep = dict(two, run_id="keep", variant_label="fsdp-keep", reserved_peak_mib=1500.0)
     keep4 = dict(four, run_id="keep4", variant_label="fsdp-keep")

@@ -246,14 +246,14 @@ def reserved_slack(row: Mapping[str, Any]) -> float | None:
 
 
 def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
-                    slack_ref: Mapping[str, Any] | None = None) -> dict[str, float] | None:
+                    slack: float | None = None) -> dict[str, float] | None:
     """A row's activation peak and reserved peak (MiB) predicted from `ref`, the one-rank row of
     its variant and per-rank batch, phase by phase (module docstring): the forward's peak above
     the state as there; the backward's as there plus the gradients this N frees less than one
     rank does, for the share of them not yet written again at that peak; both plus the units
     this N holds at its peaks beyond ref's. Reserved: the predicted state and peak plus the
-    allocator's slack in `slack_ref` (the fewest ranks that communicate, with_references), else
-    in ref. None without ref's peaks."""
+    allocator's `slack` (the fewest ranks that communicate, with_references), else ref's. None
+    without ref's peaks."""
     start = step_start(ref)
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
@@ -271,7 +271,6 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     # each phase's too (above the step's start): which one the prediction took, and by how much
     out = {"activation_peak_mib": activation, "forward_above_start_mib": forward + held,
            "backward_above_start_mib": backward + held}
-    slack = reserved_slack(slack_ref) if slack_ref is not None else None
     slack = reserved_slack(ref) if slack is None else slack
     if slack is not None and is_number(row.get("predicted_state_mib")):
         out["reserved_peak_mib"] = row["predicted_state_mib"] + activation + slack
@@ -289,25 +288,32 @@ def with_references(rows: list[Mapping[str, Any]], key=reference_key) -> list[di
     """Rows with predicted_activation_peak_mib and predicted_reserved_peak_mib where a one-rank
     row of the same key (variant and options: the same per-rank batch, weak scaling) measured
     them (predicted_peaks). Reserved takes its slack from the fewest ranks, two or more, of the
-    same slack_key that measured it: a one-rank run gathers and reduces nothing, so the pools
-    its communication streams keep (FSDP2's, docs/sharding.md) first appear there, sized by the
-    units, not by N; at that N reserved compares with itself."""
+    same slack_key that measured it (their mean over ranks and repeats): a one-rank run gathers
+    and reduces nothing, so the pools its communication streams keep (FSDP2's, docs/sharding.md)
+    first appear there, sized by the units, not by N; at that N reserved compares with itself."""
     one = {key(r): r for r in rows if int(r.get("gpus") or 0) == 1 and is_number(r.get("activation_peak_mib"))}
-    first: dict[tuple, Mapping[str, Any]] = {}
-    for r in sorted(rows, key=lambda r: int(r.get("gpus") or 0)):
-        if int(r.get("gpus") or 0) >= 2 and reserved_slack(r) is not None:
-            first.setdefault(slack_key(r), r)
+    # per slack_key, the fewest ranks >= 2 that measured reserved, and its ranks' mean slack
+    fewest: dict[tuple, tuple[int, list[float]]] = {}
+    for r in rows:
+        gpus, slack = int(r.get("gpus") or 0), reserved_slack(r)
+        if gpus < 2 or slack is None:
+            continue
+        have = fewest.get(slack_key(r))
+        if have is None or gpus < have[0]:
+            fewest[slack_key(r)] = (gpus, [slack])
+        elif gpus == have[0]:
+            have[1].append(slack)
     out = []
     for row in rows:
         row = dict(row)
-        ref, slack_ref = one.get(key(row)), first.get(slack_key(row))
-        if slack_ref is not None and int(slack_ref.get("gpus") or 0) > int(row.get("gpus") or 0):
-            slack_ref = None   # a one-rank row keeps its own
-        peaks = predicted_peaks(row, ref, slack_ref) if ref is not None else None
+        ref, (slack_gpus, slacks) = one.get(key(row)), fewest.get(slack_key(row), (1, []))
+        if slack_gpus > int(row.get("gpus") or 0):
+            slack_gpus, slacks = 1, []   # a one-rank row keeps its own
+        peaks = predicted_peaks(row, ref, sum(slacks) / len(slacks) if slacks else None) if ref is not None else None
         for name, value in (peaks or {}).items():
             row[f"predicted_{name}"] = value
-        if peaks:   # the N whose row each prediction came from: at that N it compares with itself
-            row["reference_gpus"] = {"activation_peak": 1, "reserved_peak": int((slack_ref or ref).get("gpus") or 1)}
+        if peaks:   # the N whose rows each prediction came from: at that N it compares with itself
+            row["reference_gpus"] = {"activation_peak": 1, "reserved_peak": slack_gpus if slacks else 1}
         out.append(row)
     return out
 
