@@ -84,7 +84,7 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
 @pytest.mark.slow   # the same launches as above (module-scoped)
 def test_from_one_rank_backward_below_the_forward_end_the_model_misses_only_the_unit_in_flight(rehearsed):
     """The narrow-vocabulary LM's one-rank backward peaks inside the units, below the level the
-    forward ended at. Measured from zero_grad, that peak predicts the activation peak at 2 and 4
+    forward ended at. Measured from zero_grad, that peak predicts the backward's peak at 2 and 4
     ranks (memory_model.predicted_peaks) but for the all-gather buffer the backward holds
     there, at most the largest unit. Measured from the forward's end, as older rows were, and
     without the kinds, it predicts no rise at all."""
@@ -92,15 +92,43 @@ def test_from_one_rank_backward_below_the_forward_end_the_model_misses_only_the_
     for n in (2, 4):
         rows = component_rows(rehearsed[n]["fsdp"])
         for row in rows:
-            predicted = predicted_peaks(row, ref)["activation_peak_mib"]
+            predicted = predicted_peaks(row, ref)["backward_above_start_mib"]
             in_flight = row["backward_peak_by_kind_mib"].get("All Gather", 0.0)
             assert 0 < in_flight <= row["largest_unit_mib"] + BYTE
-            assert row["activation_peak_mib"] == pytest.approx(predicted + in_flight, abs=4 * BYTE)
+            assert row["backward_peak_mib"] - step_start(row) == pytest.approx(predicted + in_flight, abs=4 * BYTE)
             assert row["activation_peak_mib"] > ref["activation_peak_mib"] + 0.5 * (ref["gradients_mib"] - row["gradients_mib"])
     # an older GPU row: the backward measured from the forward's end, no kinds counted
     older = {k: v for k, v in ref.items() if k not in ("zero_grad_end_mib", "backward_peak_by_kind_mib")} | {
         "backward_peak_mib": ref["forward_end_mib"]}
-    assert predicted_peaks(rows[0], older)["activation_peak_mib"] == pytest.approx(ref["activation_peak_mib"])
+    assert predicted_peaks(rows[0], older)["backward_above_start_mib"] == pytest.approx(
+        older["backward_peak_mib"] - step_start(older))
+
+
+@pytest.mark.slow   # the same launches as above (module-scoped)
+def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(rehearsed):
+    """FSDP2 keeps the output of the model's forward's last all-gather until its root's forward
+    ends, with or without resharding: from two ranks the model's forward peaks higher than one
+    rank's by that unit (one rank gathers nothing), which the counter measured
+    (forward_last_gather_mib) and the model adds to the forward (gather_kept); the loss, after
+    the root, holds none."""
+    for name in ("fsdp", "fsdp-keep"):
+        ref = component_rows(rehearsed[1 if name == "fsdp" else 2][name])[0]
+        one = component_rows(rehearsed[1]["fsdp"])[0]
+        assert one["forward_last_gather_mib"] == 0.0 and one["predicted_gather_kept_mib"] == 0.0
+        for n in (2, 4):
+            for row in component_rows(rehearsed[n][name]):
+                kept = row["forward_last_gather_mib"]
+                assert 0 < kept <= row["largest_unit_mib"] + BYTE and row["predicted_gather_kept_mib"] == kept
+                assert row["model_forward_peak_by_kind_mib"]["All Gather"] == pytest.approx(kept, abs=BYTE)
+                if name == "fsdp":   # against one rank's model forward: the kept unit more
+                    assert row["model_forward_peak_mib"] - step_start(row) == pytest.approx(
+                        ref["model_forward_peak_mib"] - step_start(ref) + kept, abs=4 * BYTE)
+                    assert predicted_peaks(row, ref)["forward_above_start_mib"] == pytest.approx(
+                        row["forward_peak_mib"] - step_start(row), abs=4 * BYTE)
+                    # without the split (older rows) the model sees one rank's loss peak alone
+                    older = {k: v for k, v in ref.items() if k != "model_forward_peak_mib"}
+                    assert predicted_peaks(row, older)["forward_above_start_mib"] < \
+                        row["forward_peak_mib"] - step_start(row) - 0.5 * kept
 
 
 def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(one_rank_group):
@@ -124,10 +152,14 @@ def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(on
     train_step(variant, opt, x, y, 2)
     _, tracked, _ = components.profiled_step(variant, opt, x, y, 2, nullcontext, True, track_cpu=True)
     _, ordinary, _ = components.profiled_step(variant, opt, x, y, 2, nullcontext, True)
-    counted = {"parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib", "largest_gather_mib"}
+    counted = {"parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib", "largest_gather_mib",
+               "forward_last_gather_mib"}
     none = set(PEAKS) | {"activation_peak_mib", "reserved_peak_mib"}
     assert set(ordinary) == counted | none and all(ordinary[k] is None for k in none)
-    assert set(tracked) == set(ordinary) | set(ENDS) | set(KINDS)
+    assert ordinary["forward_last_gather_mib"] == 0.0                   # DDP gathers nothing
+    model_forward = {"model_forward_peak_mib", "model_forward_peak_by_kind_mib"}
+    assert set(tracked) == set(ordinary) | set(ENDS) | set(KINDS) | model_forward
+    assert 0 < tracked["model_forward_peak_mib"] <= tracked["forward_peak_mib"]   # the loss is the forward's too
     assert tracked["reserved_peak_mib"] is None and all(tracked[k] > 0 for k in PEAKS + ENDS)
     assert tracked["forward_peak_by_kind_mib"]["Activation"] > 0                        # the forward's saved tensors
     assert tracked["forward_peak_by_kind_mib"]["Parameter"] == pytest.approx(tracked["parameters_mib"])

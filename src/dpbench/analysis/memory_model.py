@@ -31,9 +31,14 @@ at a phase's peak differs:
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
-    tracker); a peak inside the units' compute also holds the all-gather buffers in flight then,
-    which the model leaves out (one unit's at 236M on 2 ranks; two blocks' at the 2048x20
-    model, more than the largest unit).
+    tracker); FSDP2 keeps the output of a unit's all-gather until the next one, and the last
+    unit's until its root's forward ends (to overlap its copy-out with the next
+    all-gather; none on a shard group of one), so a forward's peak inside the model's forward
+    (marked apart from the loss, `model_forward_peak_mib`) holds one unit more than one rank
+    does, the unit of the forward's last all-gather (`forward_last_gather_mib`, measured:
+    `gather_kept`); a peak in the loss holds none. Other buffers in flight are left out: the
+    unit the backward prefetches where its peak lies inside the units (the tests' tiny LM), and
+    more in the forward at the 2048x20 model on the CPU.
 Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
 state and peak plus the caching allocator's slack, measured at the fewest ranks (two or more) of
 the same variant: a rank that communicates keeps pools on the communication streams, sized by the
@@ -57,7 +62,7 @@ TOLERANCE = 0.05        # a component further than this from its prediction is f
 # What the closed forms predict (the table's predicted_<name>_mib), and which of them a record
 # measures too (its <name>_mib; state: measured_state).
 PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit",
-             "held_at_peak")
+             "held_at_peak", "gather_kept")
 COMPARED = ("parameters", "gradients", "optimizer", "state", "largest_unit", "activation_peak", "reserved_peak")
 # the measured column of each compared component where it is not <component>_mib
 MEASURED_AS = {"largest_unit": "largest_gather_mib"}
@@ -77,6 +82,7 @@ class Setting:
     reshard_after_forward: bool = True
     hsdp_shard_size: int | None = None
     largest_unit_bytes: float | None = None     # the largest fully_shard unit, unsharded
+    last_gather_bytes: float | None = None      # the model's forward's last all-gather, as gathered
     gradient_as_bucket_view: bool = False
 
     @property
@@ -104,8 +110,9 @@ def predicted_bytes(s: Setting) -> dict[str, float | None]:
     """Bytes per device: parameters, gradients, optimizer state, DDP's gradient buckets, their sum
     (`state`: what a rank holds between steps, the last step's gradients included, since the
     step zeroes them after its forward), the unsharded parameters a sharded variant adds
-    while it computes (`unsharded`, at most: None where the largest unit is not known), and
-    those it holds at its step's peaks (`held_at_peak`, module docstring)."""
+    while it computes (`unsharded`, at most: None where the largest unit is not known), those
+    it holds at its step's peaks (`held_at_peak`, module docstring), and the all-gather output
+    it keeps through the model's forward (`gather_kept`: None where not measured)."""
     shard = s.shard_size
     params = s.param_bytes * s.parameters / shard
     grads = s.param_bytes * s.parameters / shard
@@ -119,10 +126,14 @@ def predicted_bytes(s: Setting) -> dict[str, float | None]:
         # the unit in the compute dtype (bf16 under MixedPrecisionPolicy), stored as param_bytes
         largest = None if s.largest_unit_bytes is None else s.largest_unit_bytes * s.compute_bytes / s.param_bytes
         unsharded = s.compute_bytes * s.parameters if every_unit else largest
+    # FSDP2 keeps the last all-gather's output until the next one or its root's forward ends
+    # (to overlap the copy-out with the next all-gather), with or without resharding
+    kept = s.last_gather_bytes if s.variant in ("fsdp", "hsdp") and shard > 1 else 0.0
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "buckets": buckets,
             "state": params + grads + optimizer + buckets, "unsharded": unsharded, "largest_unit": largest,
             # at the step's peaks: every unit kept unsharded (copied out at one rank too), else none
-            "held_at_peak": s.compute_bytes * s.parameters if every_unit else 0.0}
+            "held_at_peak": s.compute_bytes * s.parameters if every_unit else 0.0,
+            "gather_kept": kept}
 
 
 def rank_estimate_bytes(s: Setting, cap_bytes: float | None = None) -> float:
@@ -147,7 +158,8 @@ def rehearsal_misfit(s: Setting, ranks_on_device: int, device_bytes: float,
             f"{ranks_on_device * per_rank / 2**30:.2f} GiB > the device's {device_bytes / 2**30:.2f} GiB")
 
 
-def setting_of(record: Mapping[str, Any], largest_unit_mib: float | None = None) -> Setting | None:
+def setting_of(record: Mapping[str, Any], largest_unit_mib: float | None = None,
+               last_gather_mib: float | None = None) -> Setting | None:
     """The closed forms' inputs from a record (its config and sizes); None without its sizes."""
     cfg = record.get("config") or {}
     parameters, param_bytes = record.get("parameters"), record.get("param_bytes")
@@ -162,6 +174,7 @@ def setting_of(record: Mapping[str, Any], largest_unit_mib: float | None = None)
                    # hsdp_shard_size null: the ranks of one node
                    hsdp_shard_size=cfg.get("hsdp_shard_size") or max(1, ranks // nodes),
                    largest_unit_bytes=None if largest_unit_mib is None else largest_unit_mib * MIB,
+                   last_gather_bytes=None if last_gather_mib is None else last_gather_mib * MIB,
                    gradient_as_bucket_view=bool(cfg.get("gradient_as_bucket_view", False)))
 
 
@@ -192,7 +205,8 @@ def measured_state(row: Mapping[str, Any]) -> float | None:
 def predicted_row(record: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, float | None]:
     """One device's predicted components in MiB (the table's predicted_<component>_mib); None
     where the record lacks the sizes the closed forms need."""
-    s = setting_of(record, row.get("largest_unit_mib"))
+    last = row.get("forward_last_gather_mib")
+    s = setting_of(record, row.get("largest_unit_mib"), last if is_number(last) else None)
     b = predicted_bytes(s) if s is not None else {}
     return {f"predicted_{c}_mib": _mib(b.get(c)) for c in PREDICTED}
 
@@ -266,6 +280,11 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     if regrown is None:
         regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
     backward += (1.0 - regrown) * (_number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib"))
+    # the model's forward (where ref marked it apart from the loss) holds the last unit's
+    # all-gather output this N keeps beyond ref's; the loss holds none (it comes after the root)
+    if is_number(ref.get("model_forward_peak_mib")):
+        kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
+        forward = max(forward, ref["model_forward_peak_mib"] - start + kept)
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held
     # each phase's too (above the step's start): which one the prediction took, and by how much

@@ -44,12 +44,13 @@ MEMORY_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "device",
 MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib", "largest_unit_mib",
                              "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
                              "activation_peak_mib", "reserved_peak_mib", "largest_gather_mib",
-                             "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib"]
+                             "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib",
+                             "model_forward_peak_mib", "forward_last_gather_mib"]
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
                             + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",
                                                               "buckets", "state", "unsharded",
-                                                              "largest_unit", "held_at_peak")]
+                                                              "largest_unit", "held_at_peak", "gather_kept")]
                             + ["rehearsed"])
 # One training step's collectives as rank 0 counted them (count, payload bytes), beside the
 # formulas' payload and ring bytes per rank (dpbench.analysis.traffic_model).

@@ -35,6 +35,9 @@ from dpbench.workloads.calls import Inputs, first_tensor
 MIB = 2 ** 20
 PHASES = ("forward", "backward", "step")
 ZERO_GRAD = "zero_grad"   # marked between the forward and the backward (run.step.train_step)
+# marked as the model's forward returns, before the loss (profiled_step): FSDP2 still holds the
+# last unit's all-gather output until its root's forward ends, the loss holds none
+MODEL_FORWARD = "model_forward"
 
 
 def local_bytes(t: torch.Tensor | None) -> int:
@@ -85,6 +88,7 @@ class CollectiveCounter(TorchDispatchMode):
         self.bytes: dict[str, int] = defaultdict(int)
         self.counts: dict[str, int] = defaultdict(int)
         self.largest: dict[str, int] = defaultdict(int)   # the largest single op's payload
+        self.last: dict[str, int] = {}                     # the latest op's payload
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(t is DTensor for t in types):
@@ -97,6 +101,7 @@ class CollectiveCounter(TorchDispatchMode):
             self.counts[name] += 1
             self.bytes[name] += size
             self.largest[name] = max(self.largest[name], size)
+            self.last[name] = size
         return out
 
     def rows(self) -> list[dict[str, Any]]:
@@ -158,11 +163,20 @@ class PhasePeaks:
     def row(self) -> dict[str, Any]:
         if not self.cuda and self.live is None:
             return {f"{p}_peak_mib": None for p in PHASES} | {"activation_peak_mib": None, "reserved_peak_mib": None}
-        mib = {f"{p}_peak_mib": self.peaks[p] / MIB for p in PHASES}
-        activations = max(self.peaks["forward"], self.peaks["backward"]) - self.start
+        # the forward phase takes the model's forward in (MODEL_FORWARD, marked inside it where
+        # marked: its own peak is reported apart)
+        forward = max(self.peaks["forward"], self.peaks.get(MODEL_FORWARD, 0))
+        mib = {f"{p}_peak_mib": (forward if p == "forward" else self.peaks[p]) / MIB for p in PHASES}
+        if MODEL_FORWARD in self.peaks:
+            mib[f"{MODEL_FORWARD}_peak_mib"] = self.peaks[MODEL_FORWARD] / MIB
+        activations = max(forward, self.peaks["backward"]) - self.start
         reserved = max(v for k, v in self.peaks.items() if k.endswith("_reserved")) / MIB if self.cuda else None
         ends = {f"{p}_end_mib": self.ends[p] / MIB for p in (*PHASES, ZERO_GRAD) if p in self.ends}
-        kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in self.kinds[p].items()} for p in PHASES if p in self.kinds}
+        by_phase = dict(self.kinds)
+        if self.peaks.get(MODEL_FORWARD, 0) > self.peaks["forward"] and MODEL_FORWARD in self.kinds:
+            by_phase["forward"] = self.kinds[MODEL_FORWARD]   # the forward's peak was the model's
+        kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in by_phase[p].items()}
+                 for p in (*PHASES, MODEL_FORWARD) if p in by_phase}
         return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved} | ends | kinds
 
 
@@ -352,11 +366,25 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
         peaks.mark(phase)
         probe.mark(phase, variant, device)
 
-    with (counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext(),
-          live if live is not None else nullcontext()):
-        peaks.begin()   # inside the tracker: FSDPMemTracker counts the sharded state as it is entered
-        probe.start(counter)
-        losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
+    kept: dict[str, float] = {}
+
+    def model_forward_ended(*_) -> None:
+        # after FSDP2's own post-forward hooks: the peak since the step began is the model's
+        # forward's; the last all-gather then is the unit whose output FSDP2 kept through it
+        peaks.mark(MODEL_FORWARD)
+        if counter is not None and "all_gather" in counter.last:
+            kept["mib"] = max(kept.get("mib", 0.0), counter.last["all_gather"] / MIB)
+
+    hook = None if compiled else variant.module.register_forward_hook(model_forward_ended)
+    try:
+        with (counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext(),
+              live if live is not None else nullcontext()):
+            peaks.begin()   # inside the tracker: FSDPMemTracker counts the sharded state as it is entered
+            probe.start(counter)
+            losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
+    finally:
+        if hook is not None:
+            hook.remove()
     rows = [dict(r, source="counted") for r in counter.rows()] if counter is not None else []
     if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):
         # as many bucket passes as backwards that issued their all-reduces (one where the
@@ -366,4 +394,7 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
             passes = sum(1 for n in ops if n)
             bucketed = dict(bucketed, count=sum(ops), bytes=bucketed["bytes"] * passes)
         rows = sorted([*rows, bucketed], key=lambda r: r["collective"])
-    return losses, memory_row(variant, optimizer, peaks, counter), rows
+    row = memory_row(variant, optimizer, peaks, counter)
+    if counter is not None and not compiled:
+        row["forward_last_gather_mib"] = kept.get("mib", 0.0)
+    return losses, row, rows
