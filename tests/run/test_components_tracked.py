@@ -109,8 +109,8 @@ def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(re
     """FSDP2 keeps the output of the model's forward's last all-gather until its root's forward
     ends, with or without resharding: from two ranks the model's forward peaks higher than one
     rank's by that unit (one rank gathers nothing), which the counter measured
-    (forward_last_gather_mib) and the model adds to the forward (gather_kept); the loss, after
-    the root, holds none."""
+    (forward_last_gather_mib) and the model adds to a resharding rank's forward (gather_kept;
+    without resharding the units held stand in for it); the loss, after the root, holds none."""
     for name in ("fsdp", "fsdp-keep"):
         ref = component_rows(rehearsed[1 if name == "fsdp" else 2][name])[0]
         one = component_rows(rehearsed[1]["fsdp"])[0]
@@ -118,7 +118,8 @@ def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(re
         for n in (2, 4):
             for row in component_rows(rehearsed[n][name]):
                 kept = row["forward_last_gather_mib"]
-                assert 0 < kept <= row["largest_unit_mib"] + BYTE and row["predicted_gather_kept_mib"] == kept
+                assert 0 < kept <= row["largest_unit_mib"] + BYTE
+                assert row["predicted_gather_kept_mib"] == (kept if name == "fsdp" else 0.0)
                 assert row["model_forward_peak_by_kind_mib"]["All Gather"] == pytest.approx(kept, abs=BYTE)
                 if name == "fsdp":   # against one rank's model forward: the kept unit more
                     assert row["model_forward_peak_mib"] - step_start(row) == pytest.approx(

@@ -33,10 +33,10 @@ at a phase's peak differs:
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
     tracker); FSDP2 keeps the output of a unit's all-gather until the next one, and the last
     unit's until its root's forward ends (to overlap its copy-out with the next
-    all-gather; none on a shard group of one), so a forward's peak inside the model's forward
-    (marked apart from the loss, `model_forward_peak_mib`) holds one unit more than one rank
-    does, the unit of the forward's last all-gather (`forward_last_gather_mib`, measured:
-    `gather_kept`); a peak in the loss holds none. Other buffers in flight are left out: the
+    all-gather; none on a shard group of one), so with resharding a forward's peak inside the
+    model's forward (marked apart from the loss, `model_forward_peak_mib`) holds one unit more
+    than one rank does, the unit of the forward's last all-gather (`forward_last_gather_mib`,
+    measured: `gather_kept`); a peak in the loss holds none. Other buffers in flight are left out: the
     unit the backward prefetches where its peak lies inside the units (the tests' tiny LM), and
     more in the forward at the 2048x20 model on the CPU.
 Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
@@ -127,8 +127,11 @@ def predicted_bytes(s: Setting) -> dict[str, float | None]:
         largest = None if s.largest_unit_bytes is None else s.largest_unit_bytes * s.compute_bytes / s.param_bytes
         unsharded = s.compute_bytes * s.parameters if every_unit else largest
     # FSDP2 keeps the last all-gather's output until the next one or its root's forward ends
-    # (to overlap the copy-out with the next all-gather), with or without resharding
-    kept = s.last_gather_bytes if s.variant in ("fsdp", "hsdp") and shard > 1 else 0.0
+    # (to overlap the copy-out with the next all-gather). Without resharding it does so too, but
+    # there every unit held (held_at_peak), the root included, stands in for it: one rank's
+    # model-forward peak already held the root unsharded, so adding both would count the root
+    # twice (236M on the CPU's tracker: -2.2%, where the loss decides the peak)
+    kept = s.last_gather_bytes if s.variant in ("fsdp", "hsdp") and shard > 1 and not every_unit else 0.0
     return {"parameters": params, "gradients": grads, "optimizer": optimizer, "buckets": buckets,
             "state": params + grads + optimizer + buckets, "unsharded": unsharded, "largest_unit": largest,
             # at the step's peaks: every unit kept unsharded (copied out at one rank too), else none
