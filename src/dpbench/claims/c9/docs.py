@@ -45,8 +45,13 @@ COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activatio
 # The same cases rehearsed on the CPU with PyTorch's memory tracker (run.live_memory): what a
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
 CPU_TRACKER = (("cpu-tracker-fb14748", "rehearsal-n1-2-4.tar.gz"), ("cpu-tracker-fb14748", "rehearsal-n1-2.tar.gz"))
-# Beyond what the H200 has run: the 2048x20 model on the CPU's tracker (fsdp at N = 1 and 2)
-CPU_BEYOND = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
+# Beyond what the H200 has run: the 2048x20 model on the CPU's tracker (fsdp at N = 1 and 2),
+# made where the model's forward is marked apart from the loss (the all-gather FSDP2 keeps)
+CPU_BEYOND = (("cpu-tracker-c69720d", "n1-1b.tar.gz"), ("cpu-tracker-c69720d", "n2-1b.tar.gz"))
+# The same 2048x20 cases made before the model's forward was marked (the model without the kept unit)
+CPU_BEYOND_BEFORE = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
+# The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
+CPU_KEPT = (("cpu-tracker-c69720d", "n1-2-235m.tar.gz"),)
 
 
 def launch_name(reference: str, tar: str) -> str:
@@ -309,12 +314,10 @@ def kinds_text(kinds: dict[str, float], gradients: float | None = None) -> str:
             f"{grads:,.0f} gradients{share}")
 
 
-@query("rehearsal_cpu_tracker_1b")
-def rehearsal_cpu_tracker_1b(ref: Path) -> str:
-    """The CPU tracker's cases of a size the H200 has not run: each phase's peak above the
-    step's start against the memory model's (predicted from the one-rank case), and what each
-    peak held."""
-    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_BEYOND]
+def cpu_model_table(ref: Path, launches: tuple[tuple[str, str], ...]) -> str:
+    """CPU tracker cases: each phase's peak above the step's start against the memory model's
+    (predicted from the one-rank case), and what each peak held."""
+    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in launches]
     cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
     predicted = defaultdict(list)   # run_id -> its ranks' rows with the model's phase peaks
     for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)]):
@@ -325,12 +328,37 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
         model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
         body.append([text.params(r["parameters"]), rehearsal.variant_label(r), r["gpus"],
                      *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
+                     f"{m.get('forward_last_gather_mib') or 0:,.0f}",
                      *(kinds_text(m[f"{p}_peak_by_kind_mib"], m["gradients_mib"]) for p in peaks)])
-    launches = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_BEYOND)
+    names = ", ".join(f"`{launch_name(r, t)}`" for r, t in launches)
     return (md_table(["model", "variant", "N", "forward peak above the start, measured / model",
-                      "backward peak above the start, measured / model", "at the forward's peak (MiB)",
-                      "at the backward's peak (MiB)"],
-                     body) + f"\n\n({launches}, [its README](../results/reference/{CPU_BEYOND[0][0]}/README.md))")
+                      "backward peak above the start, measured / model", "kept all-gather (MiB)",
+                      "at the forward's peak (MiB)", "at the backward's peak (MiB)"],
+                     body) + f"\n\n({names}, [its README](../results/reference/{launches[0][0]}/README.md))")
+
+
+@query("rehearsal_cpu_tracker_1b")
+def rehearsal_cpu_tracker_1b(ref: Path) -> str:
+    """The CPU tracker's cases of a size the H200 has not run, against the model."""
+    return cpu_model_table(ref, CPU_BEYOND)
+
+
+@query("rehearsal_cpu_tracker_1b_before")
+def rehearsal_cpu_tracker_1b_before(ref: Path) -> str:
+    """The forward's miss at the largest N of the 2048x20 cases made before the split, and where."""
+    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_BEYOND_BEFORE]
+    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
+    rows = [row for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)])
+            if row["gpus"] == max(int(r["gpus"]) for r in cpu)]
+    last = next(r for r in cpu if int(r["gpus"]) == rows[0]["gpus"])
+    model = sum(x["predicted_forward_above_start_mib"] for x in rows) / len(rows)
+    return f"{_percent(above_start(last)['forward'] / model - 1)} (`{CPU_BEYOND_BEFORE[0][0]}`, made before the split)"
+
+
+@query("rehearsal_cpu_tracker_kept")
+def rehearsal_cpu_tracker_kept(ref: Path) -> str:
+    """The CPU tracker's 236M cases made with the model's forward marked, against the model."""
+    return cpu_model_table(ref, CPU_KEPT)
 
 
 @query("rehearsal_reserved_by_stream")
