@@ -275,13 +275,26 @@ def at_peak(rec: dict[str, Any]) -> str:
     return f"{phase}: {kinds_text(m.get(f'{phase}_peak_by_kind_mib') or {})}"
 
 
+def cpu_cases(ref: Path, launches: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """The ok cases of CPU tracker launches, combined (a later launch's case wins)."""
+    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in launches]
+    return [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
+
+
+def predicted_by_run(cpu: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """run_id -> its ranks' rows with the model's phase peaks, each predicted from the cases' one-rank run."""
+    predicted = defaultdict(list)
+    for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)]):
+        predicted[row["run_id"]].append(row)
+    return predicted
+
+
 @query("rehearsal_cpu_tracker")
 def rehearsal_cpu_tracker(ref: Path) -> str:
     """Per case rehearsed both on the H200 and on the CPU with the tracker: each phase's peak
     above the step's start on both (MiB), what the tracker saw at the higher one, and the
     largest difference."""
-    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_TRACKER]
-    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
+    cpu = cpu_cases(ref, CPU_TRACKER)
     c = combined(ref)
     names = size_names(c)
     h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
@@ -317,11 +330,8 @@ def kinds_text(kinds: dict[str, float], gradients: float | None = None) -> str:
 def cpu_model_table(ref: Path, launches: tuple[tuple[str, str], ...]) -> str:
     """CPU tracker cases: each phase's peak above the step's start against the memory model's
     (predicted from the one-rank case), and what each peak held."""
-    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in launches]
-    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
-    predicted = defaultdict(list)   # run_id -> its ranks' rows with the model's phase peaks
-    for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)]):
-        predicted[row["run_id"]].append(row)
+    cpu = cpu_cases(ref, launches)
+    predicted = predicted_by_run(cpu)
     body = []
     for r in sorted(cpu, key=case_order):
         m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
@@ -346,11 +356,9 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
 @query("rehearsal_cpu_tracker_1b_before")
 def rehearsal_cpu_tracker_1b_before(ref: Path) -> str:
     """The forward's miss at the largest N of the 2048x20 cases made before the split, and where."""
-    parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in CPU_BEYOND_BEFORE]
-    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
-    rows = [row for row in with_references([row for r in cpu for row in rehearsal.component_rows(r)])
-            if row["gpus"] == max(int(r["gpus"]) for r in cpu)]
-    last = next(r for r in cpu if int(r["gpus"]) == rows[0]["gpus"])
+    cpu = cpu_cases(ref, CPU_BEYOND_BEFORE)
+    last = max(cpu, key=lambda r: int(r["gpus"]))
+    rows = predicted_by_run(cpu)[last["run_id"]]
     model = sum(x["predicted_forward_above_start_mib"] for x in rows) / len(rows)
     return f"{_percent(above_start(last)['forward'] / model - 1)} (`{CPU_BEYOND_BEFORE[0][0]}`, made before the split)"
 
