@@ -21,6 +21,9 @@ ARGS = TINY_LM["args"]
 CASES = [{"name": "fsdp", "variant": "fsdp", "args": ARGS, "batch": BATCH},
          {"name": "fsdp-keep", "variant": "fsdp", "args": ARGS, "batch": BATCH,
           "options": {"reshard_after_forward": False}}]
+# units large beside their activations (4 tokens, batch 1): the forward peaks as the last unit gathers
+WIDE = {"name": "fsdp-wide", "variant": "fsdp", "batch": 1,
+        "args": {"width": 128, "layers": 3, "heads": 2, "seq_len": 4, "vocab": 64}}
 INPUT_MIB = 2 * BATCH * ARGS["seq_len"] * 8 / MIB   # the step's tokens and targets (int64)
 PEAKS = ("forward_peak_mib", "backward_peak_mib", "step_peak_mib")
 ENDS = ("forward_end_mib", "zero_grad_end_mib", "backward_end_mib", "step_end_mib")
@@ -31,7 +34,7 @@ LOSSES = 64 * BYTE
 
 @pytest.fixture(scope="module")
 def rehearsed() -> dict[int, dict[str, dict]]:
-    return {world: rehearse_cases(CASES, world) for world in (1, 2, 4)}
+    return {world: rehearse_cases([*CASES, WIDE], world) for world in (1, 2, 4)}
 
 
 def gathered(kinds: dict) -> float:
@@ -42,7 +45,8 @@ def gathered(kinds: dict) -> float:
 @pytest.mark.slow   # three launches of gloo ranks, ~15 s
 def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
     whole = 4 * rehearsed[1]["fsdp"]["parameters"] / MIB           # fp32 parameters, unsharded
-    rows = {(n, name): rec["memory_components"] for n, recs in rehearsed.items() for name, rec in recs.items()}
+    rows = {(n, name): rec["memory_components"] for n, recs in rehearsed.items() for name, rec in recs.items()
+            if name != WIDE["name"]}
     for (n, name), ranks in rows.items():
         assert len(ranks) == n and rehearsed[n][name]["status"] == "ok"
         for row in ranks:
@@ -130,6 +134,29 @@ def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(re
                     older = {k: v for k, v in ref.items() if k != "model_forward_peak_mib"}
                     assert predicted_peaks(row, older)["forward_above_start_mib"] < \
                         row["forward_peak_mib"] - step_start(row) - 0.5 * kept
+
+
+@pytest.mark.slow   # the same launches as above (module-scoped)
+def test_from_two_ranks_the_last_unit_gathering_holds_it_three_times_over_one_ranks_level(rehearsed):
+    """Units large beside their activations: from two ranks the forward peaks as the last unit
+    gathers, before its compute. The level there (forward_last_unit_start_mib) is one rank's
+    and the unit before it, still kept; on it come the unit's all-gather output and its
+    parameters copied out. The model predicts that peak from one rank's level and the unit
+    (memory_model.predicted_peaks); without that level it misses by a unit less its activations."""
+    ref = component_rows(rehearsed[1][WIDE["name"]])[0]
+    assert ref["forward_last_unit_start_mib"] - step_start(ref) > 0
+    for n in (2, 4):
+        for row in component_rows(rehearsed[n][WIDE["name"]]):
+            unit = row["forward_last_gather_mib"]
+            assert unit == pytest.approx(row["largest_unit_mib"], abs=BYTE)   # equal blocks
+            assert row["forward_last_unit_start_mib"] - step_start(row) == pytest.approx(
+                ref["forward_last_unit_start_mib"] - step_start(ref) + unit, abs=4 * BYTE)
+            measured = row["forward_peak_mib"] - step_start(row)
+            assert measured == pytest.approx(row["forward_last_unit_start_mib"] - step_start(row) + 2 * unit,
+                                             abs=4 * BYTE)
+            assert predicted_peaks(row, ref)["forward_above_start_mib"] == pytest.approx(measured, abs=4 * BYTE)
+            older = {k: v for k, v in ref.items() if k != "forward_last_unit_start_mib"}
+            assert predicted_peaks(row, older)["forward_above_start_mib"] < measured - 0.5 * unit
 
 
 def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(one_rank_group):

@@ -36,9 +36,12 @@ at a phase's peak differs:
     all-gather; none on a shard group of one), so with resharding a forward's peak inside the
     model's forward (marked apart from the loss, `model_forward_peak_mib`) holds one unit more
     than one rank does, the unit of the forward's last all-gather (`forward_last_gather_mib`,
-    measured: `gather_kept`); a peak in the loss holds none. Other buffers in flight are left out: the
-    unit the backward prefetches where its peak lies inside the units (the tests' tiny LM), and
-    more in the forward at the 2048x20 model on the CPU.
+    measured: `gather_kept`); a peak in the loss holds none. As the last unit gathers, before
+    its compute, such a rank holds it three times over the level one rank's forward had reached
+    there (`forward_last_unit_start_mib`): the unit before it kept, its all-gather output and
+    its parameters copied out; where units are large beside a unit's activations that moment
+    is the forward's peak (2048x20 at batch 1 on the CPU). Left out: the unit the backward
+    prefetches where its peak lies inside the units (the tests' tiny LM).
 Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
 state and peak plus the caching allocator's slack, measured at the fewest ranks (two or more) of
 the same variant: a rank that communicates keeps pools on the communication streams, sized by the
@@ -285,9 +288,15 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     backward += (1.0 - regrown) * (_number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib"))
     # the model's forward (where ref marked it apart from the loss) holds the last unit's
     # all-gather output this N keeps beyond ref's; the loss holds none (it comes after the root)
+    kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
     if is_number(ref.get("model_forward_peak_mib")):
-        kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
         forward = max(forward, ref["model_forward_peak_mib"] - start + kept)
+    # as the last unit gathers, before its compute, a resharding rank holds that unit three times
+    # over the level ref's forward had reached there: the unit before it kept (as large, for
+    # equal units), its all-gather output and its parameters copied out (ref copies them too);
+    # the peak where units are large beside a unit's activations (1.08B at batch 1, the CPU)
+    if kept > 0 and is_number(ref.get("forward_last_unit_start_mib")):
+        forward = max(forward, ref["forward_last_unit_start_mib"] - start + 3 * kept)
     held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
     activation = max(forward, backward) + held
     # each phase's too (above the step's start): which one the prediction took, and by how much

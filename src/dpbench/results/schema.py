@@ -45,7 +45,8 @@ MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib",
                              "forward_peak_mib", "backward_peak_mib", "step_peak_mib",
                              "activation_peak_mib", "reserved_peak_mib", "largest_gather_mib",
                              "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib",
-                             "model_forward_peak_mib", "forward_last_gather_mib"]
+                             "model_forward_peak_mib", "forward_last_gather_mib",
+                             "forward_last_unit_start_mib"]
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
                             + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",

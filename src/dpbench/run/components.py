@@ -144,6 +144,12 @@ class PhasePeaks:
             self.start = self.live.level()
             self.live.restart_peak()
 
+    def level(self) -> int | None:
+        """The bytes held now (CUDA: allocated; the CPU: the live tensors), None where unmeasured."""
+        if self.cuda:
+            return torch.cuda.memory_allocated(self.device)
+        return self.live.level() if self.live is not None else None
+
     def mark(self, phase: str) -> None:
         """The peak since the last mark and the level now; a phase marked again (each
         micro-batch's forward and backward) keeps its largest of each."""
@@ -367,6 +373,13 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
         probe.mark(phase, variant, device)
 
     kept: dict[str, float] = {}
+    unit_start: dict[str, int] = {}
+
+    def unit_begins(*_) -> None:
+        # before FSDP2's own pre-forward (prepended to it; not the root, first to run): what the
+        # forward holds as the unit starts to gather, the unit before it kept (memory_model)
+        if (level := peaks.level()) is not None:
+            unit_start["now"] = level
 
     def model_forward_ended(*_) -> None:
         # after FSDP2's own post-forward hooks: the peak since the step began is the model's
@@ -374,16 +387,21 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
         peaks.mark(MODEL_FORWARD)
         if counter is not None and "all_gather" in counter.last:
             kept["mib"] = max(kept.get("mib", 0.0), counter.last["all_gather"] / MIB)
+        if "now" in unit_start:   # the last unit's start (each micro-batch's: the largest)
+            unit_start["last"] = max(unit_start.get("last", 0), unit_start.pop("now"))
 
-    hook = None if compiled else variant.module.register_forward_hook(model_forward_ended)
+    hooks: list[Any] = []
     try:
         with (counter if counter is not None else nullcontext(), saved if saved is not None else nullcontext(),
               live if live is not None else nullcontext()):
+            if not compiled:   # once inside the tracker, which registers FSDP2's hooks again as it enters
+                hooks += [variant.module.register_forward_hook(model_forward_ended)] + [
+                    unit.register_forward_pre_hook(unit_begins, prepend=True) for unit in variant.units[:-1]]
             peaks.begin()   # inside the tracker: FSDPMemTracker counts the sharded state as it is entered
             probe.start(counter)
             losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
     finally:
-        if hook is not None:
+        for hook in hooks:
             hook.remove()
     rows = [dict(r, source="counted") for r in counter.rows()] if counter is not None else []
     if distributed and "all_reduce" not in {r["collective"] for r in rows} and (bucketed := ddp_buckets(variant)):
@@ -397,4 +415,6 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
     row = memory_row(variant, optimizer, peaks, counter)
     if counter is not None and not compiled:
         row["forward_last_gather_mib"] = kept.get("mib", 0.0)
+    if "last" in unit_start:
+        row["forward_last_unit_start_mib"] = unit_start["last"] / MIB
     return losses, row, rows
