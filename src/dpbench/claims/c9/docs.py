@@ -46,12 +46,15 @@ COMPONENTS = ("parameters", "gradients", "optimizer", "largest_unit", "activatio
 # rank holds at each phase's peak, by kind, beside the H200's allocator peaks
 CPU_TRACKER = (("cpu-tracker-fb14748", "rehearsal-n1-2-4.tar.gz"), ("cpu-tracker-fb14748", "rehearsal-n1-2.tar.gz"))
 # Beyond what the H200 has run: the 2048x20 model on the CPU's tracker (fsdp at N = 1 and 2),
-# made where the model's forward is marked apart from the loss (the all-gather FSDP2 keeps)
-CPU_BEYOND = (("cpu-tracker-c69720d", "n1-1b.tar.gz"), ("cpu-tracker-c69720d", "n2-1b.tar.gz"))
-# The same 2048x20 cases made before the model's forward was marked (the model without the kept unit)
+# made where the model's forward is marked apart from the loss (the all-gather FSDP2 keeps) and
+# the level at its last unit's start is recorded (that unit's gathering)
+CPU_BEYOND = (("cpu-tracker-a17794e", "n1-1b.tar.gz"), ("cpu-tracker-a17794e", "n2-1b.tar.gz"))
+# The same 2048x20 cases made earlier: with the forward marked but no level at the last unit's
+# start (the model with the kept unit alone), and before the forward was marked (without it)
+CPU_BEYOND_KEPT_ONLY = (("cpu-tracker-c69720d", "n1-1b.tar.gz"), ("cpu-tracker-c69720d", "n2-1b.tar.gz"))
 CPU_BEYOND_BEFORE = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
-CPU_KEPT = (("cpu-tracker-c69720d", "n1-2-235m.tar.gz"),)
+CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
 
 def launch_name(reference: str, tar: str) -> str:
@@ -336,13 +339,16 @@ def cpu_model_table(ref: Path, launches: tuple[tuple[str, str], ...]) -> str:
     for r in sorted(cpu, key=case_order):
         m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
         model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
+        last_unit = m.get("forward_last_unit_start_mib")
         body.append([text.params(r["parameters"]), rehearsal.variant_label(r), r["gpus"],
                      *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
                      f"{m.get('forward_last_gather_mib') or 0:,.0f}",
+                     "—" if last_unit is None else f"{last_unit - step_start(m):,.1f}",
                      *(kinds_text(m[f"{p}_peak_by_kind_mib"], m["gradients_mib"]) for p in peaks)])
     names = ", ".join(f"`{launch_name(r, t)}`" for r, t in launches)
     return (md_table(["model", "variant", "N", "forward peak above the start, measured / model",
                       "backward peak above the start, measured / model", "kept all-gather (MiB)",
+                      "last block's start above the start (MiB)",
                       "at the forward's peak (MiB)", "at the backward's peak (MiB)"],
                      body) + f"\n\n({names}, [its README](../results/reference/{launches[0][0]}/README.md))")
 
@@ -353,14 +359,23 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
     return cpu_model_table(ref, CPU_BEYOND)
 
 
-@query("rehearsal_cpu_tracker_1b_before")
-def rehearsal_cpu_tracker_1b_before(ref: Path) -> str:
-    """The forward's miss at the largest N of the 2048x20 cases made before the split, and where."""
-    cpu = cpu_cases(ref, CPU_BEYOND_BEFORE)
+def forward_miss(ref: Path, launches: tuple[tuple[str, str], ...], made: str = "") -> str:
+    """The forward's miss at the largest N of earlier 2048x20 cases, and where they are."""
+    cpu = cpu_cases(ref, launches)
     last = max(cpu, key=lambda r: int(r["gpus"]))
     rows = predicted_by_run(cpu)[last["run_id"]]
     model = sum(x["predicted_forward_above_start_mib"] for x in rows) / len(rows)
-    return f"{_percent(above_start(last)['forward'] / model - 1)} (`{CPU_BEYOND_BEFORE[0][0]}`, made before the split)"
+    return f"{_percent(above_start(last)['forward'] / model - 1)} (`{launches[0][0]}`{', ' + made if made else ''})"
+
+
+@query("rehearsal_cpu_tracker_1b_before")
+def rehearsal_cpu_tracker_1b_before(ref: Path) -> str:
+    return forward_miss(ref, CPU_BEYOND_BEFORE, "made before the split")
+
+
+@query("rehearsal_cpu_tracker_1b_kept_only")
+def rehearsal_cpu_tracker_1b_kept_only(ref: Path) -> str:
+    return forward_miss(ref, CPU_BEYOND_KEPT_ONLY)
 
 
 @query("rehearsal_cpu_tracker_kept")
