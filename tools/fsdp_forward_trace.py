@@ -8,15 +8,14 @@ its parameters copied out), which docs/sharding.md's memory model now predicts.
     python tools/fsdp_forward_trace.py --width 2048 --layers 4 --ranks 2          # ~1 min, ~4 GB a rank
     python tools/fsdp_forward_trace.py --width 2048 --layers 4 --ranks 1          # one rank, to compare
 
-It trains one step (the profiled forward is the second), through dpbench's own pieces
-(build_workload, build_model, Variant, train_step); rank 0 prints. Nothing here is a GPU's
+It trains one step (the profiled forward is the second) on the rehearsal's case
+(claims.c9.rehearsal.run_config; Variant, train_step); rank 0 prints. Nothing here is a GPU's
 allocator: the CPU's, whose bytes the rehearsal's tracker (run.live_memory) also counts.
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -27,30 +26,26 @@ MIB = 2 ** 20
 
 
 def trace(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
-    from dpbench.plan.config import RunConfig
+    from dpbench.claims.c9.rehearsal import run_config
     from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
     from dpbench.run import engine, sharded
-    from dpbench.run.data import WorkloadFeed
     from dpbench.run.step import train_step
     from dpbench.run.variants import Variant
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    workload = {"name": "transformer-lm", "args": {"width": args.width, "layers": args.layers,
-                                                   "heads": max(2, args.width // 64), "seq_len": args.seq_len,
-                                                   "vocab": args.vocab, "tied": True}}
-    cfg = RunConfig.from_dict({"variant": "fsdp", "gpus": world, "workload": workload,
-                               "global_batch": args.batch * world, "synthetic_size": 2 * args.batch * world,
-                               "lr_schedule": "constant", "lr": 0.01})
+    # the rehearsal's own case (claims.c9.rehearsal), as its CPU tracker references ran it
+    cfg = run_config({"variant": "fsdp", "args": {"width": args.width, "layers": args.layers,
+                                                  "heads": max(2, args.width // 64), "seq_len": args.seq_len,
+                                                  "vocab": args.vocab}}, world, args.batch)
     cpu = torch.device("cpu")
     spec = engine.build_workload(cfg)
-    model = engine.build_model(cfg, SimpleNamespace(device=cpu), spec)
+    model = spec.model.to(cpu)
     variant = Variant(cfg.variant, model, [cpu], world, cfg.variant_settings(DDPSettings), loss=spec.loss,
                       shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
     opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
-    batches = WorkloadFeed(spec.batch, cfg.synthetic_size, cfg.global_batch, cfg.seed, cpu, world, rank).epoch(0)
-    x, y, n = next(batches)
-    train_step(variant, opt, x, y, n)   # a warm step: the optimizer's state exists, as in a profiled step
-    x, _, _ = next(batches)
+    gen = torch.Generator().manual_seed(cfg.seed + rank)
+    x, y = spec.batch(gen, args.batch)
+    train_step(variant, opt, x, y, args.batch * world)   # a warm step: the optimizer's state exists, as in a profiled step
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = variant.module(x)   # kept: its graph holds the activations the backward would use
     if rank == 0:

@@ -138,11 +138,10 @@ class PhasePeaks:
     def begin(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)
-            self.start = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         elif self.live is not None:
-            self.start = self.live.level()
             self.live.restart_peak()
+        self.start = self.level() or 0
 
     def level(self) -> int | None:
         """The bytes held now (CUDA: allocated; the CPU: the live tensors), None where unmeasured."""

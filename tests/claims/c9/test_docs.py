@@ -97,8 +97,7 @@ def test_at_2048x20_the_model_predicts_the_backward_and_the_forward_as_the_last_
     start plus the block before it (kept), then two more of it (its all-gather output and its
     parameters copied out), as the model predicts within 1 MiB. The earlier cases missed it: with
     the kept block alone by less than without it."""
-    parts = [(docs.launch_name(r, t), rehearsal.read_launch(REF / r / t)[0]) for r, t in docs.CPU_BEYOND]
-    cpu = {int(r["gpus"]): r for r in rehearsal.combine(parts) if r.get("status") == "ok"}
+    cpu = {int(r["gpus"]): r for r in docs.cpu_cases(REF, docs.CPU_BEYOND)}
     assert set(cpu) == {1, 2}
     rows = {row["gpus"]: row for row in M.with_references(
         [row for r in cpu.values() for row in rehearsal.component_rows(r)]) if row["device"] == 0}
@@ -161,8 +160,7 @@ def test_at_236m_the_kept_block_is_the_forwards_whole_rise_from_one_rank():
     """236M on the CPU tracker with the model's forward marked: fsdp's forward peak at N = 2 is one
     rank's plus the block FSDP2 keeps (48 MiB, measured), as the model predicts; without
     resharding the units held predict it, the kept block not added."""
-    parts = [(docs.launch_name(r, t), rehearsal.read_launch(REF / r / t)[0]) for r, t in docs.CPU_KEPT]
-    cpu = [r for r in rehearsal.combine(parts) if r.get("status") == "ok"]
+    cpu = docs.cpu_cases(REF, docs.CPU_KEPT)
     rows = {(row["variant_label"], row["gpus"]): row for row in M.with_references(
         [row for r in cpu for row in rehearsal.component_rows(r)]) if row["device"] == 0}
     one, two, keep = rows[("fsdp", 1)], rows[("fsdp", 2)], rows[("fsdp-keep", 2)]
