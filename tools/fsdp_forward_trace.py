@@ -27,10 +27,8 @@ MIB = 2 ** 20
 
 def trace(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
     from dpbench.claims.c9.rehearsal import run_config
-    from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
-    from dpbench.run import engine, sharded
+    from dpbench.run import engine
     from dpbench.run.step import train_step
-    from dpbench.run.variants import Variant
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     # the rehearsal's own case (claims.c9.rehearsal), as its CPU tracker references ran it
@@ -40,9 +38,7 @@ def trace(rank: int, world: int, store: str, args: argparse.Namespace) -> None:
     cpu = torch.device("cpu")
     spec = engine.build_workload(cfg)
     model = spec.model.to(cpu)
-    variant = Variant(cfg.variant, model, [cpu], world, cfg.variant_settings(DDPSettings), loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
-    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+    variant, opt = engine.wrap(cfg, spec, model, [cpu], world)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     x, y = spec.batch(gen, args.batch)
     train_step(variant, opt, x, y, args.batch * world)   # a warm step: the optimizer's state exists, as in a profiled step

@@ -524,3 +524,21 @@ def test_fsdp_with_channels_last_is_refused_before_fully_shard_fails():
         assert "channels_last" in engine.refused(RunConfig(variant=variant, channels_last=True))
         assert engine.refused(RunConfig(variant=variant)) is None
     assert engine.refused(RunConfig(variant="ddp", channels_last=True)) is None
+
+
+def test_wrap_takes_every_knob_of_the_config_for_each_caller():
+    """engine.wrap is the one recipe the engine, its profiled steps, the rehearsal and the workload
+    check build a variant and optimizer by: the config's checkpointing, SGD settings and fused
+    update reach them (the profiled steps once left checkpointing out)."""
+    import sharded_ranks
+    from dpbench.plan.config import RunConfig
+    spec = sharded_ranks.tiny_cnn()
+    cfg = RunConfig(variant="single", device="cpu", checkpoint="units", lr=0.03, momentum=0.5,
+                    weight_decay=1e-3, fused_sgd=True)
+    variant, opt = train.wrap(cfg, spec, spec.model, [torch.device("cpu")], 1)
+    assert len(variant.checkpointed) == 2   # both BasicBlocks
+    group = opt.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"], group["fused"]) == (0.03, 0.5, 1e-3, True)
+    plain, _ = train.wrap(RunConfig(variant="single", device="cpu"), spec, sharded_ranks.tiny_cnn().model,
+                          [torch.device("cpu")], 1)
+    assert plain.checkpointed == []

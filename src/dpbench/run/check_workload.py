@@ -19,11 +19,9 @@ import torch.distributed as dist
 
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
-from dpbench.plan.variants.settings import DDPSettings
 from dpbench.results.errors import error_text
-from dpbench.run import engine, sharded, step
+from dpbench.run import engine, step
 from dpbench.run.data import WorkloadFeed
-from dpbench.run.variants import Variant
 from dpbench.workloads.check import check
 from dpbench.workloads.registry import WorkloadError, parse
 
@@ -45,8 +43,7 @@ def train_steps(spec, variant: str, seed: int = 0, find_unused_parameters: bool 
         w = engine.build_workload(cfg)
         device = torch.device("cpu")
         model = w.model.to(device).train()
-        v = Variant(variant, model, [device], 1, cfg.variant_settings(DDPSettings), loss=w.loss, output=w.output)
-        opt = sharded.make_optimizer(variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+        v, opt = engine.wrap(cfg, w, model, [device], 1)
         feed = WorkloadFeed(w.batch, STEPS * BATCH, BATCH, seed, device, total=STEPS)
         return [step.train_step(v, opt, x, y, n).global_sum.item() / n for x, y, n in feed.epoch(0)]
     finally:

@@ -120,6 +120,21 @@ def unsupported(cfg: RunConfig, spec) -> str | None:
     return None
 
 
+def wrap(cfg: RunConfig, spec, model: torch.nn.Module, devices: list[torch.device],
+         world: int) -> tuple[Variant, torch.optim.Optimizer]:
+    """The variant around `model` and its optimizer, as every run builds them (the engine, its
+    profiled steps, the rehearsal and the workload check take this one recipe)."""
+    variant = Variant(cfg.variant, model, devices, world, cfg.variant_settings(DDPSettings),
+                      autocast_dtype=torch.bfloat16 if cfg.precision == "bf16" else None, loss=spec.loss,
+                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings),
+                                                 checkpoint=cfg.checkpoint == "units", compile=cfg.compile),
+                      output=spec.output)
+    # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
+    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
+                                 cfg.fused_sgd)
+    return variant, opt
+
+
 def build_model(cfg: RunConfig, ctx: Context, spec) -> torch.nn.Module:
     model = spec.model
     if cfg.batchnorm == "sync":
@@ -173,14 +188,7 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     model = build_model(cfg, ctx, spec)
     bf16 = cfg.precision == "bf16"
     ctx.waits.at(f"wrapping the model for {cfg.variant}")
-    variant = Variant(cfg.variant, model, ctx.devices, ctx.world, cfg.variant_settings(DDPSettings),
-                      autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings),
-                                                 checkpoint=cfg.checkpoint == "units", compile=cfg.compile),
-                      output=spec.output)
-    # After the wrapping: FSDP2's parameters are then the shards (DTensors) the optimizer updates.
-    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
-                                 cfg.fused_sgd)
+    variant, opt = wrap(cfg, spec, model, ctx.devices, ctx.world)
     if ctx.device.type == "cuda":   # a model built whole on the device and then sharded leaves
         torch.cuda.empty_cache()    # its unsharded blocks cached: not the training's reserved memory
     rec.phase_done("model")

@@ -28,14 +28,12 @@ from torch.autograd.profiler import record_function
 
 from dpbench.plan import variants
 from dpbench.plan.config import RunConfig
-from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.plan.variants.spec import AUTOCAST
-from dpbench.run import engine, sharded
+from dpbench.run import engine
 from dpbench.run.data import WorkloadFeed, make_feed
 from dpbench.run.datasets import load_dataset
 from dpbench.run.intervals import exposed, length, union
 from dpbench.run.step import train_step
-from dpbench.run.variants import Variant
 
 PHASES = ("forward", "backward", "optimizer")
 _MARKS = {"forward": "backward", "backward": "optimizer", "step": None}   # a phase ended -> the next
@@ -128,11 +126,7 @@ def breakdown(cfg: RunConfig, warmup: int, steps: int) -> dict | None:
         spec = engine.build_workload(cfg)
         model = engine.build_model(cfg, ctx, spec)
         bf16 = cfg.precision == "bf16"
-        variant = Variant(cfg.variant, model, ctx.devices, ctx.world, cfg.variant_settings(DDPSettings),
-                          autocast_dtype=torch.bfloat16 if bf16 else None, loss=spec.loss,
-                          shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
-        opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay,
-                                     cfg.fused_sgd)
+        variant, opt = engine.wrap(cfg, spec, model, ctx.devices, ctx.world)
         if cfg.compile != "none":
             variant.compile(cfg.compile)
         autocast = (lambda: torch.autocast(ctx.device.type, dtype=torch.bfloat16)) \

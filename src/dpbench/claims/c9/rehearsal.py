@@ -6,7 +6,7 @@ on a GPU of its own, less NCCL's buffers), one case after the other:
     python -m torch.distributed.run --standalone --nproc-per-node 4 -m dpbench.claims.c9.rehearsal \\
         --plan plan.json --out cases-4.jsonl
 
-Per case, through the engine's own pieces (build_workload, Variant, make_optimizer, the
+Per case, through the engine's own pieces (build_workload, wrap: the variant and optimizer, the
 profiled step of run.components): one warm step (the optimizer's momentum exists from then
 on), then one profiled step at the case's per-rank batch: each rank's tensors by component,
 its allocator's peaks by phase, the largest single all-gather its counter saw, rank 0's
@@ -47,11 +47,9 @@ from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setti
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
-from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
-from dpbench.run import components, engine, sharded
+from dpbench.run import components, engine
 from dpbench.run.cache_streams import reserved_by_stream_mib
 from dpbench.run.step import train_step
-from dpbench.run.variants import Variant
 from dpbench.workloads.transformer_lm import parameter_count
 
 MIB = 2 ** 20
@@ -174,9 +172,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     if total is not None and (why := rehearsal_misfit(s, here, total, cap)):
         return {**rec, "status": "skipped", "reason": why}
     model = spec.model.to(device)
-    variant = Variant(cfg.variant, model, [device], world, cfg.variant_settings(DDPSettings), loss=spec.loss,
-                      shard=sharded.ShardOptions(spec.shard_modules, cfg.variant_settings(FSDPSettings)))
-    opt = sharded.make_optimizer(cfg.variant, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay, False)
+    variant, opt = engine.wrap(cfg, spec, model, [device], world)
     reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     cuda = device.type == "cuda"
