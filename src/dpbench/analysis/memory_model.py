@@ -58,14 +58,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from dpbench.results.schema import PREDICTED_COMPONENTS
+
 MIB = 2 ** 20
 SLOT_BYTES = 4          # optimizer state is fp32 (the parameters as stored)
 BF16_BYTES = 2
 TOLERANCE = 0.05        # a component further than this from its prediction is flagged
-# What the closed forms predict (the table's predicted_<name>_mib), and which of them a record
+# What the closed forms predict (results.schema.PREDICTED_COMPONENTS), and which of them a record
 # measures too (its <name>_mib; state: measured_state).
-PREDICTED = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit",
-             "held_at_peak", "gather_kept")
 COMPARED = ("parameters", "gradients", "optimizer", "state", "largest_unit", "activation_peak", "reserved_peak")
 # the measured column of each compared component where it is not <component>_mib
 MEASURED_AS = {"largest_unit": "largest_gather_mib"}
@@ -214,7 +214,7 @@ def predicted_row(record: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str
     last = row.get("forward_last_gather_mib")
     s = setting_of(record, row.get("largest_unit_mib"), last if is_number(last) else None)
     b = predicted_bytes(s) if s is not None else {}
-    return {f"predicted_{c}_mib": _mib(b.get(c)) for c in PREDICTED}
+    return {f"predicted_{c}_mib": _mib(b.get(c)) for c in PREDICTED_COMPONENTS}
 
 
 def _options_key(row: Mapping[str, Any]) -> str:

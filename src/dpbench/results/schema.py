@@ -47,12 +47,12 @@ MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib",
                              "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib",
                              "model_forward_peak_mib", "forward_last_gather_mib",
                              "forward_last_unit_start_mib"]
+# what the memory model predicts, each a predicted_<name>_mib column (analysis.memory_model fills them)
+PREDICTED_COMPONENTS = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit",
+                        "held_at_peak", "gather_kept")
 MEMORY_COMPONENT_COLUMNS = (["run_id", "variant", "gpus", "options", "repeat", "device", "parameters"]
                             + MEMORY_COMPONENT_MEASURED + ["data_mib", "state_mib"]
-                            + [f"predicted_{c}_mib" for c in ("parameters", "gradients", "optimizer",
-                                                              "buckets", "state", "unsharded",
-                                                              "largest_unit", "held_at_peak", "gather_kept")]
-                            + ["rehearsed"])
+                            + [f"predicted_{c}_mib" for c in PREDICTED_COMPONENTS] + ["rehearsed"])
 # One training step's collectives as rank 0 counted them (count, payload bytes), beside the
 # formulas' payload and ring bytes per rank (dpbench.analysis.traffic_model).
 COLLECTIVE_COLUMNS = ["run_id", "variant", "gpus", "options", "repeat", "collective", "count", "bytes",
