@@ -37,6 +37,15 @@ def rehearsed() -> dict[int, dict[str, dict]]:
     return {world: rehearse_cases([*CASES, WIDE], world) for world in (1, 2, 4)}
 
 
+def root_mib() -> float:
+    """The root unit's parameters (those in no Block: embeddings, the last norm) in MiB."""
+    from dpbench.plan.config import RunConfig
+    from dpbench.run import engine
+    spec = engine.build_workload(RunConfig.from_dict({"variant": "fsdp", "workload": TINY_LM}))
+    units = {id(p) for m in spec.model.modules() if isinstance(m, spec.shard_modules) for p in m.parameters()}
+    return sum(p.numel() * p.element_size() for p in spec.model.parameters() if id(p) not in units) / MIB
+
+
 def gathered(kinds: dict) -> float:
     """Parameters held whole at a peak: FSDP2's unsharded parameters and all-gather outputs."""
     return kinds.get("Unsharded Param", 0.0) + kinds.get("All Gather", 0.0)
@@ -56,8 +65,11 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
             held = row["parameters_mib"] + row["gradients_mib"] + row["optimizer_mib"]
             assert row["parameters_mib"] == pytest.approx(whole / n, abs=BYTE * n)
             assert step_start(row) == pytest.approx(held + INPUT_MIB, abs=BYTE)
-            # back where it began, but for the step's losses (scalars the caller keeps)
-            assert row["step_end_mib"] == pytest.approx(held + INPUT_MIB, abs=LOSSES)
+            # back where it began, but for the step's losses (scalars the caller keeps); at times
+            # (about 1 launch in 10, a rank of 4) also the root unit's gradients, the backward's
+            # last reduce-scatter input, which gloo's worker thread drops after FSDP2's wait
+            late = row["step_end_mib"] - held - INPUT_MIB
+            assert late == pytest.approx(0, abs=LOSSES) or late == pytest.approx(root_mib(), abs=LOSSES)
             for kinds, peak in zip(KINDS, PEAKS, strict=True):
                 assert sum(row[kinds].values()) == pytest.approx(row[peak], abs=BYTE)
 
