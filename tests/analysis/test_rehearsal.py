@@ -245,6 +245,32 @@ def test_the_in_process_search_bisects_on_measured_peaks_and_runs_nothing_far_be
     assert again["largest"] == 5 and len(ran) == len(set(ran))
 
 
+def test_a_search_past_the_launchs_time_is_cut_short_and_its_largest_is_no_c9_row():
+    """Trials after the deadline are not run: the search ends at once with what fitted so far as a
+    lower bound (no smallest failing batch), and C9 takes no largest batch from it, saying why;
+    another budget's search reuses the trials measured before the cut."""
+    ran, clock = [], {"late_from": 3}
+
+    def measure(b):   # 500 MiB of state, 100 MiB a sample; the time is spent after 3 trials
+        if len(ran) >= clock["late_from"]:
+            return {"batch": b, "how": "late", "peak_mib": None, "reserved_mib": None}
+        ran.append(b)
+        return {"batch": b, "how": "measured", "peak_mib": 500 + 100 * b, "reserved_mib": 600 + 100 * b}
+    trials = [measure(1), measure(2)]
+    found = search_budget(measure, 2.0, trials, resolution=1 / 64)
+    assert found["cut_short"] and found["smallest_failing"] is None
+    assert len(ran) == 3 and found["largest"] == (ran[2] if 500 + 100 * ran[2] <= 2048 else 2)
+    assert [t["batch"] for t in trials] == ran   # a late answer is no trial
+    assert any(t[3] == "late" for t in found["trials"])
+    small = search_budget(measure, 0.6, trials, resolution=1 / 64)   # decided by the trials run: 1 fits, 2 not
+    assert not small["cut_short"] and (small["largest"], small["smallest_failing"]) == (1, 2)
+    rec = {"run_id": "1b-fsdp-g2", "variant": "fsdp", "gpus": 2, "status": "ok", "size": "2048x20",
+           "parameters": 1_080_000_000, "param_bytes": 4_320_000_000, "config": {},
+           "search": {"24GB": found}}
+    (row,) = rehearsed.c9_rows([rec], {"24GB": 2.0})
+    assert row["largest_batch"] is None and "cut short" in row["reason"] and str(found["largest"]) in row["reason"]
+
+
 def test_a_too_flat_first_line_cannot_send_the_first_trial_past_the_shared_gpu():
     """As ddp at 236M on 4 ranks of one H200 (4036c92): batch 1's peak lies above the line of the
     larger batches, so the line through 1 and 2 is far too flat and put the first trial near 47,

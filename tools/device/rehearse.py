@@ -41,7 +41,9 @@ MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1)}
 TINY = {"tiny": ((32, 2), 2)}
 PARTS = {"1": (1, 2, 4), "2": (8,)}
 HSDP_SHARD = 2
-LAUNCH_GRACE_S = 150   # past the budget: the case under way, its collectives' timeout (env below) included
+# past the budget: the case under way, its collectives' timeout (env below) included; a search
+# starts no trial after rehearsal.TRIAL_GRACE_S of it, so its case is written within it
+LAUNCH_GRACE_S = 150
 # what each rank runs: name, variant, options, fewest ranks where it differs from another case
 VARIANTS = (("ddp", "ddp", {}, 1), ("zero1", "zero1", {}, 1), ("fsdp", "fsdp", {}, 1),
             ("fsdp-keep", "fsdp", {"reshard_after_forward": False}, 2),

@@ -68,6 +68,12 @@ DEVICE_SHARE = 0.95
 # a sample there, 645-709 in zero1's larger trials), and its overshoot put the 4 ranks past the
 # GPU; one ran out of memory and left its peers in DDP's all-reduce (issue 38, 4036c92).
 FIRST_TRIAL_SPAN = 8
+# A search starts no trial this long past the launch's deadline (DPBENCH_REHEARSAL_DEADLINE, when
+# the launch starts no more cases): the case then ends, cut short, and its record, with the memory
+# its profiled step measured, is written before the launcher's grace (tools/device/rehearse.py)
+# runs out. A 1.08B trial over gloo takes ~20 s.
+TRIAL_GRACE_S = 60.0
+DEADLINE_ENV = "DPBENCH_REHEARSAL_DEADLINE"
 PLANT_DESYNC = "rehearsal-desync"   # DPBENCH_PLANT: rank 1 skips the warm step (the bounded-wait test)
 
 
@@ -90,7 +96,8 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
     """The largest batch whose measured peak stays within cap_gib (claims.batch_search.largest),
     `trials` the measured batches so far (shared between budgets: each batch is run once).
     measure(batch) -> {"batch", "peak_mib", "reserved_mib", "how": "measured"} or with how
-    "failed" (an out-of-memory on any rank: counts as not fitting)."""
+    "failed" (an out-of-memory on any rank: counts as not fitting) or "late" (not run: the
+    launch's time is spent; the search is then cut short, its largest only a lower bound)."""
     cap_mib = cap_gib * GIB / MIB
     decided: list[list[Any]] = []
 
@@ -102,6 +109,9 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
                 decided.append([batch, False, round(line(batch), 1), "extrapolated"])
                 return False
             done = measure(batch)
+            if done["how"] == "late":   # not a trial: another budget's search may still run it
+                decided.append([batch, False, None, "late"])
+                return False
             trials.append(done)
         ok = done["how"] == "measured" and done["peak_mib"] <= cap_mib
         decided.append([batch, ok, done.get("peak_mib"), done["how"]])
@@ -116,7 +126,9 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
             start = min(start, FIRST_TRIAL_SPAN * max(measured))
     found = largest(fits, granule=1, start=start, resolution=resolution)
     at = next((t for t in trials if t["batch"] == found["largest"]), {})
-    return {"cap_gib": cap_gib, "largest": found["largest"], "smallest_failing": found["smallest_failing"],
+    cut = any(d[3] == "late" for d in decided)
+    return {"cap_gib": cap_gib, "largest": found["largest"], "cut_short": cut,
+            "smallest_failing": None if cut else found["smallest_failing"],
             # the bound came from the GPU, not the budget: the smallest failing batch was a trial the
             # rehearsed ranks together could not run on it ("device-full"); one above a batch that
             # failed the budget by measurement limits nothing (42.3M at N = 8 on one H200)
@@ -208,7 +220,13 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
 
     trials: list[dict[str, Any]] = []
 
+    trials_until = float(os.environ.get(DEADLINE_ENV, "inf")) + TRIAL_GRACE_S
+
     def measure(b: int) -> dict[str, Any]:
+        late = [time.time() > trials_until]
+        dist.broadcast_object_list(late, src=0)   # rank 0's clock: every rank stops alike
+        if late[0]:
+            return note({"batch": b, "how": "late", "peak_mib": None, "reserved_mib": None})
         # the trials hold the ranks' gathered maxima, so every rank decides this alike
         reserved = peak_fit(trials, "reserved_mib")
         if total is not None and reserved is not None and device_full(reserved(b), here, context, total):
@@ -246,8 +264,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     if budgets and not cuda:
         rec["search_skipped"] = "no CUDA: no allocator peak to measure"
     elif budgets:
-        trials.append(measure(1))
-        trials.append(measure(2))
+        trials.extend(t for t in (measure(1), measure(2)) if t["how"] != "late")
         rec["search"] = {name: search_budget(measure, gib, trials) for name, gib in
                          sorted(budgets.items(), key=lambda kv: -kv[1])}
         rec["search_trials"] = trials
@@ -299,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     timeout_s = float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
     dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))   # NCCL refuses two ranks on one GPU
     try:
-        deadline = float(os.environ.get("DPBENCH_REHEARSAL_DEADLINE", "inf"))   # epoch seconds
+        deadline = float(os.environ.get(DEADLINE_ENV, "inf"))   # epoch seconds
         for i, case in enumerate(cases):
             if world < case.get("min_ranks", 1) or world > case.get("max_ranks", world):
                 continue

@@ -68,7 +68,10 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
             found = (r.get("search") or {}).get(name)
             reason = short_reason(r.get("reason") or r.get("search_skipped"))
             largest = None
-            if found is not None:
+            if found is not None and found.get("cut_short"):   # a lower bound is not C9's largest
+                reason = (f"search cut short by the launch's time budget (batch {found['largest']} fits so far)"
+                          if found["largest"] else "search cut short by the launch's time budget")
+            elif found is not None:
                 largest = found["largest"] or None
                 if not largest:
                     reason = f"not even batch 1 fits (peak {found['trials'][0][2]} MiB at batch 1)" \
