@@ -67,8 +67,11 @@ def test_a_never_reached_case_takes_its_model_and_resharding_from_its_names():
 def test_a_launch_without_one_rank_runs_takes_activations_and_reserved_from_another_launchs():
     one = [record("12m-ddp", 1, options={"per_gpu_batch": 8}, memory_components=components(1756.0, 2474.0))]
     eight = [record("12m-ddp", 8, options={"per_gpu_batch": 8}, memory_components=components(1760.0, 2500.0))]
-    alone = {m["component"] for m in R.memory_table(eight)}
-    assert "activation_peak" not in alone and "reserved_peak" not in alone   # nothing to predict them from
+    alone = {m["component"]: m for m in R.memory_table(eight)}
+    for peak in ("activation_peak", "reserved_peak"):   # measured, with nothing to predict them from
+        assert alone[peak]["predicted_mib"] is None and alone[peak]["relative_difference"] is None
+        assert not alone[peak]["beyond_tolerance"]
+    assert alone["activation_peak"]["measured_mib"] == 1760.0
     table = R.memory_table(R.combine([("n1", one), ("n8", eight)]))
     at8 = {m["component"]: m for m in table if m["gpus"] == 8}
     assert at8["activation_peak"]["predicted_mib"] == 1756.0 and at8["activation_peak"]["measured_mib"] == 1760.0

@@ -186,7 +186,8 @@ def fmt(v, spec="{:,.1f}") -> str:
 def memory_markdown(table: list[dict]) -> str:
     from dpbench.report.markdown import md_table
     body = [[r["size"], r["variant"], r["gpus"], r["component"], fmt(r["measured_mib"]), fmt(r["predicted_mib"]),
-             fmt(100 * r["relative_difference"], "{:+.1f}%") + (" !" if r["beyond_tolerance"] else "")]
+             "–" if r["relative_difference"] is None
+             else fmt(100 * r["relative_difference"], "{:+.1f}%") + (" !" if r["beyond_tolerance"] else "")]
             for r in table]
     return md_table(["size", "variant", "N", "component", "measured MiB/rank", "model MiB/rank", "error"], body)
 

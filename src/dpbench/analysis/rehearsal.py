@@ -128,7 +128,8 @@ def component_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
 def memory_table(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (size, variant, N, component): the ranks' mean measured (and their max: ZeRO-1's
     partitions are uneven), the model's, the relative difference of the mean and the flag, and
-    for the peaks the N their prediction came from (reference_gpus)."""
+    for the peaks the N their prediction came from (reference_gpus). A peak measured where no
+    one-rank case predicts it is a row with predicted_mib and relative_difference None."""
     recs = [r for r in records if r.get("status") == "ok"]
     rows = [row for r in recs for row in component_rows(r)]
     size_of = {r.get("run_id"): (str(r.get("size")), variant_label(r)) for r in recs}
@@ -145,7 +146,18 @@ def memory_table(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "predicted_mib": predicted, "relative_difference": rel,
                     "beyond_tolerance": abs(rel) > memory_model.TOLERANCE,
                     "reference_gpus": max((c["reference_gpus"] or 0 for c in cs), default=0) or None})
-    return out
+    unpredicted: dict[tuple, list[float]] = defaultdict(list)
+    for row in rows:
+        size, label = size_of[row["run_id"]]
+        for c in memory_model.COMPARED:
+            key, measured = (size, label, int(row["gpus"]), c), row.get(memory_model.MEASURED_AS.get(c, f"{c}_mib"))
+            if key not in groups and is_number(measured):
+                unpredicted[key].append(measured)
+    for (size, label, gpus, component), ms in unpredicted.items():
+        out.append({"size": size, "variant": label, "gpus": gpus, "component": component, "measured_mib": mean(ms),
+                    "measured_max_mib": max(ms), "predicted_mib": None, "relative_difference": None,
+                    "beyond_tolerance": False, "reference_gpus": None})
+    return sorted(out, key=lambda m: sort_key((m["size"], m["variant"], m["gpus"], m["component"])))
 
 
 VARIANT_ORDER = ("ddp", "zero1", "fsdp", "fsdp-keep", "hsdp", "hsdp-keep")

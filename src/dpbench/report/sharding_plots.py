@@ -183,7 +183,7 @@ def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label:
     fig, axes = panel_grid(len(names), n_cols=3)
     colors = dict(zip([w for w, _ in REHEARSED_COMPONENTS], sns.color_palette("colorblind", len(REHEARSED_COMPONENTS))))
     width = 0.8 / len(REHEARSED_COMPONENTS)
-    drawn, ticks = set(), False
+    drawn, ticks, unticked = set(), False, False
     for ax, name in zip(axes, names):
         panel = df[df["variant"] == name]
         top = df["measured_mib"].max()
@@ -205,6 +205,7 @@ def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label:
                     ax.scatter([xi], [predicted], marker="_", s=60, linewidths=1.6,
                                color=REFERENCE_COLOR, zorder=3, gid=reference_gid("memory model"))
                     ticks = True
+                unticked |= measured > 0 and not predicted == predicted   # NaN: nothing predicts it
         ax.set_yscale("log")
         ax.set_ylim(LOG_FLOOR_MIB, top * 2.5)
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
@@ -217,7 +218,9 @@ def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label:
         handles.append(Line2D([], [], marker="_", ms=10, mew=2, ls="", color=REFERENCE_COLOR, label="memory model"))
     fig.legend(handles=handles, loc="outside right center", frameon=False, title="component")
     figure_title(fig, f"{title}, transformer {size_label or size}: measured (bars, mean over ranks) and the memory "
-                      f"model (ticks); a zero is not drawn" + (f"; {', '.join(never)}: did not run" if never else ""))
+                      f"model (ticks); a zero is not drawn"
+                      + ("; no tick: no one-rank case to predict it from" if unticked else "")
+                      + (f"; {', '.join(never)}: did not run" if never else ""))
     return fig
 
 
@@ -274,7 +277,8 @@ def plot_rehearsed_batches(rows: list[dict], crossovers: list[dict]) -> Figure:
         sizes = sorted(panel["parameters"].dropna().unique())
         ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(sizes))
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v / 1e6:.3g}M"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(   # as the page's text: 236M, 1.08B
+            lambda v, _: f"{v / 1e9:.3g}B" if v >= 1e9 else f"{v / 1e6:.3g}M"))
         if len(sizes) == 1:
             ax.set_xlim(sizes[0] / 2, sizes[0] * 2)
         ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
