@@ -37,7 +37,15 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-n8-1a5f006", "n8-42m.tar.gz"),
             ("h200-rehearsal-4036c92", "n8-42m-hsdp.tar.gz"),
             ("h200-rehearsal-4036c92", "n4-235m.tar.gz"),
-            ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz"))
+            ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n1-1b.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n4-1b-fsdp.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n4-235m-ddp.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n4-1b-ddp-zero1.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n8-235m.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n8-235m-keep-hsdp.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n4-1b-zero1-first.tar.gz"),
+            ("h200-rehearsal-a7dce61", "n4-1b-zero1.tar.gz"))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -53,6 +61,9 @@ CPU_BEYOND = (("cpu-tracker-a17794e", "n1-1b.tar.gz"), ("cpu-tracker-a17794e", "
 # start (the model with the kept unit alone), and before the forward was marked (without it)
 CPU_BEYOND_KEPT_ONLY = (("cpu-tracker-c69720d", "n1-1b.tar.gz"), ("cpu-tracker-c69720d", "n2-1b.tar.gz"))
 CPU_BEYOND_BEFORE = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tracker-1b-34ac865", "rehearsal-n2.tar.gz"))
+# 2048x20 fsdp on the H200, where no one-rank fsdp case ran (the N = 1 launch's time went to ddp):
+# checked against the model predicted from the CPU tracker's one-rank case (CPU_BEYOND)
+GPU_BEYOND = (("h200-rehearsal-a7dce61", "n4-1b-fsdp.tar.gz"),)
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -149,11 +160,17 @@ def memory_table(ref: Path, size: str) -> str:
         cells = []
         for comp in COMPONENTS:
             m = by.get((variant, gpus, comp))
-            cells.append("–" if m is None else f"{m['measured_mib']:,.0f} / {m['predicted_mib']:,.0f} "
-                                               f"({_percent(m['relative_difference'])})"
+            cells.append("–" if m is None else f"{m['measured_mib']:,.0f} / –" if m["predicted_mib"] is None
+                         else f"{m['measured_mib']:,.0f} / {m['predicted_mib']:,.0f} "
+                              f"({_percent(m['relative_difference'])})"
                          + (" !" if m["beyond_tolerance"] else ""))
         body.append([variant, gpus, source.get((size, variant, gpus), ""), *cells])
     return md_table(["variant", "N", "commit", *(x.replace("_", " ") for x in COMPONENTS)], body)
+
+
+def predicted_rows(c: Combined) -> list[dict[str, Any]]:
+    """The memory table's rows the model predicts (a peak with no one-rank case has none)."""
+    return [m for m in c.memory if m["predicted_mib"] is not None]
 
 
 EXACT = ("parameters", "gradients", "optimizer", "largest_unit")   # counted from tensors: the closed forms'
@@ -163,7 +180,7 @@ PEAKS = ("activation_peak", "reserved_peak")                          # the allo
 @query("rehearsal_exact_error")
 def rehearsal_exact_error(ref: Path) -> str:
     """The largest |error| of the tensor-counted components over every size, variant and N."""
-    worst = max(abs(m["relative_difference"]) for m in combined(ref).memory if m["component"] in EXACT)
+    worst = max(abs(m["relative_difference"]) for m in predicted_rows(combined(ref)) if m["component"] in EXACT)
     return f"±{100 * worst:.1f}%"
 
 
@@ -189,7 +206,7 @@ def rehearsal_peak_misses(ref: Path) -> str:
 @query("rehearsal_activation_error")
 def rehearsal_activation_error(ref: Path) -> str:
     """The largest |error| of the activation peak at N >= 2 over every size and variant."""
-    worst = max(abs(m["relative_difference"]) for m in combined(ref).memory
+    worst = max(abs(m["relative_difference"]) for m in predicted_rows(combined(ref))
                 if m["component"] == "activation_peak" and m["gpus"] >= 2)
     return f"±{100 * worst:.1f}%"
 
@@ -278,8 +295,9 @@ def at_peak(rec: dict[str, Any]) -> str:
     return f"{phase}: {kinds_text(m.get(f'{phase}_peak_by_kind_mib') or {})}"
 
 
-def cpu_cases(ref: Path, launches: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
-    """The ok cases of CPU tracker launches, combined (a later launch's case wins)."""
+def ok_cases(ref: Path, launches: tuple[tuple[str, str], ...]) -> list[dict[str, Any]]:
+    """The ok cases of these launches (the CPU tracker's or the H200's), combined (a later
+    launch's case wins)."""
     parts = [(launch_name(r, t), rehearsal.read_launch(ref / r / t)[0]) for r, t in launches]
     return [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
 
@@ -297,7 +315,7 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
     """Per case rehearsed both on the H200 and on the CPU with the tracker: each phase's peak
     above the step's start on both (MiB), what the tracker saw at the higher one, and the
     largest difference."""
-    cpu = cpu_cases(ref, CPU_TRACKER)
+    cpu = ok_cases(ref, CPU_TRACKER)
     c = combined(ref)
     names = size_names(c)
     h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
@@ -333,7 +351,7 @@ def kinds_text(kinds: dict[str, float], gradients: float | None = None) -> str:
 def cpu_model_table(ref: Path, launches: tuple[tuple[str, str], ...]) -> str:
     """CPU tracker cases: each phase's peak above the step's start against the memory model's
     (predicted from the one-rank case), and what each peak held."""
-    cpu = cpu_cases(ref, launches)
+    cpu = ok_cases(ref, launches)
     predicted = predicted_by_run(cpu)
     body = []
     for r in sorted(cpu, key=case_order):
@@ -359,9 +377,61 @@ def rehearsal_cpu_tracker_1b(ref: Path) -> str:
     return cpu_model_table(ref, CPU_BEYOND)
 
 
+@query("rehearsal_h200_1b_fsdp")
+def rehearsal_h200_1b_fsdp(ref: Path) -> str:
+    """The H200's 2048x20 fsdp cases beside the CPU tracker's at N >= 2: each phase's peak above the
+    step's start and the level as the last block starts, measured / the model predicted from the
+    CPU tracker's one-rank case (error)."""
+    cpu = ok_cases(ref, CPU_BEYOND)
+    (one,) = [r for r in cpu if int(r["gpus"]) == 1]
+    cases = [("CPU tracker", r) for r in cpu if int(r["gpus"]) > 1] + [("H200", r) for r in ok_cases(ref, GPU_BEYOND)]
+    predicted = predicted_by_run([one] + [r for _, r in cases])
+    one_level = one["memory_components"][0]["forward_last_unit_start_mib"] - step_start(one["memory_components"][0])
+    body = []
+    for where, r in cases:
+        m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
+        model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
+        level, kept = m["forward_last_unit_start_mib"] - step_start(m), m["forward_last_gather_mib"]
+        body.append([where, r["gpus"], commit_of(r[rehearsal.SOURCE]),
+                     *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
+                     f"{level:,.1f} / {one_level + kept:,.1f} ({_percent(level / (one_level + kept) - 1)})"])
+    return md_table(["where", "N", "commit", "forward peak above the start, measured / model",
+                     "backward peak above the start, measured / model",
+                     "last block's start above the start, measured / one rank's + the kept block"], body)
+
+
+@query("rehearsal_fsdp_phases_by_n")
+def rehearsal_fsdp_phases_by_n(ref: Path) -> str:
+    """fsdp (resharding) at 236M on the H200 per N: each phase's peak above the step's start and
+    the gradients a rank holds (MiB, rank 0)."""
+    rows = sorted((r for r in combined(ref).records if r.get("status") == "ok" and not r.get("launched")
+                   and r.get("size") == "1024x16" and rehearsal.variant_label(r) == "fsdp"),
+                  key=lambda r: int(r["gpus"]))
+    body = [[r["gpus"], commit_of(r[rehearsal.SOURCE]), *(f"{v:,.1f}" for v in above_start(r).values()),
+             f"{r['memory_components'][0]['gradients_mib']:,.1f}"] for r in rows]
+    return md_table(["N", "commit", "forward peak above the start", "backward peak above the start",
+                     "gradients a rank holds"], body)
+
+
+@query("rehearsal_ddp_236m_n4")
+def rehearsal_ddp_236m_n4(ref: Path) -> str:
+    """ddp at 236M on 4 ranks, the case whose search lost the ranks before: its trials in order,
+    its largest batch per budget, and its highest trial's peak per rank beside the GPU."""
+    (r,) = [r for r in combined(ref).records if r.get("size") == "1024x16" and int(r["gpus"]) == 4
+            and r["variant"] == "ddp"]
+    if r.get("status") != "ok":
+        return f"it has not run to its end ({r['reason']})"
+    trials = r["search_trials"]
+    top = max(trials, key=lambda t: t["peak_mib"] or 0)
+    found = "; ".join(f"{name} {s['largest']}" for name, s in r["search"].items())
+    return (f"at {commit_of(r[rehearsal.SOURCE])} it ran to its end, with trials at batches "
+            f"{', '.join(str(t['batch']) for t in trials)} (largest batch {found}); its highest trial, batch "
+            f"{top['batch']}, peaked at {top['peak_mib']:,.0f} MiB a rank")
+
+
 def forward_miss(ref: Path, launches: tuple[tuple[str, str], ...], made: str = "") -> str:
     """The forward's miss at the largest N of earlier 2048x20 cases, and where they are."""
-    cpu = cpu_cases(ref, launches)
+    cpu = ok_cases(ref, launches)
     last = max(cpu, key=lambda r: int(r["gpus"]))
     rows = predicted_by_run(cpu)[last["run_id"]]
     model = sum(x["predicted_forward_above_start_mib"] for x in rows) / len(rows)
@@ -424,6 +494,11 @@ def rehearsal_memory_table_236m(ref: Path) -> str:
     return memory_caption(ref, "1024x16")
 
 
+@query("rehearsal_memory_table_1b")
+def rehearsal_memory_table_1b(ref: Path) -> str:
+    return memory_caption(ref, "2048x20")
+
+
 @query("rehearsal_crossover_table")
 def rehearsal_crossover_table(ref: Path) -> str:
     """Per sharded variant, N and budget: the first size where its largest batch exceeds DDP's,
@@ -475,6 +550,7 @@ def figure_paths(root: Path = ROOT) -> dict[str, Path]:
     return {"memory-256x4": root / FIGURES / "rehearsal-memory-256x4.png",
             "memory-512x8": root / FIGURES / "rehearsal-memory-512x8.png",
             "memory-1024x16": root / FIGURES / "rehearsal-memory-1024x16.png",
+            "memory-2048x20": root / FIGURES / "rehearsal-memory-2048x20.png",
             "largest-batch": root / FIGURES / "rehearsal-largest-batch.png"}
 
 
@@ -489,7 +565,7 @@ def draw(root: Path = ROOT) -> list[Path]:
     paths = figure_paths(root)
     paths["memory-256x4"].parent.mkdir(parents=True, exist_ok=True)
     with style():
-        for size in ("256x4", "512x8", "1024x16"):
+        for size in ("256x4", "512x8", "1024x16", "2048x20"):
             save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", rehearsal.not_run_at(c.records, size)),
                  paths[f"memory-{size}"])
         save(plot_rehearsed_batches(c.rows, [dict(x.__dict__) for x in c.crossovers()]), paths["largest-batch"])
