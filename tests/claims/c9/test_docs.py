@@ -62,6 +62,10 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
         assert ok8 == {"ddp", "zero1", "fsdp", "fsdp-keep", "hsdp"}, size
     sentences = docs.rehearsal_not_run(REF)
     assert all(s in PAGE.read_text() for s in sentences.splitlines())
+    # a case whose search was cut short ran (its memory is in the tables) and is listed once
+    cut = [r for r in c.records if any(x.get("cut_short") for x in (r.get("search") or {}).values())]
+    assert [(r["size"], r["gpus"], r["variant"], r["status"]) for r in cut] == [("2048x20", 4, "fsdp", "ok")]
+    assert sum(r[rehearsal.SOURCE] in line for line in sentences.splitlines() for r in cut) == 1
 
 
 def test_the_crossover_table_has_every_budget_and_n_searched():
