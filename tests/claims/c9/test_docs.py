@@ -211,3 +211,28 @@ def test_fsdps_backward_at_236m_rises_with_n_and_passes_the_forward_at_8():
     assert by_n[2]["backward"] < by_n[4]["backward"] < by_n[8]["backward"]
     assert by_n[8]["backward"] > by_n[8]["forward"] and by_n[4]["backward"] < by_n[4]["forward"]
     assert docs.rehearsal_fsdp_phases_by_n(REF) in PAGE.read_text()
+
+
+def test_the_cpu_tracker_shows_fsdps_backward_peak_at_its_start_at_every_n():
+    """236M fsdp on the CPU tracker at N = 1, 2, 4, 8: the backward's peak holds no gradient; it is
+    the H200's within 3 MiB where both measured from zero_grad (N = 4, 8), and the H200's older
+    one-rank backward is the CPU's forward-end level; the model predicts each N >= 2 short by
+    exactly the all-gather held there (the prefetched block)."""
+    cpu = {int(r["gpus"]): r for r in docs.ok_cases(REF, docs.CPU_KEPT + docs.CPU_RISE)
+           if rehearsal.variant_label(r) == "fsdp"}
+    h200 = {int(r["gpus"]): r for r in docs.combined(REF).records if r.get("status") == "ok"
+            and not r.get("launched") and r["size"] == "1024x16" and rehearsal.variant_label(r) == "fsdp"}
+    assert sorted(cpu) == sorted(h200) == [1, 2, 4, 8]
+    predicted = docs.predicted_by_run(list(cpu.values()))
+    for n, r in cpu.items():
+        kinds = r["memory_components"][0]["backward_peak_by_kind_mib"]
+        assert sum(kinds.get(k, 0) for k in M.GRADIENT_KINDS) == 0 and "Reduce Scatter" not in kinds
+        rows = predicted[r["run_id"]]
+        model = sum(x["predicted_backward_above_start_mib"] for x in rows) / len(rows)
+        assert docs.above_start(r)["backward"] - model == pytest.approx(kinds.get("All Gather", 0), abs=0.1)
+        assert (kinds.get("All Gather", 0) > 0) == (n >= 2)
+    for n in (4, 8):
+        assert abs(docs.above_start(cpu[n])["backward"] - docs.above_start(h200[n])["backward"]) < 3
+    m = cpu[1]["memory_components"][0]
+    assert docs.above_start(h200[1])["backward"] == pytest.approx(m["forward_end_mib"] - M.step_start(m), abs=0.1)
+    assert docs.rehearsal_cpu_backward_rise(REF) in PAGE.read_text()

@@ -64,6 +64,8 @@ CPU_BEYOND_BEFORE = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tr
 # 2048x20 fsdp on the H200, where no one-rank fsdp case ran (the N = 1 launch's time went to ddp):
 # checked against the model predicted from the CPU tracker's one-rank case (CPU_BEYOND)
 GPU_BEYOND = (("h200-rehearsal-a7dce61", "n4-1b-fsdp.tar.gz"),)
+# 236M fsdp at N = 4 and 8 on the CPU's tracker: what the backward's peak holds where it rises with N
+CPU_RISE = (("cpu-tracker-8fa7b82", "n4-235m-fsdp.tar.gz"), ("cpu-tracker-8fa7b82", "n8-235m-fsdp.tar.gz"))
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -411,6 +413,27 @@ def rehearsal_fsdp_phases_by_n(ref: Path) -> str:
              f"{r['memory_components'][0]['gradients_mib']:,.1f}"] for r in rows]
     return md_table(["N", "commit", "forward peak above the start", "backward peak above the start",
                      "gradients a rank holds"], body)
+
+
+@query("rehearsal_cpu_backward_rise")
+def rehearsal_cpu_backward_rise(ref: Path) -> str:
+    """236M fsdp (resharding) per N on the CPU tracker beside the H200: the backward's peak above
+    the step's start on both, the gradients a rank holds, and what the tracker saw at that peak."""
+    cpu = [r for r in ok_cases(ref, CPU_KEPT + CPU_RISE) if rehearsal.variant_label(r) == "fsdp"]
+    h200 = {int(r["gpus"]): r for r in combined(ref).records if r.get("status") == "ok" and not r.get("launched")
+            and r.get("size") == "1024x16" and rehearsal.variant_label(r) == "fsdp"}
+    body = []
+    for r in sorted(cpu, key=lambda r: int(r["gpus"])):
+        m, n = r["memory_components"][0], int(r["gpus"])
+        kinds = m["backward_peak_by_kind_mib"]
+        gpu = f"{above_start(h200[n])['backward']:,.1f}" if n in h200 else "–"
+        body.append([n, gpu, f"{above_start(r)['backward']:,.1f}", f"{m['gradients_mib']:,.1f}",
+                     f"{kinds_text(kinds)}, {kinds.get('Activation', 0):,.0f} activations, "
+                     f"{kinds.get('Temp', 0):,.0f} temporaries"])
+    names = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_KEPT + CPU_RISE)
+    return (md_table(["N", "backward peak above the start, H200", "the same, CPU tracker", "gradients a rank holds",
+                      "at the CPU's backward peak (MiB)"], body)
+            + f"\n\n({names}, [its README](../results/reference/{CPU_RISE[0][0]}/README.md))")
 
 
 @query("rehearsal_ddp_236m_n4")
