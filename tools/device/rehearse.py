@@ -102,8 +102,9 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
     records, not_fitting = [], []
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
+    from dpbench.claims.c9.rehearsal import DEADLINE_ENV, TIMEOUT_ENV
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "DPBENCH_REHEARSAL_DEADLINE": str(started + budget_s), "DPBENCH_REHEARSAL_TIMEOUT_S": os.environ.get("DPBENCH_REHEARSAL_TIMEOUT_S", "120")}
+           DEADLINE_ENV: str(started + budget_s), TIMEOUT_ENV: os.environ.get(TIMEOUT_ENV, "120")}
     if part == "1" and not ranks_list:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
         records.append(launched_run(work, tiny, env))
     for ranks in ranks_list or PARTS[part]:

@@ -205,7 +205,7 @@ def plot_rehearsed_memory(rows: list[dict], size: str | None = None, size_label:
                     ax.scatter([xi], [predicted], marker="_", s=60, linewidths=1.6,
                                color=REFERENCE_COLOR, zorder=3, gid=reference_gid("memory model"))
                     ticks = True
-                unticked |= measured > 0 and not predicted == predicted   # NaN: nothing predicts it
+                unticked |= measured > 0 and pd.isna(predicted)   # nothing predicts it
         ax.set_yscale("log")
         ax.set_ylim(LOG_FLOOR_MIB, top * 2.5)
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))

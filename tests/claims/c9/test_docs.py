@@ -204,8 +204,7 @@ def test_fsdps_backward_at_236m_rises_with_n_and_passes_the_forward_at_8():
     """What the page says of the 236M fsdp miss at N = 8: the forward stays within 2 MiB from
     N = 2 on, the backward rises at every N from 2 and is above the forward at N = 8."""
     c = docs.combined(REF)
-    by_n = {int(r["gpus"]): docs.above_start(r) for r in c.records if r.get("status") == "ok"
-            and not r.get("launched") and r["size"] == "1024x16" and rehearsal.variant_label(r) == "fsdp"}
+    by_n = {n: docs.above_start(r) for n, r in docs.h200_fsdp_by_n(c, "1024x16").items()}
     assert sorted(by_n) == [1, 2, 4, 8]
     assert max(by_n[n]["forward"] for n in (2, 4, 8)) - min(by_n[n]["forward"] for n in (2, 4, 8)) <= 2
     assert by_n[2]["backward"] < by_n[4]["backward"] < by_n[8]["backward"]
@@ -220,8 +219,7 @@ def test_the_cpu_tracker_shows_fsdps_backward_peak_at_its_start_at_every_n():
     exactly the all-gather held there (the prefetched block)."""
     cpu = {int(r["gpus"]): r for r in docs.ok_cases(REF, docs.CPU_KEPT + docs.CPU_RISE)
            if rehearsal.variant_label(r) == "fsdp"}
-    h200 = {int(r["gpus"]): r for r in docs.combined(REF).records if r.get("status") == "ok"
-            and not r.get("launched") and r["size"] == "1024x16" and rehearsal.variant_label(r) == "fsdp"}
+    h200 = docs.h200_fsdp_by_n(docs.combined(REF), "1024x16")
     assert sorted(cpu) == sorted(h200) == [1, 2, 4, 8]
     predicted = docs.predicted_by_run(list(cpu.values()))
     for n, r in cpu.items():

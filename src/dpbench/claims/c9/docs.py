@@ -304,6 +304,23 @@ def ok_cases(ref: Path, launches: tuple[tuple[str, str], ...]) -> list[dict[str,
     return [r for r in rehearsal.combine(parts) if r.get("status") == "ok" and not r.get("launched")]
 
 
+def model_above_start(rows: list[dict[str, Any]], phases) -> dict[str, float]:
+    """The model's peak above the step's start per phase, the mean over a run's ranks' rows."""
+    return {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in phases}
+
+
+def last_unit_level(rec: dict[str, Any]) -> float:
+    """Rank 0's level as the forward's last unit starts, above the step's start (MiB)."""
+    m = rec["memory_components"][0]
+    return m["forward_last_unit_start_mib"] - step_start(m)
+
+
+def h200_fsdp_by_n(c: Combined, size: str) -> dict[int, dict[str, Any]]:
+    """N -> the H200's fsdp (resharding) case of this size in the combined view."""
+    return {int(r["gpus"]): r for r in c.records if r.get("status") == "ok" and not r.get("launched")
+            and r.get("size") == size and rehearsal.variant_label(r) == "fsdp"}
+
+
 def predicted_by_run(cpu: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """run_id -> its ranks' rows with the model's phase peaks, each predicted from the cases' one-rank run."""
     predicted = defaultdict(list)
@@ -358,7 +375,7 @@ def cpu_model_table(ref: Path, launches: tuple[tuple[str, str], ...]) -> str:
     body = []
     for r in sorted(cpu, key=case_order):
         m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
-        model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
+        model = model_above_start(rows, peaks)
         last_unit = m.get("forward_last_unit_start_mib")
         body.append([text.params(r["parameters"]), rehearsal.variant_label(r), r["gpus"],
                      *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
@@ -388,12 +405,12 @@ def rehearsal_h200_1b_fsdp(ref: Path) -> str:
     (one,) = [r for r in cpu if int(r["gpus"]) == 1]
     cases = [("CPU tracker", r) for r in cpu if int(r["gpus"]) > 1] + [("H200", r) for r in ok_cases(ref, GPU_BEYOND)]
     predicted = predicted_by_run([one] + [r for _, r in cases])
-    one_level = one["memory_components"][0]["forward_last_unit_start_mib"] - step_start(one["memory_components"][0])
+    one_level = last_unit_level(one)
     body = []
     for where, r in cases:
         m, peaks, rows = r["memory_components"][0], above_start(r), predicted[r["run_id"]]
-        model = {p: sum(x[f"predicted_{p}_above_start_mib"] for x in rows) / len(rows) for p in peaks}
-        level, kept = m["forward_last_unit_start_mib"] - step_start(m), m["forward_last_gather_mib"]
+        model = model_above_start(rows, peaks)
+        level, kept = last_unit_level(r), m["forward_last_gather_mib"]
         body.append([where, r["gpus"], commit_of(r[rehearsal.SOURCE]),
                      *(f"{peaks[p]:,.1f} / {model[p]:,.1f} ({_percent(peaks[p] / model[p] - 1)})" for p in peaks),
                      f"{level:,.1f} / {one_level + kept:,.1f} ({_percent(level / (one_level + kept) - 1)})"])
@@ -406,9 +423,8 @@ def rehearsal_h200_1b_fsdp(ref: Path) -> str:
 def rehearsal_fsdp_phases_by_n(ref: Path) -> str:
     """fsdp (resharding) at 236M on the H200 per N: each phase's peak above the step's start and
     the gradients a rank holds (MiB, rank 0)."""
-    rows = sorted((r for r in combined(ref).records if r.get("status") == "ok" and not r.get("launched")
-                   and r.get("size") == "1024x16" and rehearsal.variant_label(r) == "fsdp"),
-                  key=lambda r: int(r["gpus"]))
+    by_n = h200_fsdp_by_n(combined(ref), "1024x16")
+    rows = [by_n[n] for n in sorted(by_n)]
     body = [[r["gpus"], commit_of(r[rehearsal.SOURCE]), *(f"{v:,.1f}" for v in above_start(r).values()),
              f"{r['memory_components'][0]['gradients_mib']:,.1f}"] for r in rows]
     return md_table(["N", "commit", "forward peak above the start", "backward peak above the start",
@@ -420,8 +436,7 @@ def rehearsal_cpu_backward_rise(ref: Path) -> str:
     """236M fsdp (resharding) per N on the CPU tracker beside the H200: the backward's peak above
     the step's start on both, the gradients a rank holds, and what the tracker saw at that peak."""
     cpu = [r for r in ok_cases(ref, CPU_KEPT + CPU_RISE) if rehearsal.variant_label(r) == "fsdp"]
-    h200 = {int(r["gpus"]): r for r in combined(ref).records if r.get("status") == "ok" and not r.get("launched")
-            and r.get("size") == "1024x16" and rehearsal.variant_label(r) == "fsdp"}
+    h200 = h200_fsdp_by_n(combined(ref), "1024x16")
     body = []
     for r in sorted(cpu, key=lambda r: int(r["gpus"])):
         m, n = r["memory_components"][0], int(r["gpus"])
@@ -457,7 +472,7 @@ def forward_miss(ref: Path, launches: tuple[tuple[str, str], ...], made: str = "
     cpu = ok_cases(ref, launches)
     last = max(cpu, key=lambda r: int(r["gpus"]))
     rows = predicted_by_run(cpu)[last["run_id"]]
-    model = sum(x["predicted_forward_above_start_mib"] for x in rows) / len(rows)
+    model = model_above_start(rows, ("forward",))["forward"]
     return f"{_percent(above_start(last)['forward'] / model - 1)} (`{launches[0][0]}`{', ' + made if made else ''})"
 
 
