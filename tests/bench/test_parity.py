@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
+import torch.distributed as dist
 
 from dpbench.bench import parity
 
@@ -38,3 +44,34 @@ def test_bare_loops_compute_dpbench_losses(tmp_path):
         assert len(recorded) == len(row["losses"]) == 6
         assert recorded == pytest.approx(row["losses"], rel=1e-6, abs=1e-7), variant
     assert all(r["ratio"] is not None for r in doc["summary"])
+
+
+def _store_server():
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False)
+
+
+def test_group_ports_post_one_free_port_per_group_to_every_rank(monkeypatch):
+    """Each process group a parity rank opens gets a port the kernel called free, the same on every
+    rank (a guessed MASTER_PORT + k was in use once: one rank failed, the other dialled for 30 min)."""
+    server = _store_server()
+    monkeypatch.setenv("MASTER_PORT", "1")
+    ranks = [parity.GroupPorts(r, 2, "127.0.0.1", server.port, wait_s=20) for r in (0, 1)]
+    seen = []
+    for _ in range(2):
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda g: g.next_group(), ranks))
+        port = int(os.environ["MASTER_PORT"])
+        with socket.socket() as s:   # free: a store can listen on it
+            s.bind(("", port))
+        seen.append(port)
+    assert [g.opened for g in ranks] == [2, 2] and len(set(seen)) == 2
+    assert [server.get(f"dpbench-parity/{k}/port").decode() for k in (1, 2)] == [str(p) for p in seen]
+
+
+def test_a_rank_alone_at_a_group_fails_in_bounded_time():
+    server = _store_server()
+    lone = parity.GroupPorts(0, 2, "127.0.0.1", server.port, wait_s=1)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"process group 1 \(1 of 2 arrived\)"):
+        lone.next_group()
+    assert time.monotonic() - t0 < 5

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -73,7 +74,8 @@ def run(cfg: RunConfig, steps: int | None = None) -> BareResult:
         device = torch.device("cuda", local) if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if cuda else "gloo")
+        # Bounded as dpbench's own set-up is: a peer that never joins fails the loop, not hangs it.
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=cfg.collective_timeout_s))
         world, rank = dist.get_world_size(), dist.get_rank()
     else:
         device, world, rank = torch.device("cuda", 0) if cuda else torch.device("cpu"), 1, 0

@@ -22,13 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from dpbench.bench import bare
 from dpbench.plan.config import RunConfig
@@ -73,23 +76,57 @@ def median(values):
 
 # -- inside one process: alternate bare and dpbench -------------------------------------------
 
+class GroupPorts:
+    """A torchrun rank here opens a process group per row, one after another, each needing a store
+    on a port of its own (torchrun's agent store keeps the last group's addresses, which a second
+    gloo mesh would dial). Rank 0 takes a port the kernel calls free and posts it on torchrun's store,
+    where every rank reads it; a guessed MASTER_PORT + k can be one the host already uses (it was:
+    EADDRINUSE, and the other rank then dialled it for half an hour). Every rank also meets the
+    others there before each group, so that a rank whose row failed early cannot run ahead into the
+    next row's group. Each wait is bounded by `wait_s`."""
+
+    def __init__(self, rank: int, world: int, addr: str, port: int, wait_s: float):
+        self.rank, self.world, self.opened, self.wait_s = rank, world, 0, wait_s
+        self.store = dist.TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=wait_s))
+
+    @classmethod
+    def from_torchrun(cls, wait_s: float) -> "GroupPorts":
+        env = os.environ
+        return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), env["MASTER_ADDR"], int(env["MASTER_PORT"]), wait_s)
+
+    def next_group(self) -> None:
+        """Meet the other ranks, then point this process's env:// rendezvous at a fresh port."""
+        self.opened += 1
+        key = f"dpbench-parity/{self.opened}"
+        if self.rank == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                self.store.set(f"{key}/port", str(s.getsockname()[1]))
+        arrived, deadline = self.store.add(f"{key}/arrived", 1), time.monotonic() + self.wait_s
+        while arrived < self.world:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {self.rank} waited {self.wait_s:.0f} s for the other ranks before "
+                                   f"process group {self.opened} ({arrived} of {self.world} arrived)")
+            time.sleep(0.05)
+            arrived = self.store.add(f"{key}/arrived", 0)
+        port = self.store.get(f"{key}/port").decode()
+        os.environ.update(MASTER_PORT=port, TORCHELASTIC_USE_AGENT_STORE="False")
+
+
 def pair(cell_name: str, cell: tuple, variants: list[str], repeats: int, steps: int, warmup: int,
          device: str, out: Path, ranks: int) -> list[dict]:
     rank = int(os.environ.get("RANK", 0))
-    rows, inits = [], 0
-    base_port = int(os.environ.get("MASTER_PORT", 29500))
+    rows = []
+    ports = GroupPorts.from_torchrun(RUN_TIMEOUT_S) if "LOCAL_RANK" in os.environ else None
     for r in range(repeats):
         for variant in variants:
             cfg = RunConfig.from_dict(run_config(cell, variant, steps, warmup, device, ranks))
             for kind in (("bare", "dpbench") if r % 2 == 0 else ("dpbench", "bare")):
                 t0 = time.perf_counter()
                 row = {"cell": cell_name, "variant": variant, "kind": kind, "repeat": r}
-                if "LOCAL_RANK" in os.environ:
-                    # A process group again in this process: a store of its own on a new port (torchrun's
-                    # agent store keeps the last group's addresses, which a second gloo mesh would dial).
-                    inits += 1
-                    os.environ.update(MASTER_PORT=str(base_port + inits), TORCHELASTIC_USE_AGENT_STORE="False")
                 try:
+                    if ports:
+                        ports.next_group()
                     if reason := engine.refused(cfg):   # both loops would fail the same way
                         row.update(status="skipped", reason=reason)
                     elif kind == "bare":
