@@ -140,6 +140,29 @@ def test_a_backward_peak_that_holds_regrown_gradients_rises_only_by_the_share_no
     assert M.predicted_peaks(four, none)["activation_peak_mib"] == pytest.approx(700.0 + 75.0)
 
 
+def test_a_marked_backward_start_rises_by_every_freed_gradient_and_holds_the_unit_gathered_first():
+    # one rank (a GPU row, no kinds): start 300 (gradients 100), the backward's start peaks at 500
+    # (nothing written), its later part at 1000 (past the forward's 900, how much written unknown)
+    one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, backward_start_peak_mib=500.0,
+                   backward_late_peak_mib=1000.0)
+    four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_gather_kept_mib=30.0)
+    got = M.predicted_peaks(four, one)
+    assert got["backward_start_above_start_mib"] == 200.0 + 75.0 + 30.0   # freed 75 more, the unit kept
+    assert got["backward_late_above_start_mib"] == 700.0                   # a GPU cannot tell: as it is
+    assert got["activation_peak_mib"] == 700.0
+    # the start overtakes where the gradients a rank frees are large beside the later peak's lead
+    low = dict(one, backward_late_peak_mib=550.0, backward_peak_mib=550.0, forward_peak_mib=520.0,
+               activation_peak_mib=250.0)
+    assert M.predicted_peaks(four, low)["activation_peak_mib"] == 305.0
+    # on the CPU the kinds tell the later peak's share: 40 of 100 written again, it rises by 60% of 75
+    counted = dict(one, gradients_mib=100.0, backward_late_peak_by_kind_mib={"Sharded Grad": 40.0})
+    assert M.predicted_peaks(four, counted)["backward_late_above_start_mib"] == pytest.approx(700.0 + 45.0)
+    # an unmarked row of the same peaks keeps the older rule (past the forward's end: none written)
+    older = {k: v for k, v in one.items() if not k.startswith("backward_") or k == "backward_peak_mib"}
+    assert M.predicted_peaks(four, older)["activation_peak_mib"] == 700.0 + 75.0
+    assert "backward_start_above_start_mib" not in M.predicted_peaks(four, older)
+
+
 def test_reserved_follows_the_predicted_peak_and_the_state_saved():
     one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
     four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_state_mib=75.0)

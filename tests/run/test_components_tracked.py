@@ -11,7 +11,7 @@ import pytest
 import torch
 from sharded_ranks import TINY_LM, rehearse_cases
 
-from dpbench.analysis.memory_model import predicted_peaks, step_start
+from dpbench.analysis.memory_model import GRADIENT_KINDS, predicted_peaks, step_start
 from dpbench.analysis.rehearsal import component_rows
 from dpbench.run import components, live_memory
 
@@ -76,9 +76,12 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
     # zero_grad frees exactly the gradients, and the backward is measured from there: at one
     # rank its peak lies below the forward's end (a backward measured from the forward's end
     # would report that level and hide this peak; one rank gathers nothing apart).
+    # At times (once in 15 runs of this test here) the forward's end still holds the last
+    # unit's all-gather output, which gloo's worker thread lets go of before zero_grad ends.
     for (n, name), ranks in rows.items():
         for row in ranks:
-            assert row["zero_grad_end_mib"] == pytest.approx(row["forward_end_mib"] - row["gradients_mib"], abs=BYTE)
+            freed = row["forward_end_mib"] - row["zero_grad_end_mib"] - row["gradients_mib"]
+            assert freed == pytest.approx(0, abs=BYTE) or freed == pytest.approx(row["forward_last_gather_mib"], abs=BYTE)
     for row in rows[(1, "fsdp")]:
         assert row["backward_peak_mib"] < row["forward_end_mib"] - 0.05 * row["gradients_mib"]
         assert "All Gather" not in row["backward_peak_by_kind_mib"]
@@ -98,23 +101,42 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
 
 
 @pytest.mark.slow   # the same launches as above (module-scoped)
-def test_from_one_rank_backward_below_the_forward_end_the_model_misses_only_the_unit_in_flight(rehearsed):
-    """The narrow-vocabulary LM's one-rank backward peaks inside the units, below the level the
-    forward ended at. Measured from zero_grad, that peak predicts the backward's peak at 2 and 4
-    ranks (memory_model.predicted_peaks) but for the all-gather buffer the backward holds
-    there, at most the largest unit. Measured from the forward's end, as older rows were, and
-    without the kinds, it predicts no rise at all."""
+def test_from_one_rank_the_backwards_start_and_its_later_peak_predict_each_n(rehearsed):
+    """The backward in its two parts (run.components marks its first gradient). Its start holds
+    no gradient: at 2 and 4 ranks it rises over one rank's by the gradients a rank no longer
+    holds, and holds the unit the backward gathers first (the forward's last, kept). Here one
+    rank's start peaks before the root's backward prefetches that unit, with more of the loss's
+    temporaries alive than when it arrives: the model, adding the unit to that peak, is above
+    the measured start by less than the unit (exact at 236M, where one rank's start peaks
+    later). The narrow-vocabulary LM's later peak, inside the units, below the level the
+    forward ended at, is predicted but for the all-gather buffer the backward holds there, at
+    most the largest unit (memory_model.predicted_peaks). Measured from the forward's end, as
+    older rows were, and without the kinds, it predicts no rise at all."""
     ref = component_rows(rehearsed[1]["fsdp"])[0]
+    assert "All Gather" not in ref["backward_start_peak_by_kind_mib"]
     for n in (2, 4):
         rows = component_rows(rehearsed[n]["fsdp"])
         for row in rows:
-            predicted = predicted_peaks(row, ref)["backward_above_start_mib"]
-            in_flight = row["backward_peak_by_kind_mib"].get("All Gather", 0.0)
+            predicted = predicted_peaks(row, ref)
+            start = step_start(row)
+            assert row["backward_start_peak_by_kind_mib"]["All Gather"] == pytest.approx(
+                row["forward_last_gather_mib"], abs=BYTE)
+            kept = row["forward_last_gather_mib"]
+            assert predicted["backward_start_above_start_mib"] - kept < row["backward_start_peak_mib"] - start \
+                <= predicted["backward_start_above_start_mib"] + 4 * BYTE
+            assert sum(row["backward_start_peak_by_kind_mib"].get(k, 0) for k in GRADIENT_KINDS) == 0
+            assert predicted["backward_start_above_start_mib"] == pytest.approx(
+                ref["backward_start_peak_mib"] - step_start(ref) + ref["gradients_mib"] - row["gradients_mib"]
+                + row["forward_last_gather_mib"], abs=BYTE)
+            in_flight = row["backward_late_peak_by_kind_mib"].get("All Gather", 0.0)
             assert 0 < in_flight <= row["largest_unit_mib"] + BYTE
-            assert row["backward_peak_mib"] - step_start(row) == pytest.approx(predicted + in_flight, abs=4 * BYTE)
+            assert row["backward_late_peak_mib"] - start == pytest.approx(
+                predicted["backward_late_above_start_mib"] + in_flight, abs=4 * BYTE)
+            assert row["backward_peak_mib"] == max(row["backward_start_peak_mib"], row["backward_late_peak_mib"])
             assert row["activation_peak_mib"] > ref["activation_peak_mib"] + 0.5 * (ref["gradients_mib"] - row["gradients_mib"])
     # an older GPU row: the backward measured from the forward's end, no kinds counted
-    older = {k: v for k, v in ref.items() if k not in ("zero_grad_end_mib", "backward_peak_by_kind_mib")} | {
+    older = {k: v for k, v in ref.items() if k not in ("zero_grad_end_mib", "backward_peak_by_kind_mib",
+                                                     "backward_start_peak_mib", "backward_late_peak_mib")} | {
         "backward_peak_mib": ref["forward_end_mib"]}
     assert predicted_peaks(rows[0], older)["backward_above_start_mib"] == pytest.approx(
         older["backward_peak_mib"] - step_start(older))
@@ -198,7 +220,8 @@ def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(on
     assert set(ordinary) == counted | none and all(ordinary[k] is None for k in none)
     assert ordinary["forward_last_gather_mib"] == 0.0                   # DDP gathers nothing
     model_forward = {"model_forward_peak_mib", "model_forward_peak_by_kind_mib"}
-    assert set(tracked) == set(ordinary) | set(ENDS) | set(KINDS) | model_forward
+    backward_parts = {f"backward_{part}_peak{kind}" for part in ("start", "late") for kind in ("_mib", "_by_kind_mib")}
+    assert set(tracked) == set(ordinary) | set(ENDS) | set(KINDS) | model_forward | backward_parts
     assert 0 < tracked["model_forward_peak_mib"] <= tracked["forward_peak_mib"]   # the loss is the forward's too
     assert tracked["reserved_peak_mib"] is None and all(tracked[k] > 0 for k in PEAKS + ENDS)
     assert tracked["forward_peak_by_kind_mib"]["Activation"] > 0                        # the forward's saved tensors

@@ -23,11 +23,18 @@ the slack of the fewest ranks that communicate, below), phase by phase, since wh
 at a phase's peak differs:
   - forward: the state (last step's gradients included) and the activations;
   - backward: the step has freed last step's gradients (zero_grad(set_to_none=True) after the
-    forward) and writes them again as it goes: a peak before it writes any (past the level the
-    forward ended at, as at the transformer's loss) holds the state less its gradients, b·P at
-    one rank, b·P/N under fsdp, so sharded ranks' activation peaks, measured from the state,
-    rise by b·P·(1 - 1/N); a later peak rises by the share not yet written (counted by kind
-    where the CPU's tracker measured it; small where the peak comes at the backward's end);
+    forward) and writes them again as it goes: a peak before it writes any holds the state less
+    its gradients, b·P at one rank, b·P/N under fsdp, so sharded ranks' activation peaks,
+    measured from the state, rise by b·P·(1 - 1/N); a later peak rises by the share not yet
+    written (counted by kind where the CPU's tracker measured it; small where the peak comes at
+    the backward's end). A row that marks the backward's first gradient (run.components:
+    `backward_start_peak_mib`, from zero_grad to there, and `backward_late_peak_mib`, the rest)
+    has both apart: the start rises by all the freed gradients and, from N = 2 with resharding,
+    holds the unit the backward gathers first (the forward's last, prefetched as the root's
+    backward begins: `gather_kept`); the later peak by the share not yet written (none on a GPU,
+    where nothing tells); the backward's peak is the larger (fsdp at 236M: the start from N = 4,
+    issue 38). An older row, one backward peak: a share as above, none where it lies past the
+    level the forward ended at (as at the transformer's loss), else all;
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
@@ -41,7 +48,7 @@ at a phase's peak differs:
     there (`forward_last_unit_start_mib`): the unit before it kept, its all-gather output and
     its parameters copied out; where units are large beside a unit's activations that moment
     is the forward's peak (2048x20 at batch 1 on the CPU). Left out: the unit the backward
-    prefetches where its peak lies inside the units (the tests' tiny LM).
+    prefetches where its later peak lies inside the units (the tests' tiny LM).
 Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
 state and peak plus the caching allocator's slack, measured at the fewest ranks (two or more) of
 the same variant: a rank that communicates keeps pools on the communication streams, sized by the
@@ -246,11 +253,12 @@ def backward_after_zero_grad(row: Mapping[str, Any]) -> bool:
 GRADIENT_KINDS = ("Gradient", "Sharded Grad")
 
 
-def gradients_at_backward_peak(row: Mapping[str, Any]) -> float | None:
+def gradients_at_backward_peak(row: Mapping[str, Any], phase: str = "backward") -> float | None:
     """The share of its gradients a rank holds again at its backward's peak (0: the peak comes
     before the backward writes any, as at the transformer's loss; near 1: at its end, as at
-    2048x20), where the tracker counted the peak by kind (the CPU); None elsewhere."""
-    kinds, gradients = row.get("backward_peak_by_kind_mib"), row.get("gradients_mib")
+    2048x20), where the tracker counted the peak by kind (the CPU); None elsewhere. `phase`:
+    backward_start or backward_late for the backward's two parts where the row has them apart."""
+    kinds, gradients = row.get(f"{phase}_peak_by_kind_mib"), row.get("gradients_mib")
     if not isinstance(kinds, Mapping) or not is_number(gradients) or gradients <= 0:
         return None
     return min(1.0, sum(float(kinds.get(k) or 0.0) for k in GRADIENT_KINDS) / gradients)
@@ -277,18 +285,33 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     start = step_start(ref)
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
-    forward, backward = ref["forward_peak_mib"] - start, ref["backward_peak_mib"] - start
-    # zero_grad freed the gradients and the backward writes them again, a share of them by its
-    # peak: counted where the tracker counted the peak by kind; else none where the peak lies
-    # past the forward's end (after zero_grad, before the backward writes any: the transformer's
-    # loss), and all where it does not (nothing to tell, so the one-rank peak as it is)
-    regrown = gradients_at_backward_peak(ref)
-    if regrown is None:
-        regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
-    backward += (1.0 - regrown) * (_number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib"))
+    forward, parts = ref["forward_peak_mib"] - start, {}
+    freed = _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
+    # the unit FSDP2 gathers last in the forward, which this N keeps beyond ref's; the backward
+    # gathers it first, as its root's pre-backward prefetches it
+    kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
+    if is_number(ref.get("backward_start_peak_mib")) and is_number(ref.get("backward_late_peak_mib")):
+        # ref marked the backward's first gradient: its start (every gradient freed, none written
+        # but that one, the unit gathered first held) rises by all the gradients this N frees
+        # less than ref does; its later peak by the share not yet written again (counted by kind
+        # on the CPU; on a GPU nothing tells, so as it is)
+        early = ref["backward_start_peak_mib"] - start + kept + \
+            (1.0 - (gradients_at_backward_peak(ref, "backward_start") or 0.0)) * freed
+        late_share = gradients_at_backward_peak(ref, "backward_late")
+        late = ref["backward_late_peak_mib"] - start + (1.0 - (1.0 if late_share is None else late_share)) * freed
+        backward = max(early, late)
+        parts = {"backward_start_above_start_mib": early, "backward_late_above_start_mib": late}
+    else:
+        # zero_grad freed the gradients and the backward writes them again, a share of them by
+        # its peak: counted where the tracker counted the peak by kind; else none where the peak
+        # lies past the forward's end (after zero_grad, before the backward writes any: the
+        # transformer's loss), and all where it does not (nothing to tell: the one-rank peak)
+        regrown = gradients_at_backward_peak(ref)
+        if regrown is None:
+            regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
+        backward = ref["backward_peak_mib"] - start + (1.0 - regrown) * freed
     # the model's forward (where ref marked it apart from the loss) holds the last unit's
     # all-gather output this N keeps beyond ref's; the loss holds none (it comes after the root)
-    kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
     if is_number(ref.get("model_forward_peak_mib")):
         forward = max(forward, ref["model_forward_peak_mib"] - start + kept)
     # as the last unit gathers, before its compute, a resharding rank holds that unit three times
@@ -301,7 +324,7 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     activation = max(forward, backward) + held
     # each phase's too (above the step's start): which one the prediction took, and by how much
     out = {"activation_peak_mib": activation, "forward_above_start_mib": forward + held,
-           "backward_above_start_mib": backward + held}
+           "backward_above_start_mib": backward + held, **{k: v + held for k, v in parts.items()}}
     slack = reserved_slack(ref) if slack is None else slack
     if slack is not None and is_number(row.get("predicted_state_mib")):
         out["reserved_peak_mib"] = row["predicted_state_mib"] + activation + slack

@@ -38,6 +38,10 @@ ZERO_GRAD = "zero_grad"   # marked between the forward and the backward (run.ste
 # marked as the model's forward returns, before the loss (profiled_step): FSDP2 still holds the
 # last unit's all-gather output until its root's forward ends, the loss holds none
 MODEL_FORWARD = "model_forward"
+# marked as the backward writes its first gradient (profiled_step): the peak from zero_grad to
+# there is the backward's start, every gradient freed but that first one. Its level rises with N
+# where the gradients are sharded (fsdp's start, issue 38), apart from the backward's later peak.
+BACKWARD_START = "backward_start"
 
 
 def local_bytes(t: torch.Tensor | None) -> int:
@@ -171,17 +175,27 @@ class PhasePeaks:
         # the forward phase takes the model's forward in (MODEL_FORWARD, marked inside it where
         # marked: its own peak is reported apart)
         forward = max(self.peaks["forward"], self.peaks.get(MODEL_FORWARD, 0))
-        mib = {f"{p}_peak_mib": (forward if p == "forward" else self.peaks[p]) / MIB for p in PHASES}
+        # the backward's too: its start (BACKWARD_START, where marked) and the rest, apart
+        backward = max(self.peaks["backward"], self.peaks.get(BACKWARD_START, 0))
+        mib = {"forward_peak_mib": forward / MIB, "backward_peak_mib": backward / MIB,
+               "step_peak_mib": self.peaks["step"] / MIB}
         if MODEL_FORWARD in self.peaks:
             mib[f"{MODEL_FORWARD}_peak_mib"] = self.peaks[MODEL_FORWARD] / MIB
-        activations = max(forward, self.peaks["backward"]) - self.start
+        if BACKWARD_START in self.peaks:
+            mib[f"{BACKWARD_START}_peak_mib"] = self.peaks[BACKWARD_START] / MIB
+            mib["backward_late_peak_mib"] = self.peaks["backward"] / MIB
+        activations = max(forward, backward) - self.start
         reserved = max(v for k, v in self.peaks.items() if k.endswith("_reserved")) / MIB if self.cuda else None
         ends = {f"{p}_end_mib": self.ends[p] / MIB for p in (*PHASES, ZERO_GRAD) if p in self.ends}
         by_phase = dict(self.kinds)
         if self.peaks.get(MODEL_FORWARD, 0) > self.peaks["forward"] and MODEL_FORWARD in self.kinds:
             by_phase["forward"] = self.kinds[MODEL_FORWARD]   # the forward's peak was the model's
+        if BACKWARD_START in self.kinds:
+            by_phase["backward_late"] = self.kinds.get("backward", {})
+            if self.peaks[BACKWARD_START] > self.peaks["backward"]:
+                by_phase["backward"] = self.kinds[BACKWARD_START]   # the backward's peak was its start
         kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in by_phase[p].items()}
-                 for p in (*PHASES, MODEL_FORWARD) if p in by_phase}
+                 for p in (*PHASES, MODEL_FORWARD, BACKWARD_START, "backward_late") if p in by_phase}
         return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved} | ends | kinds
 
 
@@ -248,6 +262,20 @@ def held_gradient_bytes(variant: Variant) -> int:
             total += local_bytes(getattr(fp, "unsharded_accumulated_grad", None))
             total += local_bytes(unsharded.grad if unsharded is not None else None)
     return total
+
+
+def gradient_leaves(variant: Variant) -> list[torch.Tensor]:
+    """The tensors the backward accumulates gradients into: the module's parameters and, inside
+    FSDP2, each unit's unsharded parameters (private, read where they exist: FSDP2 swaps them in
+    for the forward and reduce-scatters their gradients into the sharded ones)."""
+    leaves = {id(p): p for p in variant.bare.parameters() if p.requires_grad}
+    for m in variant.bare.modules():
+        state = m._get_fsdp_state() if hasattr(m, "_get_fsdp_state") else None
+        for fp in getattr(getattr(state, "_fsdp_param_group", None), "fsdp_params", None) or ():
+            unsharded = getattr(fp, "_unsharded_param", None)
+            if isinstance(unsharded, torch.Tensor) and unsharded.requires_grad:
+                leaves[id(unsharded)] = unsharded
+    return [p for p in leaves.values() if not isinstance(p, DTensor)]   # FSDP2 writes a shard's grad itself
 
 
 def group_ops() -> int | None:
@@ -373,6 +401,8 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
 
     kept: dict[str, float] = {}
     unit_start: dict[str, int] = {}
+    started: list[bool] = []   # whether the backward wrote its first gradient
+    watched: list[bool] = []   # whether the leaves it writes to are hooked
 
     def unit_begins(*_) -> None:
         # before FSDP2's own pre-forward (prepended to it; not the root, first to run): what the
@@ -380,10 +410,18 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
         if (level := peaks.level()) is not None:
             unit_start["now"] = level
 
+    def first_gradient(_) -> None:
+        if not started:
+            started.append(True)
+            peaks.mark(BACKWARD_START)
+
     def model_forward_ended(*_) -> None:
         # after FSDP2's own post-forward hooks: the peak since the step began is the model's
         # forward's; the last all-gather then is the unit whose output FSDP2 kept through it
         peaks.mark(MODEL_FORWARD)
+        if not watched:   # once a step: the first micro-batch's backward is the one after zero_grad
+            watched.append(True)
+            hooks.extend(p.register_post_accumulate_grad_hook(first_gradient) for p in gradient_leaves(variant))
         if counter is not None and "all_gather" in counter.last:
             kept["mib"] = max(kept.get("mib", 0.0), counter.last["all_gather"] / MIB)
         if "now" in unit_start:   # the last unit's start (each micro-batch's: the largest)
