@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.analysis import rehearsal
-from dpbench.analysis.memory_model import GRADIENT_KINDS, MIB, step_start, with_references
+from dpbench.analysis.memory_model import GRADIENT_KINDS, MIB, TOLERANCE, step_start, with_references
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
@@ -66,6 +66,9 @@ CPU_BEYOND_BEFORE = (("cpu-tracker-1b-34ac865", "rehearsal-n1.tar.gz"), ("cpu-tr
 GPU_BEYOND = (("h200-rehearsal-a7dce61", "n4-1b-fsdp.tar.gz"),)
 # 236M fsdp at N = 4 and 8 on the CPU's tracker: what the backward's peak holds where it rises with N
 CPU_RISE = (("cpu-tracker-8fa7b82", "n4-235m-fsdp.tar.gz"), ("cpu-tracker-8fa7b82", "n8-235m-fsdp.tar.gz"))
+# 236M and 2048x20 fsdp at N = 1 and 2 on the CPU's tracker with the backward's first gradient
+# marked (run.components.BACKWARD_START): the one-rank cases predict the backward's start and later peak
+CPU_START = (("cpu-tracker-c8f7f8d", "n1-235m-1b-fsdp.tar.gz"), ("cpu-tracker-c8f7f8d", "n2-235m-1b-fsdp.tar.gz"))
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -449,6 +452,93 @@ def rehearsal_cpu_backward_rise(ref: Path) -> str:
     return (md_table(["N", "backward peak above the start, H200", "the same, CPU tracker", "gradients a rank holds",
                       "at the CPU's backward peak (MiB)"], body)
             + f"\n\n({names}, [its README](../results/reference/{CPU_RISE[0][0]}/README.md))")
+
+
+def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
+    """fsdp's (resharding) backward above the step's start per size, machine and N (rank means),
+    measured and as the model predicts it from the CPU tracker's marked one-rank case of that
+    size: its start, its later peak and the larger. The H200's rows and the CPU's unmarked N = 4
+    and 8 are predicted from the CPU's one-rank case, as nothing on the H200 marks the start;
+    H200 rows that measured the backward from the forward's end (before zero_grad's mark) are
+    left out."""
+    fsdp = [r for r in ok_cases(ref, CPU_START) if rehearsal.variant_label(r) == "fsdp"]
+    ones = [r for r in fsdp if int(r["gpus"]) == 1]
+    cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
+    cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
+    c = combined(ref)
+    gpu = {r["run_id"]: r for one in ones for n, r in h200_fsdp_by_n(c, one["size"]).items() if n > 1}
+    # a backward measured from zero_grad (older records measured it from the forward's end)
+    cases += [("H200", r) for r in gpu.values() if "zero_grad_end_mib" in r["memory_components"][0]]
+    names = size_names(c)
+    out = []
+    for where, r in cases:   # one at a time: run ids repeat across machines
+        model = model_above_start(predicted_by_run([*ones, r])[r["run_id"]],
+                                  ("backward_start", "backward_late", "backward"))
+        measured = above_start(r)["backward"]
+        out.append({"model": names[str(r["size"])], "where": where, "gpus": int(r["gpus"]),
+                    "commit": commit_of(r[rehearsal.SOURCE]), "measured": measured, **model,
+                    "error": measured / model["backward"] - 1,
+                    "kept": r["memory_components"][0].get("forward_last_gather_mib")})
+    return sorted(out, key=lambda x: (float(x["model"][:-1]), x["where"], x["gpus"]))
+
+
+@query("rehearsal_backward_start")
+def rehearsal_backward_start(ref: Path) -> str:
+    """backward_start_rows as a table: measured, the model's start, later peak and the larger (error)."""
+    body = [[x["model"], x["where"], x["gpus"], x["commit"], "not recorded" if x["kept"] is None else f"{x['kept']:,.1f}",
+             f"{x['measured']:,.1f}", f"{x['backward_start']:,.1f}", f"{x['backward_late']:,.1f}",
+             f"{x['backward']:,.1f} ({_percent(x['error'])})"] for x in backward_start_rows(ref)]
+    names = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_START)
+    return (md_table(["model", "where", "N", "commit", "block gathered first (the forward's last)",
+                      "backward peak above the start, measured", "model: its start", "model: its later peak",
+                      "model: the larger (error)"], body)
+            + f"\n\n(one-rank cases: {names}, [its README](../results/reference/{CPU_START[0][0]}/README.md))")
+
+
+@query("rehearsal_backward_start_verdict")
+def rehearsal_backward_start_verdict(ref: Path) -> str:
+    """Per model size: the largest error over its rows and N, and which part the model took."""
+    rows = backward_start_rows(ref)
+    out = []
+    for size in dict.fromkeys(x["model"] for x in rows):
+        mine = [x for x in rows if x["model"] == size]
+        worst = max(mine, key=lambda x: abs(x["error"]))
+        start_wins = sorted({x["gpus"] for x in mine if x["backward_start"] >= x["backward_late"]})
+        where = ", ".join(f"{x['where']} N = {x['gpus']}" for x in mine)
+        part = (f"the start is the larger at N = {', '.join(map(str, start_wins))}" if start_wins
+                else "the later peak is the larger everywhere")
+        if abs(worst["error"]) <= TOLERANCE:
+            out.append(f"At {size} the model's backward is within {_percent(abs(worst['error'])).lstrip('+')} "
+                       f"of every row ({where}); {part}.")
+        else:
+            misses = "; ".join(f"{x['where']} N = {x['gpus']} {_percent(x['error'])}" for x in mine
+                               if abs(x["error"]) > TOLERANCE)
+            out.append(f"At {size} it misses by more than {TOLERANCE:.0%}: {misses} ({part}).")
+    for x in rows:
+        gathered = [y["kept"] for y in rows if y["kept"] and y["model"] == x["model"]]
+        if x["kept"] is None and gathered:
+            out.append(f"The {x['where']}'s N = {x['gpus']} record ({x['commit']}) predates the measured last "
+                       f"all-gather, so its model leaves out the block the backward gathers first "
+                       f"({max(gathered):,.1f} MiB where measured at this size) and comes "
+                       f"{x['measured'] - x['backward']:,.1f} MiB short.")
+    return " ".join(out)
+
+
+@query("rehearsal_backward_start_one_rank")
+def rehearsal_backward_start_one_rank(ref: Path) -> str:
+    """The CPU tracker's marked cases: the backward's start and later peak above the step's start,
+    and what the tracker saw at each (MiB, rank 0)."""
+    fsdp = sorted((r for r in ok_cases(ref, CPU_START) if rehearsal.variant_label(r) == "fsdp"), key=case_order)
+    names = size_names(combined(ref))
+    body = []
+    for r in fsdp:
+        m = r["memory_components"][0]
+        start = step_start(m)
+        body.append([names[str(r["size"])], r["gpus"], f"{m['gradients_mib']:,.1f}",
+                     *(f"{m[f'backward_{p}_peak_mib'] - start:,.1f}" for p in ("start", "late")),
+                     *(kinds_text(m[f"backward_{p}_peak_by_kind_mib"], m["gradients_mib"]) for p in ("start", "late"))])
+    return md_table(["model", "N", "gradients a rank holds", "the backward's start above the step's start",
+                     "its later peak", "at its start", "at its later peak"], body)
 
 
 @query("rehearsal_ddp_236m_n4")
