@@ -253,6 +253,21 @@ def test_a_rank_that_never_joins_ends_as_a_failed_record_naming_the_wait(tmp_pat
     assert os.path.exists(tmp_path / "run" / "rank0.error.txt")
 
 
+@pytest.mark.slow
+def test_a_rank_that_exits_badly_after_the_record_leaves_it_ok_with_the_exit_code_said(tmp_path, monkeypatch):
+    """Rank 1 ends with a nonzero code once the run is over (a crash at teardown): rank 0's
+    record is whole and stays ok, and it says torchrun's exit code in its warnings and launch."""
+    from dpbench.run import faults
+    monkeypatch.setenv(faults.FAULT_ENV, "1:exit")
+    rec = launch(tmp_path / "run", variant="ddp")
+    assert rec["status"] == results.STATUS_OK and rec["launch"]["exit_code"] != 0
+    (said,) = [w for w in rec["warnings"] if w["category"] == "RankExit"]
+    assert f"code {rec['launch']['exit_code']}" in said["message"]
+    monkeypatch.setenv(faults.FAULT_ENV, "")
+    clean = launch(tmp_path / "clean", variant="ddp")
+    assert "exit_code" not in clean["launch"] and not [w for w in clean["warnings"] if w["category"] == "RankExit"]
+
+
 def test_a_stalled_rank_ends_itself_naming_where_and_the_launcher_names_the_places(tmp_path):
     """What no collective timeout sees (a host-side hang) the stall guard ends; ranks aborted
     without a word (NCCL's watchdog) are named from their notes."""

@@ -12,12 +12,12 @@ from typing import Callable
 import torch
 
 from dpbench.run import components, mechanisms
+from dpbench.run.faults import FAULT_ENV
 from dpbench.run.step import train_step
 from dpbench.run.variants import StepLosses, Variant
 from dpbench.run.waits import Waits
 from dpbench.workloads.calls import Inputs
 
-FAULT_ENV = "DPBENCH_FAULT"   # "RANK:STEP[:hang]": raise (or sleep for ever) at that step on that rank
 
 
 class FaultInjection:
@@ -27,7 +27,7 @@ class FaultInjection:
     def __init__(self, rank: int, waits: Waits):
         self.rank, self.waits, self.step, self.hang = rank, waits, None, False
         spec = os.environ.get(FAULT_ENV)
-        if spec:
+        if spec and not spec.endswith(":exit"):
             at_rank, at_step = (int(v) for v in spec.split(":")[:2])
             self.step = at_step if at_rank == rank else None
             self.hang = spec.endswith(":hang")

@@ -44,6 +44,7 @@ from dpbench.plan.skips import skip_reason, world_mismatch
 from dpbench.results.identity import Identity
 from dpbench.results.record import Record, planned_identity, record_fields, write_record
 from dpbench.run import provenance, waits
+from dpbench.run.faults import exit_fault
 from dpbench.run.runlog import CHECKPOINT, log, mark_launch
 from dpbench.run.watchdog import (OUTLIVE_ENV, STOP, Stopped, die_with_parent, forward_signals,
                                   stop_on_signals, stop_with_pipeline)
@@ -139,6 +140,15 @@ def launch_ddp(cfg: RunConfig, out: Path, visible: int, counted: int | None = No
             provenance=provenance.host_facts(cfg))
     elif rec["status"] == results.STATUS_FAILED and (errors or STOP.reason):
         rec["reason"] = reason
+        write_record(out, rec)
+    elif rec["status"] == results.STATUS_OK and code:
+        # Whole (rank 0 wrote it after every collective), but a rank ended badly after that, at
+        # its teardown: the record stands, and says so where a reader of its warnings looks.
+        said = f": {reason}" if errors else " (see the run's log)"
+        rec.setdefault("warnings", []).append(
+            {"category": "RankExit", "message": f"torchrun exited with code {code} after the record was written{said}",
+             "count": 1, "first_step": None, "location": "torchrun", "rank": None})
+        rec.setdefault("launch", {})["exit_code"] = code
         write_record(out, rec)
     return 0
 
@@ -255,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.log:
         redirect_output(args.log)
     if "LOCAL_RANK" in os.environ:   # one rank under torchrun: its agent starts and stops it
-        return start(cfg, args)
+        code = start(cfg, args)
+        return exit_fault(int(os.environ.get("RANK", 0))) or code
     place_identity(args.out, args.identity)
     STOP.__init__()
     unwatch = None if os.environ.get(OUTLIVE_ENV) == "1" else stop_with_pipeline()
