@@ -7,6 +7,7 @@
 #
 #   tools/device/rehearse.sh 1      # N = 1, 2, 4 and one dpbench launch (fsdp, rehearse: true)
 #   tools/device/rehearse.sh 2      # N = 8 (the 24GB budget does not fit: 8 x 25.8 GiB > 139 GiB)
+#   tools/device/rehearse_gaps.sh a|b   # the cases issue 38 still needs, one launch each (its header)
 #   python3 tools/device/rehearse.py --combine OUT1/rehearsal-part1.tar.gz OUT2/rehearsal-part2.tar.gz --out DIR
 #                                   # anywhere, torch-free: the tables, figures and C9 over both parts
 #

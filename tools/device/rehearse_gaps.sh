@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# What issue 38 still needs from ONE H200, at a commit whose runs mark the backward's first
+# gradient (run.components.BACKWARD_START, c8f7f8d on): each line one rehearse.py launch with a
+# time budget of its own (--budget-s counts from the tool's start, start-up included, and is
+# shared by every --ranks of one invocation: one N per invocation), in order of what it settles.
+#
+#   tools/device/rehearse_gaps.sh a   # ~5 min: 236M fsdp at N = 1 with the mark (the one-rank case
+#                                     # the H200's 236M rows are predicted from; its older one measured
+#                                     # the backward from the forward's end), 236M fsdp and hsdp at
+#                                     # N = 8 (fsdp's backward miss; hsdp never ran there), 1.08B zero1
+#                                     # and fsdp at N = 1 (their N = 4 peaks have no one-rank case)
+#   tools/device/rehearse_gaps.sh b   # ~5.5 min: 1.08B fsdp at N = 4 with the mark (its backward lies
+#                                     # above both parts the model predicts) and a search not cut short
+#
+# Estimates, from h200-rehearsal-a7dce61's logs: the 1.08B one-rank ddp case ~45 s, so zero1's and
+# fsdp's ~45-60 s each; 236M at N = 8, 5 cases in 101 s, so 2 in ~60 s; 1.08B fsdp at N = 4, 19.5 s a
+# step over gloo, ~9 steps with its search, ~200 s; start-up ~15-25 s a launch.
+# Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt.
+set -uo pipefail
+step=${1:?a or b}
+out=${OUT:-/tmp/rehearse-gaps}
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__)" >> "$out/gpu.txt"
+
+launch() {   # name limit_s budget_s rehearse.py's arguments...
+    local name=$1 limit=$2 budget=$3
+    shift 3
+    local t0
+    t0=$(date +%s)
+    timeout -k 5 "$limit" python3 tools/device/rehearse.py "$@" --out "/tmp/gaps/$name" \
+        --work "/tmp/gaps/w-$name" --budget-s "$budget" > "$out/$name.log" 2>&1
+    echo "$name: exit $?, $(( $(date +%s) - t0 )) s" | tee -a "$out/$name.log"
+    cp /tmp/gaps/"$name"/rehearsal-*.tar.gz "$out/$name.tar.gz" 2>/dev/null
+}
+
+case $step in
+a)
+    launch n1-235m-1b 190 150 --ranks 1 --sizes 235m 1b --variants fsdp zero1
+    launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
+    ;;
+b)
+    launch n4-1b-fsdp 330 240 --ranks 4 --sizes 1b --variants fsdp
+    ;;
+*)
+    echo "usage: $0 a|b" >&2
+    exit 2
+    ;;
+esac
