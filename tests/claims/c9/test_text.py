@@ -43,3 +43,11 @@ def test_finding_on_one_gpu_predicts_and_says_not_measured():
     # without rows: the named devices' budgets, never the probe's cap
     assert [p["budget"] for p in none.data["predicted"]] == list(predicted.BUDGETS)
     assert [p["cap_gib"] for p in none.data["predicted"]] == [22.0, 14.0] and none.data["budgets"] == {}
+
+
+def test_size_names_order_by_the_parameters_they_name():
+    """'1.08B' is larger than '236M' (the page's tables order sizes so; by the number alone it was first)."""
+    counts = [1_075_326_976, 11_700_000, 235_800_000, 42_300_000]
+    names = [text.params(p) for p in counts]
+    assert sorted(names, key=text.params_value) == [text.params(p) for p in sorted(counts)]
+    assert all(abs(text.params_value(text.params(p)) / p - 1) < 5e-3 for p in counts)

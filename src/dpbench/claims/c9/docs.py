@@ -130,7 +130,7 @@ def rehearsal_launches(ref: Path) -> str:
     for launch, recs in c.launches.items():
         cases = [r for r in recs if not r.get("launched")]
         ok = [r for r in cases if r.get("status") == "ok"]
-        sizes = sorted({names.get(str(r.get("size")), "") for r in ok} - {""}, key=lambda s: float(s[:-1]))
+        sizes = sorted({names.get(str(r.get("size")), "") for r in ok} - {""}, key=text.params_value)
         body.append([link(launch), commit_of(launch), ", ".join(map(str, sorted({int(r["gpus"]) for r in cases}))),
                      ", ".join(sizes) or "none", len(ok), len(cases) - len(ok), kept.count(launch)])
     return md_table(["launch (oldest first)", "commit", "N", "sizes measured", "cases ok", "cases failed",
@@ -198,7 +198,7 @@ def rehearsal_peak_misses(ref: Path) -> str:
     lines = []
     for comp in PEAKS:
         groups: dict[tuple[str, str], list[str]] = {}
-        for m in sorted(misses, key=lambda m: (float(names[m["size"]][:-1]), rehearsal.sort_key(
+        for m in sorted(misses, key=lambda m: (text.params_value(names[m["size"]]), rehearsal.sort_key(
                 (m["size"], m["variant"], m["gpus"])))):
             if m["component"] == comp:
                 groups.setdefault((m["variant"], m["size"]), []).append(
@@ -279,7 +279,7 @@ def rehearsal_reserved_slack(ref: Path) -> str:
         if rows:
             slack.setdefault((rehearsal.variant_label(r), int(r["gpus"])), {})[str(r["size"])] = sum(
                 m["reserved_peak_mib"] - allocated_peak(m) for m in rows) / len(rows)
-    sizes = sorted({sz for v in slack.values() for sz in v}, key=lambda sz: float(names[sz][:-1]))
+    sizes = sorted({sz for v in slack.values() for sz in v}, key=lambda sz: text.params_value(names[sz]))
     keys = sorted(slack, key=lambda k: rehearsal.sort_key(("", *k)))
     body = [[v, n, *(f"{slack[(v, n)][sz]:,.0f}" if sz in slack[(v, n)] else "–" for sz in sizes)] for v, n in keys]
     return md_table(["variant", "N", *(names[sz] for sz in sizes)], body)
@@ -342,7 +342,7 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
     names = size_names(c)
     h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
     body, worst = [], (0.0, 0.0)
-    for r in sorted(cpu, key=lambda r: (float(names[str(r["size"])][:-1]), case_order(r))):
+    for r in sorted(cpu, key=lambda r: (text.params_value(names[str(r["size"])]), case_order(r))):
         g = h200.get(rehearsal.case_key(r))
         if g is None:
             continue
@@ -475,11 +475,11 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
         model = model_above_start(predicted_by_run([*ones, r])[r["run_id"]],
                                   ("backward_start", "backward_late", "backward"))
         measured = above_start(r)["backward"]
-        out.append({"model": names[str(r["size"])], "where": where, "gpus": int(r["gpus"]),
+        out.append({"model": names[str(r["size"])], "parameters": r["parameters"], "where": where, "gpus": int(r["gpus"]),
                     "commit": commit_of(r[rehearsal.SOURCE]), "measured": measured, **model,
                     "error": measured / model["backward"] - 1,
                     "kept": r["memory_components"][0].get("forward_last_gather_mib")})
-    return sorted(out, key=lambda x: (float(x["model"][:-1]), x["where"], x["gpus"]))
+    return sorted(out, key=lambda x: (x["parameters"], x["where"], x["gpus"]))
 
 
 @query("rehearsal_backward_start")
@@ -658,7 +658,7 @@ def rehearsal_not_run(ref: Path) -> str:
     names = size_names(c)
     failed = rehearsal.not_ok_rows(c.records)
     lines = []
-    for size, gpus in sorted({(f["size"], f["gpus"]) for f in failed}, key=lambda k: (k[1], float(names[k[0]][:-1]))):
+    for size, gpus in sorted({(f["size"], f["gpus"]) for f in failed}, key=lambda k: (k[1], text.params_value(names[k[0]]))):
         group = [f for f in failed if (f["size"], f["gpus"]) == (size, gpus)]
         launches = sorted({f[rehearsal.SOURCE] for f in group})
         reasons: dict[str, list[str]] = {}

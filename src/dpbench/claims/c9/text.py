@@ -24,6 +24,11 @@ def params(p: float) -> str:
     return f"{p / 1e9:.3g}B" if p >= 1e9 else f"{p / 1e6:.3g}M"
 
 
+def params_value(name: str) -> float:
+    """'1.07B' -> 1.07e9, '12M' -> 1.2e7: params' text back as a number, to order sizes by."""
+    return float(name[:-1]) * {"M": 1e6, "B": 1e9}[name[-1]]
+
+
 def budget_text(cap: float | None, budget: str | None) -> str:
     cap_text = f"{cap:g} GiB per rank" if cap is not None else "no budget"
     return f"{cap_text} ({budget})" if budget else cap_text
