@@ -19,7 +19,6 @@ from dpbench.run.waits import Waits
 from dpbench.workloads.calls import Inputs
 
 
-
 class FaultInjection:
     """The failure FAULT_ENV asks for on this rank: an exception at its step, or (":hang") a rank
     that never joins its peers' next collective, which the collective timeout must end."""
