@@ -31,9 +31,10 @@ at a phase's peak differs:
     `backward_start_peak_mib`, from zero_grad to there, and `backward_late_peak_mib`, the rest)
     has both apart: the start rises by all the freed gradients and, from N = 2 with resharding,
     holds the unit the backward gathers first (the forward's last, prefetched as the root's
-    backward begins: `gather_kept`); the later peak by the share not yet written (none on a GPU,
-    where nothing tells); the backward's peak is the larger (fsdp at 236M: the start from N = 4,
-    issue 38). An older row, one backward peak: a share as above, none where it lies past the
+    backward begins: `gather_kept`; where one rank's start peaks before that unit would arrive,
+    as at 11.7M and 42.3M, an upper bound by at most the unit); the later peak by the share not
+    yet written (none on a GPU, where nothing tells); the backward's peak is the larger (fsdp at
+    236M: the start from N = 4, issue 38). An older row, one backward peak: a share as above, none where it lies past the
     level the forward ended at (as at the transformer's loss), else all;
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
