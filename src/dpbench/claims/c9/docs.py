@@ -457,6 +457,7 @@ def rehearsal_cpu_backward_rise(ref: Path) -> str:
             + f"\n\n({names}, [its README](../results/reference/{CPU_RISE[0][0]}/README.md))")
 
 
+@cache   # the table and its verdict read the same rows: made once a render
 def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     """fsdp's (resharding) backward above the step's start per size, machine and N (rank means),
     measured and as the model predicts it from the CPU tracker's marked one-rank case of that
@@ -467,8 +468,7 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     blind = {launch_name(*launch) for launch in CPU_START_BLIND}
     fsdp = [r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
     ones = [r for r in fsdp if int(r["gpus"]) == 1]
-    cases = [("CPU tracker, blind" if r[rehearsal.SOURCE] in blind else "CPU tracker", r)
-             for r in fsdp if int(r["gpus"]) > 1]
+    cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
     gpu = {r["run_id"]: r for one in ones for n, r in h200_fsdp_by_n(c, one["size"]).items() if n > 1}
@@ -480,7 +480,9 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
         model = model_above_start(predicted_by_run([*ones, r])[r["run_id"]],
                                   ("backward_start", "backward_late", "backward"))
         measured = above_start(r)["backward"]
-        out.append({"model": names[str(r["size"])], "parameters": r["parameters"], "where": where, "gpus": int(r["gpus"]),
+        made_after = r[rehearsal.SOURCE] in blind   # the rule's blind check
+        out.append({"model": names[str(r["size"])], "parameters": r["parameters"], "blind": made_after,
+                    "where": f"{where}, blind" if made_after else where, "gpus": int(r["gpus"]),
                     "commit": commit_of(r[rehearsal.SOURCE]), "measured": measured, **model,
                     "error": measured / model["backward"] - 1,
                     "kept": r["memory_components"][0].get("forward_last_gather_mib")})
@@ -521,7 +523,7 @@ def rehearsal_backward_start_verdict(ref: Path) -> str:
             misses = "; ".join(f"{x['where']} N = {x['gpus']} {_percent(x['error'])}" for x in mine
                                if abs(x["error"]) > TOLERANCE)
             out.append(f"At {size} it misses by more than {TOLERANCE:.0%}: {misses} ({part}).")
-    blind = [x for x in rows if x["where"].endswith("blind")]
+    blind = [x for x in rows if x["blind"]]
     if blind:
         over = [x["backward"] - x["measured"] for x in blind]
         kept = [x["kept"] or 0.0 for x in blind]
