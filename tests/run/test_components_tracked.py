@@ -46,6 +46,16 @@ def root_mib() -> float:
     return sum(p.numel() * p.element_size() for p in spec.model.parameters() if id(p) not in units) / MIB
 
 
+def held_late(row: dict, phase: str) -> bool:
+    """Whether the phase's peak still held the last unit's all-gather output after its root's
+    forward ended: gloo's work keeps a reference to its output and lets go of it on its own
+    thread, at times after FSDP2 dropped it (about 1 launch of this module's in 8 here). A rank
+    on NCCL, or a later moment, holds none (the model assumes so)."""
+    kinds = row.get(f"{phase}_peak_by_kind_mib") or {}
+    kept = row["forward_last_gather_mib"]
+    return kept > 0 and kinds.get("All Gather", 0.0) == pytest.approx(kept, abs=BYTE)
+
+
 def gathered(kinds: dict) -> float:
     """Parameters held whole at a peak: FSDP2's unsharded parameters and all-gather outputs."""
     return kinds.get("Unsharded Param", 0.0) + kinds.get("All Gather", 0.0)
@@ -76,8 +86,8 @@ def test_fsdp_peaks_per_rank_follow_the_sharding_on_1_2_and_4_ranks(rehearsed):
     # zero_grad frees exactly the gradients, and the backward is measured from there: at one
     # rank its peak lies below the forward's end (a backward measured from the forward's end
     # would report that level and hide this peak; one rank gathers nothing apart).
-    # At times (once in 15 runs of this test here) the forward's end still holds the last
-    # unit's all-gather output, which gloo's worker thread lets go of before zero_grad ends.
+    # At times the forward's end still holds the last unit's all-gather output (held_late),
+    # which gloo's worker thread lets go of before zero_grad ends.
     for (n, name), ranks in rows.items():
         for row in ranks:
             freed = row["forward_end_mib"] - row["zero_grad_end_mib"] - row["gradients_mib"]
@@ -119,11 +129,13 @@ def test_from_one_rank_the_backwards_start_and_its_later_peak_predict_each_n(reh
         for row in rows:
             predicted = predicted_peaks(row, ref)
             start = step_start(row)
-            assert row["backward_start_peak_by_kind_mib"]["All Gather"] == pytest.approx(
-                row["forward_last_gather_mib"], abs=BYTE)
             kept = row["forward_last_gather_mib"]
+            # the block gathered first and, at times, the root's all-gather output that gloo's
+            # work lets go of late (held_late; seen once in ~40 launches of this module here)
+            late = row["backward_start_peak_by_kind_mib"]["All Gather"] - kept
+            assert late == pytest.approx(0, abs=BYTE) or late == pytest.approx(root_mib(), abs=BYTE)
             assert predicted["backward_start_above_start_mib"] - kept < row["backward_start_peak_mib"] - start \
-                <= predicted["backward_start_above_start_mib"] + 4 * BYTE
+                <= predicted["backward_start_above_start_mib"] + late + 4 * BYTE
             assert sum(row["backward_start_peak_by_kind_mib"].get(k, 0) for k in GRADIENT_KINDS) == 0
             assert predicted["backward_start_above_start_mib"] == pytest.approx(
                 ref["backward_start_peak_mib"] - step_start(ref) + ref["gradients_mib"] - row["gradients_mib"]
@@ -162,8 +174,12 @@ def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(re
                 if name == "fsdp":   # against one rank's model forward: the kept unit more
                     assert row["model_forward_peak_mib"] - step_start(row) == pytest.approx(
                         ref["model_forward_peak_mib"] - step_start(ref) + kept, abs=4 * BYTE)
-                    assert predicted_peaks(row, ref)["forward_above_start_mib"] == pytest.approx(
-                        row["forward_peak_mib"] - step_start(row), abs=4 * BYTE)
+                    forward = row["forward_peak_mib"] - step_start(row)
+                    if held_late(row, "forward") and row["forward_peak_mib"] > row["model_forward_peak_mib"]:
+                        # the loss's peak (one rank's) with gloo's late-held output on it
+                        assert forward == pytest.approx(ref["forward_peak_mib"] - step_start(ref) + kept, abs=4 * BYTE)
+                    else:
+                        assert predicted_peaks(row, ref)["forward_above_start_mib"] == pytest.approx(forward, abs=4 * BYTE)
                     # without the split (older rows) the model sees one rank's loss peak alone
                     older = {k: v for k, v in ref.items() if k != "model_forward_peak_mib"}
                     assert predicted_peaks(row, older)["forward_above_start_mib"] < \
