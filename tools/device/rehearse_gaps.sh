@@ -15,7 +15,8 @@
 # Estimates, from h200-rehearsal-a7dce61's logs: the 1.08B one-rank ddp case ~45 s, so zero1's and
 # fsdp's ~45-60 s each; 236M at N = 8, 5 cases in 101 s, so 2 in ~60 s; 1.08B fsdp at N = 4, 19.5 s a
 # step over gloo, ~9 steps with its search, ~200 s; start-up ~15-25 s a launch.
-# Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt.
+# Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt; a also
+# gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s).
 set -uo pipefail
 step=${1:?a or b}
 out=${OUT:-/tmp/rehearse-gaps}
@@ -37,6 +38,8 @@ launch() {   # name limit_s budget_s rehearse.py's arguments...
 
 case $step in
 a)
+    # gloo's own GPU copies, beside the cases: the suspect for 1.08B fsdp's backward at N = 4
+    timeout -k 5 90 python3 tools/device/gloo_clone_probe.py > "$out/gloo_clone.log" 2>&1
     launch n1-235m-1b 190 150 --ranks 1 --sizes 235m 1b --variants fsdp zero1
     launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
     ;;
