@@ -45,7 +45,12 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h200-rehearsal-a7dce61", "n8-235m.tar.gz"),
             ("h200-rehearsal-a7dce61", "n8-235m-keep-hsdp.tar.gz"),
             ("h200-rehearsal-a7dce61", "n4-1b-zero1-first.tar.gz"),
-            ("h200-rehearsal-a7dce61", "n4-1b-zero1.tar.gz"))
+            ("h200-rehearsal-a7dce61", "n4-1b-zero1.tar.gz"),
+            # on an H100 (an H200 did not come): the one-rank cases with the backward's start
+            # marked, 236M at N = 8 (hsdp's first), 1.08B fsdp at N = 2 and 4, and 2B
+            *(("h100-rehearsal-1307c9b", f"{t}.tar.gz") for t in (
+                "n1-235m-1b", "n8-235m", "n4-1b-fsdp", "n4-2b", "n1-2b", "n2-2b", "n2-2b-ddp", "n4-2b-ddp")),
+            ("h100-rehearsal-3cfd779", "n2-1b-fsdp.tar.gz"))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -85,6 +90,16 @@ def commit_of(launch: str) -> str:
     return launch.split("/")[0].rsplit("-", 1)[1]
 
 
+def card_of(launch: str) -> str:
+    """The GPU a launch ran on: its reference folder's first word ("h100-...", "h200-...")."""
+    return launch.split("/")[0].split("-", 1)[0].upper()
+
+
+def made_at(launch: str) -> str:
+    """A launch's commit and card, as the tables' commit column shows them."""
+    return f"{commit_of(launch)}, {card_of(launch)}"
+
+
 @dataclass(frozen=True)
 class Combined:
     launches: dict[str, list[dict[str, Any]]]   # launch -> its own records, as it wrote them
@@ -101,7 +116,13 @@ class Combined:
 def combined(ref: Path) -> Combined:
     parts = {launch_name(r, t): rehearsal.read_launch(ref / r / t) for r, t in LAUNCHES}
     records = rehearsal.combine([(name, recs) for name, (recs, _) in parts.items()])
-    not_fitting = rehearsal.combine_not_fitting(nf for _, nf in parts.values())
+    # a budget N ranks could not search on one launch's GPU may fit another's: each says where
+    where: dict[tuple[int, str], list[str]] = defaultdict(list)
+    for name, (_, nfs) in parts.items():
+        for nf in nfs:
+            where[(int(nf["ranks"]), str(nf["budget"]))].append(name)
+    not_fitting = [{**nf, "launches": where[(int(nf["ranks"]), str(nf["budget"]))]}
+                   for nf in rehearsal.combine_not_fitting(nf for _, nf in parts.values())]
     cases = [r for r in records if not r.get("launched")]
     rows = largest_batch_rows(cases, not_fitting)
     return Combined({name: recs for name, (recs, _) in parts.items()}, records, not_fitting,
@@ -134,9 +155,10 @@ def rehearsal_launches(ref: Path) -> str:
         cases = [r for r in recs if not r.get("launched")]
         ok = [r for r in cases if r.get("status") == "ok"]
         sizes = sorted({names.get(str(r.get("size")), "") for r in ok} - {""}, key=text.params_value)
-        body.append([link(launch), commit_of(launch), ", ".join(map(str, sorted({int(r["gpus"]) for r in cases}))),
+        body.append([link(launch), commit_of(launch), card_of(launch),
+                     ", ".join(map(str, sorted({int(r["gpus"]) for r in cases}))),
                      ", ".join(sizes) or "none", len(ok), len(cases) - len(ok), kept.count(launch)])
-    return md_table(["launch (oldest first)", "commit", "N", "sizes measured", "cases ok", "cases failed",
+    return md_table(["launch (oldest first)", "commit", "GPU", "N", "sizes measured", "cases ok", "cases failed",
                      "records kept"], body)
 
 
@@ -159,7 +181,7 @@ def memory_table(ref: Path, size: str) -> str:
     """Per variant and N, the size's per-rank components: measured / model MiB (error), and the launch."""
     c = combined(ref)
     rows = [m for m in c.memory if m["size"] == size]
-    source = {(r["size"], rehearsal.variant_label(r), int(r["gpus"])): commit_of(r[rehearsal.SOURCE])
+    source = {(r["size"], rehearsal.variant_label(r), int(r["gpus"])): made_at(r[rehearsal.SOURCE])
               for r in c.records if r.get("status") == "ok"}
     by = {(m["variant"], m["gpus"], m["component"]): m for m in rows}
     keys = sorted({(m["variant"], m["gpus"]) for m in rows}, key=lambda k: rehearsal.sort_key((size, *k)))
@@ -173,7 +195,7 @@ def memory_table(ref: Path, size: str) -> str:
                               f"({_percent(m['relative_difference'])})"
                          + (" !" if m["beyond_tolerance"] else ""))
         body.append([variant, gpus, source.get((size, variant, gpus), ""), *cells])
-    return md_table(["variant", "N", "commit", *(x.replace("_", " ") for x in COMPONENTS)], body)
+    return md_table(["variant", "N", "commit, GPU", *(x.replace("_", " ") for x in COMPONENTS)], body)
 
 
 def predicted_rows(c: Combined) -> list[dict[str, Any]]:
@@ -321,8 +343,8 @@ def last_unit_level(rec: dict[str, Any]) -> float:
     return m["forward_last_unit_start_mib"] - step_start(m)
 
 
-def h200_fsdp_by_n(c: Combined, size: str) -> dict[int, dict[str, Any]]:
-    """N -> the H200's fsdp (resharding) case of this size in the combined view."""
+def gpu_fsdp_by_n(c: Combined, size: str) -> dict[int, dict[str, Any]]:
+    """N -> the GPU's fsdp (resharding) case of this size in the combined view."""
     return {int(r["gpus"]): r for r in c.records if r.get("status") == "ok" and not r.get("launched")
             and r.get("size") == size and rehearsal.variant_label(r) == "fsdp"}
 
@@ -337,16 +359,24 @@ def predicted_by_run(cpu: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 
 @query("rehearsal_cpu_tracker")
 def rehearsal_cpu_tracker(ref: Path) -> str:
-    """Per case rehearsed both on the H200 and on the CPU with the tracker: each phase's peak
+    """Per case rehearsed both on a GPU and on the CPU with the tracker: each phase's peak
     above the step's start on both (MiB), what the tracker saw at the higher one, and the
     largest difference."""
     cpu = ok_cases(ref, CPU_TRACKER)
     c = combined(ref)
     names = size_names(c)
-    h200 = {rehearsal.case_key(r): r for r in c.records if r.get("status") == "ok"}
+    def from_zero_grad(rec: dict[str, Any]) -> bool:   # older records measured the backward from the forward's end
+        return "zero_grad_end_mib" in rec["memory_components"][0]
+    way = {rehearsal.case_key(r): from_zero_grad(r) for r in cpu}
+    gpu = {}   # per case, the newest GPU record that measured its backward as the CPU's did
+    for launch, recs in c.launches.items():   # oldest first
+        for r in recs:
+            key = rehearsal.case_key(r)
+            if r.get("status") == "ok" and not r.get("launched") and way.get(key) == from_zero_grad(r):
+                gpu[key] = {**r, rehearsal.SOURCE: launch}
     body, worst = [], (0.0, 0.0)
     for r in sorted(cpu, key=lambda r: (text.params_value(names[str(r["size"])]), case_order(r))):
-        g = h200.get(rehearsal.case_key(r))
+        g = gpu.get(rehearsal.case_key(r))
         if g is None:
             continue
         a, b = above_start(g), above_start(r)
@@ -354,13 +384,13 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
             diff = b[phase] - a[phase]
             if abs(diff) > abs(worst[0]):
                 worst = (diff, diff / a[phase])
-        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"],
+        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"], made_at(g[rehearsal.SOURCE]),
                      *(f"{a[p]:,.1f} / {b[p]:,.1f}" for p in a), at_peak(r)])
-    table = md_table(["model", "variant", "N", "forward peak above the start, H200 / CPU",
-                      "backward peak above the start, H200 / CPU", "at the higher peak (CPU tracker, MiB)"], body)
+    table = md_table(["model", "variant", "N", "GPU case: commit, GPU", "forward peak above the start, GPU / CPU",
+                      "backward peak above the start, GPU / CPU", "at the higher peak (CPU tracker, MiB)"], body)
     launches = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_TRACKER)
     return (f"{table}\n\nOver these {len(body)} cases the tracker's peaks lie within {abs(worst[0]):.1f} MiB "
-            f"({100 * abs(worst[1]):.1f}%) of the H200's ({launches}, "
+            f"({100 * abs(worst[1]):.1f}%) of the GPU's ({launches}, "
             f"[its README](../results/reference/{CPU_TRACKER[0][0]}/README.md)).")
 
 
@@ -427,32 +457,32 @@ def rehearsal_h200_1b_fsdp(ref: Path) -> str:
 
 @query("rehearsal_fsdp_phases_by_n")
 def rehearsal_fsdp_phases_by_n(ref: Path) -> str:
-    """fsdp (resharding) at 236M on the H200 per N: each phase's peak above the step's start and
+    """fsdp (resharding) at 236M on the GPU per N: each phase's peak above the step's start and
     the gradients a rank holds (MiB, rank 0)."""
-    by_n = h200_fsdp_by_n(combined(ref), "1024x16")
+    by_n = gpu_fsdp_by_n(combined(ref), "1024x16")
     rows = [by_n[n] for n in sorted(by_n)]
-    body = [[r["gpus"], commit_of(r[rehearsal.SOURCE]), *(f"{v:,.1f}" for v in above_start(r).values()),
+    body = [[r["gpus"], made_at(r[rehearsal.SOURCE]), *(f"{v:,.1f}" for v in above_start(r).values()),
              f"{r['memory_components'][0]['gradients_mib']:,.1f}"] for r in rows]
-    return md_table(["N", "commit", "forward peak above the start", "backward peak above the start",
+    return md_table(["N", "commit, GPU", "forward peak above the start", "backward peak above the start",
                      "gradients a rank holds"], body)
 
 
 @query("rehearsal_cpu_backward_rise")
 def rehearsal_cpu_backward_rise(ref: Path) -> str:
-    """236M fsdp (resharding) per N on the CPU tracker beside the H200: the backward's peak above
+    """236M fsdp (resharding) per N on the CPU tracker beside the GPU: the backward's peak above
     the step's start on both, the gradients a rank holds, and what the tracker saw at that peak."""
     cpu = [r for r in ok_cases(ref, CPU_KEPT + CPU_RISE) if rehearsal.variant_label(r) == "fsdp"]
-    h200 = h200_fsdp_by_n(combined(ref), "1024x16")
+    gpu_by_n = gpu_fsdp_by_n(combined(ref), "1024x16")
     body = []
     for r in sorted(cpu, key=lambda r: int(r["gpus"])):
         m, n = r["memory_components"][0], int(r["gpus"])
         kinds = m["backward_peak_by_kind_mib"]
-        gpu = f"{above_start(h200[n])['backward']:,.1f}" if n in h200 else "–"
+        gpu = f"{above_start(gpu_by_n[n])['backward']:,.1f} ({card_of(gpu_by_n[n][rehearsal.SOURCE])})" if n in gpu_by_n else "–"
         body.append([n, gpu, f"{above_start(r)['backward']:,.1f}", f"{m['gradients_mib']:,.1f}",
                      f"{kinds_text(kinds)}, {kinds.get('Activation', 0):,.0f} activations, "
                      f"{kinds.get('Temp', 0):,.0f} temporaries"])
     names = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_KEPT + CPU_RISE)
-    return (md_table(["N", "backward peak above the start, H200", "the same, CPU tracker", "gradients a rank holds",
+    return (md_table(["N", "backward peak above the start, GPU", "the same, CPU tracker", "gradients a rank holds",
                       "at the CPU's backward peak (MiB)"], body)
             + f"\n\n({names}, [its README](../results/reference/{CPU_RISE[0][0]}/README.md))")
 
@@ -460,31 +490,38 @@ def rehearsal_cpu_backward_rise(ref: Path) -> str:
 @cache   # the table and its verdict read the same rows: made once a render
 def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     """fsdp's (resharding) backward above the step's start per size, machine and N (rank means),
-    measured and as the model predicts it from the CPU tracker's marked one-rank case of that
-    size: its start, its later peak and the larger. The H200's rows and the CPU's unmarked N = 4
-    and 8 are predicted from the CPU's one-rank case, as nothing on the H200 marks the start;
-    H200 rows that measured the backward from the forward's end (before zero_grad's mark) are
-    left out."""
+    measured and as the model predicts it from a marked one-rank case of that size: its start,
+    its later peak and the larger. Every row of a size the CPU tracker ran at one rank is
+    predicted from the CPU's case: its kinds tell the share of gradients written again at the
+    later peak, which nothing on a GPU tells, and its peaks are the GPU's (the one-rank table);
+    GPU rows of a larger size from the GPU's own marked one-rank case, its later peak taken as
+    it is. GPU rows that measured the backward from the forward's end (before zero_grad's mark)
+    are left out."""
     blind = {launch_name(*launch) for launch in CPU_START_BLIND}
     fsdp = [r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
-    ones = [r for r in fsdp if int(r["gpus"]) == 1]
+    ones = {r["size"]: ("CPU tracker", r) for r in fsdp if int(r["gpus"]) == 1}
     cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
-    gpu = {r["run_id"]: r for one in ones for n, r in h200_fsdp_by_n(c, one["size"]).items() if n > 1}
+    for r in c.records:   # the GPU's marked one-rank cases, where the CPU ran none
+        if (r.get("status") == "ok" and not r.get("launched") and int(r["gpus"]) == 1 and r["size"] not in ones
+                and rehearsal.variant_label(r) == "fsdp" and "backward_start_peak_mib" in r["memory_components"][0]):
+            ones[r["size"]] = (card_of(r[rehearsal.SOURCE]), r)
     # a backward measured from zero_grad (older records measured it from the forward's end)
-    cases += [("H200", r) for r in gpu.values() if "zero_grad_end_mib" in r["memory_components"][0]]
+    cases += [(card_of(r[rehearsal.SOURCE]), r) for size in ones for n, r in gpu_fsdp_by_n(c, size).items()
+              if n > 1 and "zero_grad_end_mib" in r["memory_components"][0]]
     names = size_names(c)
     out = []
     for where, r in cases:   # one at a time: run ids repeat across machines
-        model = model_above_start(predicted_by_run([*ones, r])[r["run_id"]],
+        one_where, one = ones[r["size"]]
+        model = model_above_start(predicted_by_run([one, r])[r["run_id"]],
                                   ("backward_start", "backward_late", "backward"))
         measured = above_start(r)["backward"]
         made_after = r[rehearsal.SOURCE] in blind   # the rule's blind check
         out.append({"model": names[str(r["size"])], "parameters": r["parameters"], "blind": made_after,
                     "where": f"{where}, blind" if made_after else where, "gpus": int(r["gpus"]),
-                    "commit": commit_of(r[rehearsal.SOURCE]), "measured": measured, **model,
-                    "error": measured / model["backward"] - 1,
+                    "commit": commit_of(r[rehearsal.SOURCE]), "one_rank": f"{one_where}, {commit_of(one[rehearsal.SOURCE])}",
+                    "measured": measured, **model, "error": measured / model["backward"] - 1,
                     "kept": r["memory_components"][0].get("forward_last_gather_mib")})
     return sorted(out, key=lambda x: (x["parameters"], x["where"], x["gpus"]))
 
@@ -492,11 +529,12 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
 @query("rehearsal_backward_start")
 def rehearsal_backward_start(ref: Path) -> str:
     """backward_start_rows as a table: measured, the model's start, later peak and the larger (error)."""
-    body = [[x["model"], x["where"], x["gpus"], x["commit"], "not recorded" if x["kept"] is None else f"{x['kept']:,.1f}",
+    body = [[x["model"], x["where"], x["gpus"], x["commit"], x["one_rank"],
+             "not recorded" if x["kept"] is None else f"{x['kept']:,.1f}",
              f"{x['measured']:,.1f}", f"{x['backward_start']:,.1f}", f"{x['backward_late']:,.1f}",
              f"{x['backward']:,.1f} ({_percent(x['error'])})"] for x in backward_start_rows(ref)]
     names = ", ".join(f"`{launch_name(r, t)}`" for r, t in CPU_START + CPU_START_BLIND)
-    return (md_table(["model", "where", "N", "commit", "block gathered first (the forward's last)",
+    return (md_table(["model", "where", "N", "commit", "one-rank case", "block gathered first (the forward's last)",
                       "backward peak above the start, measured", "model: its start", "model: its later peak",
                       "model: the larger (error)"], body)
             + f"\n\n(one-rank cases and the blind check: {names}; READMEs: "
@@ -548,20 +586,25 @@ def rehearsal_backward_start_verdict(ref: Path) -> str:
 
 @query("rehearsal_backward_start_one_rank")
 def rehearsal_backward_start_one_rank(ref: Path) -> str:
-    """The CPU tracker's marked cases: the backward's start and later peak above the step's start,
-    and what the tracker saw at each (MiB, rank 0)."""
-    fsdp = sorted((r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"),
-                  key=lambda r: (r["parameters"], int(r["gpus"])))
-    names = size_names(combined(ref))
+    """The marked fsdp cases of the CPU tracker, and the GPU's at one rank: the backward's start
+    and later peak above the step's start, and what the tracker saw at each (MiB, rank 0)."""
+    c = combined(ref)
+    cpu = [("CPU tracker", r) for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
+    gpu = [(card_of(r[rehearsal.SOURCE]), r) for r in c.records if r.get("status") == "ok" and not r.get("launched")
+           and int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"
+           and "backward_start_peak_mib" in r["memory_components"][0]]
+    names = size_names(c)
     body = []
-    for r in fsdp:
+    for where, r in sorted(cpu + gpu, key=lambda x: (x[1]["parameters"], int(x[1]["gpus"]), x[0])):
         m = r["memory_components"][0]
         start = step_start(m)
-        body.append([names[str(r["size"])], r["gpus"], f"{m['gradients_mib']:,.1f}",
-                     *(f"{m[f'backward_{p}_peak_mib'] - start:,.1f}" for p in ("start", "late")),
-                     *(kinds_text(m[f"backward_{p}_peak_by_kind_mib"], m["gradients_mib"]) for p in ("start", "late"))])
-    return md_table(["model", "N", "gradients a rank holds", "the backward's start above the step's start",
-                     "its later peak", "at its start", "at its later peak"], body)
+        kinds = [kinds_text(m[f"backward_{p}_peak_by_kind_mib"], m["gradients_mib"])
+                 if f"backward_{p}_peak_by_kind_mib" in m else "– (no tracker on a GPU)" for p in ("start", "late")]
+        body.append([names[str(r["size"])], r["gpus"], where, commit_of(r[rehearsal.SOURCE]), f"{m['gradients_mib']:,.1f}",
+                     *(f"{m[f'backward_{p}_peak_mib'] - start:,.1f}" for p in ("start", "late")), *kinds])
+    return md_table(["model", "N", "where", "commit", "gradients a rank holds",
+                     "the backward's start above the step's start", "its later peak", "at its start",
+                     "at its later peak"], body)
 
 
 @query("rehearsal_ddp_236m_n4")
@@ -612,16 +655,56 @@ def rehearsal_reserved_by_stream(ref: Path) -> str:
     c, body = combined(ref), []
     names = size_names(c)
     for r in sorted((r for r in c.records if r.get("status") == "ok" and (r.get("memory_components") or [{}])[0].get("reserved_by_stream_mib")),
-                    key=case_order):
+                    key=lambda r: (r["parameters"], case_order(r))):
         m = r["memory_components"][0]
         streams = m["reserved_by_stream_mib"]
         side = [v for k, v in streams.items() if k != "0"]
         peak = allocated_peak(m)
-        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"], commit_of(r[rehearsal.SOURCE]),
+        body.append([names[str(r["size"])], rehearsal.variant_label(r), r["gpus"], made_at(r[rehearsal.SOURCE]),
                      f"{m['reserved_peak_mib']:,.0f}", f"{peak:,.0f}", f"{m['reserved_peak_mib'] - peak:,.0f}",
                      f"{streams.get('0', 0):,.0f}", " + ".join(f"{v:,.0f}" for v in side) or "none", f"{sum(side):,.0f}"])
-    return md_table(["model", "variant", "N", "commit", "reserved peak", "allocated peak", "slack",
+    return md_table(["model", "variant", "N", "commit, GPU", "reserved peak", "allocated peak", "slack",
                      "default stream", "other streams", "other streams, sum"], body)
+
+
+# gloo's own GPU copies per collective, beside the cases (tools/device/gloo_clone_probe.py)
+GLOO_PROBE = ("h100-rehearsal-1307c9b", "gloo_clone.log")
+# the cases two launches ran on different cards, at the same torch: what the card changes
+CARD_PAIRS = ((("h200-rehearsal-a7dce61", "n4-1b-fsdp.tar.gz"), ("h100-rehearsal-1307c9b", "n4-1b-fsdp.tar.gz")),
+              (("h200-rehearsal-a7dce61", "n8-235m.tar.gz"), ("h100-rehearsal-1307c9b", "n8-235m.tar.gz")))
+ALLOCATED = ("forward_peak_mib", "backward_peak_mib", "model_forward_peak_mib", "forward_end_mib",
+             "zero_grad_end_mib", "backward_end_mib", "forward_last_gather_mib", "forward_last_unit_start_mib")
+
+
+@query("rehearsal_gloo_copies")
+def rehearsal_gloo_copies(ref: Path) -> str:
+    """Per collective in the probe: what gloo held on the GPU above the collective's own tensors."""
+    import json
+    seen = [json.loads(line) for line in (ref / GLOO_PROBE[0] / GLOO_PROBE[1]).read_text().splitlines()
+            if line.startswith("{")]
+    said = "; ".join(f"`{x['collective']}` {x['peak_above_tensors_mib']:,.0f} MiB above its own "
+                     f"{x['tensors_mib']:,.0f} MiB" for x in seen)
+    first = seen[0]
+    return (f"{said} (two processes on one {card_of(GLOO_PROBE[0])}, {first['input_mib']:,} MiB the reduce-scatter's "
+            f"input, the all-gather's output and the all-reduce's tensor, torch "
+            f"{first['torch']}; `tools/device/gloo_clone_probe.py`, `{launch_name(*GLOO_PROBE)}`)")
+
+
+@query("rehearsal_card_check")
+def rehearsal_card_check(ref: Path) -> str:
+    """Per case run on two cards: the largest difference of rank 0's allocated levels and peaks,
+    and each rank's reserved difference."""
+    out = []
+    for old, new in CARD_PAIRS:
+        a, b = (next(r for r in rehearsal.read_launch(ref / x[0] / x[1])[0] if not r.get("launched")
+                     and r.get("status") == "ok" and rehearsal.variant_label(r) == "fsdp") for x in (old, new))
+        diff = max(abs(b["memory_components"][0][k] - a["memory_components"][0][k]) for k in ALLOCATED)
+        reserved = sorted({round(y["reserved_peak_mib"] - x["reserved_peak_mib"], 1)
+                           for x, y in zip(a["memory_components"], b["memory_components"], strict=True)})
+        out.append(f"{text.params(a['parameters'])} fsdp at N = {a['gpus']} ({card_of(old[0])} at {commit_of(old[0])}, "
+                   f"{card_of(new[0])} at {commit_of(new[0])}): allocated levels and peaks within {diff:,.1f} MiB, "
+                   f"reserved {' / '.join(f'{d:+,.0f}' for d in reserved)} MiB a rank")
+    return "; ".join(out)
 
 
 def memory_caption(ref: Path, size: str) -> str:
@@ -648,6 +731,11 @@ def rehearsal_memory_table_236m(ref: Path) -> str:
 @query("rehearsal_memory_table_1b")
 def rehearsal_memory_table_1b(ref: Path) -> str:
     return memory_caption(ref, "2048x20")
+
+
+@query("rehearsal_memory_table_2b")
+def rehearsal_memory_table_2b(ref: Path) -> str:
+    return memory_caption(ref, "2560x24")
 
 
 @query("rehearsal_crossover_table")
@@ -691,7 +779,9 @@ def rehearsal_not_run(ref: Path) -> str:
         lines.append(f"- {names[size]} ({size}) at N = {gpus} did not run ({', '.join(f'`{x}`' for x in launches)}): "
                      f"{said}.")
     for nf in c.not_fitting:
-        lines.append(f"- The {nf['budget']} budget at N = {nf['ranks']} was not searched: {nf['reason']}.")
+        cards = " and ".join(sorted({card_of(x) for x in nf["launches"]}))
+        lines.append(f"- The {nf['budget']} budget at N = {nf['ranks']} was not searched in "
+                     f"{', '.join(f'`{x}`' for x in nf['launches'])} (on the {cards}; the newest one's words): {nf['reason']}.")
     for r in sorted(c.records, key=case_order):   # ran, but its search stopped at the launch's time
         cut = {name: s["largest"] for name, s in (r.get("search") or {}).items() if s.get("cut_short")}
         if r.get("status") == "ok" and cut:
@@ -709,6 +799,7 @@ def figure_paths(root: Path = ROOT) -> dict[str, Path]:
             "memory-512x8": root / FIGURES / "rehearsal-memory-512x8.png",
             "memory-1024x16": root / FIGURES / "rehearsal-memory-1024x16.png",
             "memory-2048x20": root / FIGURES / "rehearsal-memory-2048x20.png",
+            "memory-2560x24": root / FIGURES / "rehearsal-memory-2560x24.png",
             "largest-batch": root / FIGURES / "rehearsal-largest-batch.png"}
 
 
@@ -723,7 +814,7 @@ def draw(root: Path = ROOT) -> list[Path]:
     paths = figure_paths(root)
     paths["memory-256x4"].parent.mkdir(parents=True, exist_ok=True)
     with style():
-        for size in ("256x4", "512x8", "1024x16", "2048x20"):
+        for size in ("256x4", "512x8", "1024x16", "2048x20", "2560x24"):
             save(plot_rehearsed_memory(c.memory, size, f"{names[size]} ({size})", rehearsal.not_run_at(c.records, size)),
                  paths[f"memory-{size}"])
         save(plot_rehearsed_batches(c.rows, [dict(x.__dict__) for x in c.crossovers()]), paths["largest-batch"])
