@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO / "src"))
 # (seq_len 512, vocab 32768, tied; the C9 probe's family)
 SIZES = {"12m": ((256, 4), 8), "42m": ((512, 8), 4), "235m": ((1024, 16), 2)}
 # beyond the two calls' time (FSDP2 over gloo ~16 ms a step per M parameters): --sizes 1b 2b
-MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1)}
+MORE = {"1b": ((2048, 20), 1), "2b": ((2560, 24), 1),
+        # 1.08B's units (width 2048) on 4 blocks: its gathers and reduce-scatters at N = 4 on the CPU tracker
+        "wide4": ((2048, 4), 1)}
 TINY = {"tiny": ((32, 2), 2)}
 PARTS = {"1": (1, 2, 4), "2": (8,)}
 HSDP_SHARD = 2
