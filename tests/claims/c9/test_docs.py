@@ -290,3 +290,26 @@ def test_the_marked_one_rank_cases_predict_fsdps_backward_start_at_every_n():
     for q in (docs.rehearsal_backward_start, docs.rehearsal_backward_start_one_rank,
               docs.rehearsal_backward_start_verdict):
         assert q(REF) in page
+
+
+def test_at_four_ranks_fsdps_later_backward_peak_moves_inside_the_blocks():
+    """1.08B's units on 4 blocks (cpu-tracker-44481c1): the model predicts the backward's start at
+    N = 1, 2, 4 and its later peak at 1 and 2 exactly; at 4 the later peak lies above the model by
+    more than 5%, holding the root and one block unsharded, one block's all-gather output and one
+    block's reduce-scatter buffer, and only one block's gradient shard."""
+    rows = {x["gpus"]: x for x in docs.wide_rows(REF)}
+    assert sorted(rows) == [1, 2, 4]
+    for x in rows.values():
+        assert x["start"] == pytest.approx(x["model_start"], abs=0.1), x["gpus"]
+    for n in (1, 2):
+        assert rows[n]["late"] == pytest.approx(rows[n]["model_late"], abs=0.1)
+    four = rows[4]
+    assert four["late"] > four["model_late"] * (1 + M.TOLERANCE)
+    block, kinds = four["block"], four["kinds"]
+    (one,) = [r for r in docs.ok_cases(REF, docs.CPU_WIDE) if int(r["gpus"]) == 4]
+    root = one["memory_components"][0]["largest_unit_mib"]
+    assert kinds["All Gather"] == pytest.approx(block, abs=0.1)
+    assert kinds["Reduce Scatter"] == pytest.approx(block, abs=0.1)
+    assert kinds["Unsharded Param"] == pytest.approx(root + block, abs=0.1)
+    assert sum(kinds.get(k, 0) for k in M.GRADIENT_KINDS) == pytest.approx(block / 4, abs=0.1)
+    assert docs.rehearsal_late_peak_in_blocks(REF) in PAGE.read_text()

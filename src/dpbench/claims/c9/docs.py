@@ -77,6 +77,9 @@ CPU_START = (("cpu-tracker-c8f7f8d", "n1-235m-1b-fsdp.tar.gz"), ("cpu-tracker-c8
 # made after that rule was committed (c8f7f8d), at sizes it had not seen: 11.7M and 42.3M at N = 1, 4, 8,
 # its blind check
 CPU_START_BLIND = tuple(("cpu-tracker-db6d857", f"n{n}-12m-42m-fsdp.tar.gz") for n in (1, 4, 8))
+# 1.08B's units (width 2048) on 4 blocks, fsdp at N = 1, 2, 4 on the CPU's tracker: what the
+# backward's later peak holds where it passes the model at N = 4 (as 1.08B's and 1.97B's on the GPU)
+CPU_WIDE = tuple(("cpu-tracker-44481c1", f"n{n}-wide4-fsdp.tar.gz") for n in (1, 2, 4))
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -605,6 +608,48 @@ def rehearsal_backward_start_one_rank(ref: Path) -> str:
     return md_table(["model", "N", "where", "commit", "gradients a rank holds",
                      "the backward's start above the step's start", "its later peak", "at its start",
                      "at its later peak"], body)
+
+
+def late_kinds_text(m: dict[str, Any]) -> str:
+    """What the tracker saw at the backward's later peak: unsharded parameters, all-gather and
+    reduce-scatter buffers, gradients (and their share), activations and temporaries (MiB)."""
+    kinds = m["backward_late_peak_by_kind_mib"]
+    grads = sum(kinds.get(k, 0.0) for k in GRADIENT_KINDS)
+    return (f"{kinds.get('Unsharded Param', 0):,.0f} unsharded, {kinds.get('All Gather', 0):,.0f} all-gather, "
+            f"{kinds.get('Reduce Scatter', 0):,.0f} reduce-scatter, {grads:,.0f} gradients "
+            f"({100 * grads / m['gradients_mib']:.0f}%), {kinds.get('Activation', 0):,.0f} activations, "
+            f"{kinds.get('Temp', 0):,.0f} temporaries")
+
+
+@cache
+def wide_rows(ref: Path) -> list[dict[str, Any]]:
+    """CPU_WIDE per N: the backward's start and later peak above the step's start, measured and
+    the model's from the one-rank case, and what the later peak holds."""
+    cases = ok_cases(ref, CPU_WIDE)
+    predicted = predicted_by_run(cases)
+    out = []
+    for r in sorted(cases, key=lambda r: int(r["gpus"])):
+        m, rows = r["memory_components"][0], predicted[r["run_id"]]
+        model = model_above_start(rows, ("backward_start", "backward_late"))
+        start = step_start(m)
+        out.append({"gpus": int(r["gpus"]), "parameters": r["parameters"], "block": m.get("forward_last_gather_mib"),
+                    "start": m["backward_start_peak_mib"] - start, "late": m["backward_late_peak_mib"] - start,
+                    "model_start": model["backward_start"], "model_late": model["backward_late"],
+                    "kinds": m["backward_late_peak_by_kind_mib"], "held": late_kinds_text(m)})
+    return out
+
+
+@query("rehearsal_late_peak_in_blocks")
+def rehearsal_late_peak_in_blocks(ref: Path) -> str:
+    """wide_rows as a table, with the reference named."""
+    body = [[x["gpus"], f"{x['start']:,.1f} / {x['model_start']:,.1f}",
+             f"{x['late']:,.1f} / {x['model_late']:,.1f} ({_percent(x['late'] / x['model_late'] - 1)})", x["held"]]
+            for x in wide_rows(ref)]
+    (one,) = {text.params(x["parameters"]) for x in wide_rows(ref)}
+    return (f"The {one} model `transformer-lm-2048x4`, fsdp, rank 0, MiB above the step's start:\n\n"
+            + md_table(["N", "backward's start, measured / model", "its later peak, measured / model",
+                        "at the later peak (CPU tracker)"], body)
+            + f"\n\n(`{CPU_WIDE[0][0]}`, [its README](../results/reference/{CPU_WIDE[0][0]}/README.md))")
 
 
 @query("rehearsal_ddp_236m_n4")
