@@ -1,9 +1,10 @@
 """docs/sharding.md's rehearsed ranks (issue 38), from the committed references: the combined
-launches give every N measured (11.7M and 42.3M at 1, 2, 4, 8; 236M at 1, 2 and, but for ddp,
-4), the page holds those tables as rendered, the failed cases are rows with reasons, and the page's
+launches give every N measured (11.7M, 42.3M and 236M at 1, 2, 4, 8; 1.08B and 1.97B where they
+ran), the page holds those tables as rendered, the failed cases are rows with reasons, and the page's
 figures exist where it links them."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -313,3 +314,23 @@ def test_at_four_ranks_fsdps_later_backward_peak_moves_inside_the_blocks():
     assert kinds["Unsharded Param"] == pytest.approx(root + block, abs=0.1)
     assert sum(kinds.get(k, 0) for k in M.GRADIENT_KINDS) == pytest.approx(block / 4, abs=0.1)
     assert docs.rehearsal_late_peak_in_blocks(REF) in PAGE.read_text()
+
+
+def test_the_card_changes_no_allocation_and_gloo_copies_a_whole_buffer_per_gather_and_reduce_scatter():
+    """The cases run on both cards at the same torch (h200-rehearsal-a7dce61, h100-rehearsal-1307c9b)
+    allocate the same to 0.5 MiB on every rank, 1.08B's reserving the same too; gloo's probe on the
+    GPU holds one more whole buffer in its reduce-scatter and all-gather and none in its all-reduce."""
+    for old, new in docs.CARD_PAIRS:
+        a, b = ([r for r in rehearsal.read_launch(REF / x[0] / x[1])[0] if not r.get("launched")
+                 and r.get("status") == "ok" and rehearsal.variant_label(r) == "fsdp"][0] for x in (old, new))
+        for x, y in zip(a["memory_components"], b["memory_components"], strict=True):
+            assert max(abs(x[k] - y[k]) for k in docs.ALLOCATED) <= 0.5
+        if a["size"] == "2048x20":
+            assert [m["reserved_peak_mib"] for m in a["memory_components"]] == \
+                [m["reserved_peak_mib"] for m in b["memory_components"]]
+    seen = {x["collective"]: x for x in map(json.loads, (REF / docs.GLOO_PROBE[0] / docs.GLOO_PROBE[1]).read_text().splitlines())}
+    assert seen["reduce_scatter_tensor"]["peak_above_tensors_mib"] == seen["reduce_scatter_tensor"]["input_mib"]
+    assert seen["all_gather_into_tensor"]["peak_above_tensors_mib"] == seen["all_gather_into_tensor"]["input_mib"]
+    assert seen["all_reduce"]["peak_above_tensors_mib"] == 0
+    page = PAGE.read_text()
+    assert docs.rehearsal_card_check(REF) in page and docs.rehearsal_gloo_copies(REF) in page

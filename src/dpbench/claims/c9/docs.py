@@ -8,6 +8,7 @@ page's figures under docs/figures/. Torch-free; reads only the committed referen
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -724,7 +725,6 @@ ALLOCATED = ("forward_peak_mib", "backward_peak_mib", "model_forward_peak_mib", 
 @query("rehearsal_gloo_copies")
 def rehearsal_gloo_copies(ref: Path) -> str:
     """Per collective in the probe: what gloo held on the GPU above the collective's own tensors."""
-    import json
     seen = [json.loads(line) for line in (ref / GLOO_PROBE[0] / GLOO_PROBE[1]).read_text().splitlines()
             if line.startswith("{")]
     said = "; ".join(f"`{x['collective']}` {x['peak_above_tensors_mib']:,.0f} MiB above its own "
