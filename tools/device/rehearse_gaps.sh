@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What issue 38 still needs from ONE GPU (an H200; on an H100 fewer budgets fit N ranks), at a commit whose runs mark the backward's first
-# gradient (run.components.BACKWARD_START, c8f7f8d on): each line one rehearse.py launch with a
+# What issue 38 still needs from ONE GPU (an H200; on an H100 fewer budgets fit N ranks), at a
+# commit whose runs mark the backward's first gradient (run.components.BACKWARD_START, c8f7f8d
+# on): each line one rehearse.py launch with a
 # time budget of its own (--budget-s counts from the tool's start, start-up included, and is
 # shared by every --ranks of one invocation: one N per invocation), in order of what it settles.
 #

@@ -353,6 +353,12 @@ def gpu_fsdp_by_n(c: Combined, size: str) -> dict[int, dict[str, Any]]:
             and r.get("size") == size and rehearsal.variant_label(r) == "fsdp"}
 
 
+def gpu_marked_ones(c: Combined) -> list[dict[str, Any]]:
+    """The GPU's fsdp (resharding) one-rank cases whose backward's start is marked."""
+    return [r for r in c.records if r.get("status") == "ok" and not r.get("launched") and int(r["gpus"]) == 1
+            and rehearsal.variant_label(r) == "fsdp" and "backward_start_peak_mib" in r["memory_components"][0]]
+
+
 def predicted_by_run(cpu: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """run_id -> its ranks' rows with the model's phase peaks, each predicted from the cases' one-rank run."""
     predicted = defaultdict(list)
@@ -372,12 +378,11 @@ def rehearsal_cpu_tracker(ref: Path) -> str:
     def from_zero_grad(rec: dict[str, Any]) -> bool:   # older records measured the backward from the forward's end
         return "zero_grad_end_mib" in rec["memory_components"][0]
     way = {rehearsal.case_key(r): from_zero_grad(r) for r in cpu}
-    gpu = {}   # per case, the newest GPU record that measured its backward as the CPU's did
-    for launch, recs in c.launches.items():   # oldest first
-        for r in recs:
-            key = rehearsal.case_key(r)
-            if r.get("status") == "ok" and not r.get("launched") and way.get(key) == from_zero_grad(r):
-                gpu[key] = {**r, rehearsal.SOURCE: launch}
+    # per case, the newest GPU record that measured its backward as the CPU's did
+    alike = rehearsal.combine([(launch, [r for r in recs if r.get("status") == "ok" and not r.get("launched")
+                                         and way.get(rehearsal.case_key(r)) == from_zero_grad(r)])
+                               for launch, recs in c.launches.items()])
+    gpu = {rehearsal.case_key(r): r for r in alike}
     body, worst = [], (0.0, 0.0)
     for r in sorted(cpu, key=lambda r: (text.params_value(names[str(r["size"])]), case_order(r))):
         g = gpu.get(rehearsal.case_key(r))
@@ -507,10 +512,8 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
-    for r in c.records:   # the GPU's marked one-rank cases, where the CPU ran none
-        if (r.get("status") == "ok" and not r.get("launched") and int(r["gpus"]) == 1 and r["size"] not in ones
-                and rehearsal.variant_label(r) == "fsdp" and "backward_start_peak_mib" in r["memory_components"][0]):
-            ones[r["size"]] = (card_of(r[rehearsal.SOURCE]), r)
+    for r in gpu_marked_ones(c):   # where the CPU ran none
+        ones.setdefault(r["size"], (card_of(r[rehearsal.SOURCE]), r))
     # a backward measured from zero_grad (older records measured it from the forward's end)
     cases += [(card_of(r[rehearsal.SOURCE]), r) for size in ones for n, r in gpu_fsdp_by_n(c, size).items()
               if n > 1 and "zero_grad_end_mib" in r["memory_components"][0]]
@@ -594,9 +597,7 @@ def rehearsal_backward_start_one_rank(ref: Path) -> str:
     and later peak above the step's start, and what the tracker saw at each (MiB, rank 0)."""
     c = combined(ref)
     cpu = [("CPU tracker", r) for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
-    gpu = [(card_of(r[rehearsal.SOURCE]), r) for r in c.records if r.get("status") == "ok" and not r.get("launched")
-           and int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"
-           and "backward_start_peak_mib" in r["memory_components"][0]]
+    gpu = [(card_of(r[rehearsal.SOURCE]), r) for r in gpu_marked_ones(c)]
     names = size_names(c)
     body = []
     for where, r in sorted(cpu + gpu, key=lambda x: (x[1]["parameters"], int(x[1]["gpus"]), x[0])):
