@@ -177,7 +177,7 @@ def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(re
                     forward = row["forward_peak_mib"] - step_start(row)
                     if held_late(row, "forward") and row["forward_peak_mib"] > row["model_forward_peak_mib"]:
                         # the loss's peak (one rank's) with gloo's late-held output on it, to a few
-                        # scalars (32 bytes apart in one CI run of 148a7e0: the moments differ)
+                        # scalars (32 bytes apart in one CI run: the moments differ)
                         assert forward == pytest.approx(ref["forward_peak_mib"] - step_start(ref) + kept, abs=LOSSES)
                     else:
                         assert predicted_peaks(row, ref)["forward_above_start_mib"] == pytest.approx(forward, abs=4 * BYTE)
