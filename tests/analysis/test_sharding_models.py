@@ -163,6 +163,29 @@ def test_a_marked_backward_start_rises_by_every_freed_gradient_and_holds_the_uni
     assert "backward_start_above_start_mib" not in M.predicted_peaks(four, older)
 
 
+def test_marked_unit_parts_rise_by_the_gradients_not_yet_written_and_hold_the_next_units_gather():
+    # one rank: units 0..2 of 20 MiB each and the root (last) of 40, gradients 100; start 300. The
+    # backward runs unit 2, 1, 0, then the root: unit 1's part has unit 2's gradients written
+    # (20 of 100), the root's part every unit's but the root's (60)
+    one = peak_row("fsdp", 1, 900.0, 985.0, 300.0, 100.0, backward_start_peak_mib=500.0,
+                   backward_late_peak_mib=985.0, unit_mib=[20.0, 20.0, 20.0, 40.0],
+                   backward_unit_peaks_mib={"0": 800.0, "1": 950.0, "2": 600.0},
+                   backward_end_part_peak_mib=985.0)
+    # four ranks free 75 more; the forward's last gather (unit 2, in bf16) is 10
+    parts = M.unit_parts_above_start(one, 300.0, 75.0, 10.0)
+    assert parts == pytest.approx({"2": 300.0 + 75.0 + 10.0,           # none written; unit 1 prefetched
+                                   "1": 650.0 + 0.8 * 75.0 + 10.0,     # unit 2's written; unit 0 prefetched
+                                   "0": 500.0 + 0.6 * 75.0,            # nothing after it to prefetch
+                                   "end": 685.0 + 0.4 * 75.0})         # every unit's but the root's
+    # two ranks: the root's part is the higher; four: unit 1's, inside the units, overtakes it
+    two = M.predicted_peaks(peak_row("fsdp", 2, 0, 0, 0, 50.0, predicted_gather_kept_mib=10.0), one)
+    assert (two["backward_units_above_start_mib"], two["backward_late_above_start_mib"]) == pytest.approx((700.0, 705.0))
+    four = M.predicted_peaks(peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_gather_kept_mib=10.0), one)
+    assert (four["backward_units_above_start_mib"], four["backward_late_above_start_mib"]) == pytest.approx((720.0, 720.0))
+    assert four["activation_peak_mib"] == pytest.approx(720.0)
+    assert M.unit_parts_above_start({k: v for k, v in one.items() if k != "unit_mib"}, 300.0, 75.0, 10.0) == {}
+
+
 def test_reserved_follows_the_predicted_peak_and_the_state_saved():
     one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
     four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_state_mib=75.0)

@@ -119,8 +119,9 @@ def test_from_one_rank_the_backwards_start_and_its_later_peak_predict_each_n(reh
     temporaries alive than when it arrives: the model, adding the unit to that peak, is above
     the measured start by less than the unit (exact at 236M, where one rank's start peaks
     later). The narrow-vocabulary LM's later peak, inside the units, below the level the
-    forward ended at, is predicted but for the all-gather buffer the backward holds there, at
-    most the largest unit (memory_model.predicted_peaks). Measured from the forward's end, as
+    forward ended at, is predicted from one rank's parts (each unit's marked), the next unit's
+    prefetched all-gather output included; from one rank's later peak alone, less that output
+    (memory_model.predicted_peaks). Measured from the forward's end, as
     older rows were, and without the kinds, it predicts no rise at all."""
     ref = component_rows(rehearsed[1]["fsdp"])[0]
     assert "All Gather" not in ref["backward_start_peak_by_kind_mib"]
@@ -140,10 +141,15 @@ def test_from_one_rank_the_backwards_start_and_its_later_peak_predict_each_n(reh
             assert predicted["backward_start_above_start_mib"] == pytest.approx(
                 ref["backward_start_peak_mib"] - step_start(ref) + ref["gradients_mib"] - row["gradients_mib"]
                 + row["forward_last_gather_mib"], abs=BYTE)
+            # inside the units, with the next unit's all-gather output prefetched: ref's parts
+            # predict it, that output included (without them the model leaves it out)
             in_flight = row["backward_late_peak_by_kind_mib"].get("All Gather", 0.0)
             assert 0 < in_flight <= row["largest_unit_mib"] + BYTE
             assert row["backward_late_peak_mib"] - start == pytest.approx(
-                predicted["backward_late_above_start_mib"] + in_flight, abs=4 * BYTE)
+                predicted["backward_late_above_start_mib"], abs=4 * BYTE)
+            unmarked = {k: v for k, v in ref.items() if k != "backward_unit_peaks_mib"}
+            assert row["backward_late_peak_mib"] - start == pytest.approx(
+                predicted_peaks(row, unmarked)["backward_late_above_start_mib"] + in_flight, abs=4 * BYTE)
             assert row["backward_peak_mib"] == max(row["backward_start_peak_mib"], row["backward_late_peak_mib"])
             assert row["activation_peak_mib"] > ref["activation_peak_mib"] + 0.5 * (ref["gradients_mib"] - row["gradients_mib"])
     # an older GPU row: the backward measured from the forward's end, no kinds counted
@@ -152,6 +158,27 @@ def test_from_one_rank_the_backwards_start_and_its_later_peak_predict_each_n(reh
         "backward_peak_mib": ref["forward_end_mib"]}
     assert predicted_peaks(rows[0], older)["backward_above_start_mib"] == pytest.approx(
         older["backward_peak_mib"] - step_start(older))
+
+
+@pytest.mark.slow   # the same launches as above (module-scoped)
+def test_each_units_part_of_the_backward_is_marked_and_the_roots_comes_last(rehearsed):
+    """run.components marks every unit's part but the root's (BACKWARD_UNIT): the backward's peak
+    is the highest of its start, the units' parts and the root's; each unit's own parameters
+    (`unit_mib`, the root last) add up to the model's, and in the root's part at one rank every
+    unit's gradient but the root's has been written to its shard."""
+    for n in (1, 2, 4):
+        for name in ("fsdp", "fsdp-keep"):
+            for row in rehearsed[n][name]["memory_components"]:
+                sizes = row["unit_mib"]
+                assert set(row["backward_unit_peaks_mib"]) == {str(i) for i in range(len(sizes) - 1)}
+                assert sum(sizes) == pytest.approx(4 * rehearsed[n][name]["parameters"] / MIB, abs=BYTE)
+                assert max(sizes) == pytest.approx(row["largest_unit_mib"])
+                assert row["backward_peak_mib"] == max(row["backward_start_peak_mib"], row["backward_end_part_peak_mib"],
+                                                       *row["backward_unit_peaks_mib"].values())
+                assert row["backward_late_peak_mib"] == max(row["backward_end_part_peak_mib"],
+                                                            *row["backward_unit_peaks_mib"].values())
+    one = rehearsed[1]["fsdp"]["memory_components"][0]
+    assert one["backward_end_part_peak_by_kind_mib"]["Sharded Grad"] == pytest.approx(sum(one["unit_mib"][:-1]), abs=BYTE)
 
 
 @pytest.mark.slow   # the same launches as above (module-scoped)

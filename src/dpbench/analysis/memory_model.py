@@ -34,7 +34,11 @@ at a phase's peak differs:
     backward begins: `gather_kept`; where one rank's start peaks before that unit would arrive,
     as at 11.7M and 42.3M, an upper bound by at most the unit); the later peak by the share not
     yet written (none on a GPU, where nothing tells); the backward's peak is the larger (fsdp at
-    236M: the start from N = 4, issue 38). An older row, one backward peak: a share as above, none where it lies past the
+    236M: the start from N = 4, issue 38). A row that marks each unit's part too
+    (run.components.BACKWARD_UNIT) has the later peak part by part, each with the share its
+    unit's place in the order tells and, from N = 2, the next unit's prefetched all-gather
+    output (unit_parts_above_start): from N = 4 at 1.08B's units the highest part lies inside
+    the units, which no part one rank holds shows. An older row, one backward peak: a share as above, none where it lies past the
     level the forward ended at (as at the transformer's loss), else all;
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
@@ -48,8 +52,9 @@ at a phase's peak differs:
     its compute, such a rank holds it three times over the level one rank's forward had reached
     there (`forward_last_unit_start_mib`): the unit before it kept, its all-gather output and
     its parameters copied out; where units are large beside a unit's activations that moment
-    is the forward's peak (2048x20 at batch 1 on the CPU). Left out: the unit the backward
-    prefetches where its later peak lies inside the units (the tests' tiny LM).
+    is the forward's peak (2048x20 at batch 1 on the CPU). Left out where one rank's row has no
+    parts marked (older rows): the unit the backward prefetches where its later peak lies inside
+    the units (the tests' tiny LM; 1.08B from N = 4).
 Activations themselves do not depend on N at a fixed per-rank batch. Reserved is the predicted
 state and peak plus the caching allocator's slack, measured at the fewest ranks (two or more) of
 the same variant: a rank that communicates keeps pools on the communication streams, sized by the
@@ -265,6 +270,34 @@ def gradients_at_backward_peak(row: Mapping[str, Any], phase: str = "backward") 
     return min(1.0, sum(float(kinds.get(k) or 0.0) for k in GRADIENT_KINDS) / gradients)
 
 
+def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, kept: float) -> dict[str, float]:
+    """fsdp's backward part by part where `ref` (a one-rank row) marked each unit's compute's end
+    (run.components.BACKWARD_UNIT: `backward_unit_peaks_mib` by the unit's index in fully_shard's
+    order, the root last, and `backward_end_part_peak_mib`, the root's part), MiB above the step's
+    start at this N: ref's, plus the gradients this N frees less than ref (`freed`) for the share
+    not yet written, plus, in a unit's part, the all-gather output of the unit the backward
+    computes next (the one before it in fully_shard's order), which its pre-backward prefetches
+    and one rank never gathers: `kept` (the forward's last unit's, this N beyond ref) scaled to
+    that unit's size; the first unit has none after it. A unit's part ends with its post-backward,
+    which writes its gradient shard: in a unit's part the gradients of the units after it (but
+    the root) are written, in the root's part every unit's but the root's (`unit_mib`, each
+    unit's own parameters as stored). {} where ref marked no units."""
+    peaks, sizes = ref.get("backward_unit_peaks_mib"), ref.get("unit_mib")
+    if not isinstance(peaks, Mapping) or not peaks or not isinstance(sizes, list) or not sizes \
+            or not is_number(ref.get("backward_end_part_peak_mib")):
+        return {}
+    total, last = sum(sizes), sizes[-2] if len(sizes) > 1 else 0.0
+    if total <= 0:
+        return {}
+
+    def prefetched(i: int) -> float:   # the next unit's all-gather output, in the compute dtype
+        return kept * sizes[i - 1] / last if i >= 1 and last > 0 else 0.0
+    out = {key: peak - start + (1.0 - sum(sizes[int(key) + 1:-1]) / total) * freed + prefetched(int(key))
+           for key, peak in peaks.items()}
+    out["end"] = ref["backward_end_part_peak_mib"] - start + (sizes[-1] / total) * freed
+    return out
+
+
 def reserved_slack(row: Mapping[str, Any]) -> float | None:
     """What a row's allocator kept reserved beyond its predicted state and measured activation
     peak (MiB): the caching allocator's free blocks at the reserved peak, streams' pools included."""
@@ -300,8 +333,14 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
             (1.0 - (gradients_at_backward_peak(ref, "backward_start") or 0.0)) * freed
         late_share = gradients_at_backward_peak(ref, "backward_late")
         late = ref["backward_late_peak_mib"] - start + (1.0 - (1.0 if late_share is None else late_share)) * freed
+        parts = {"backward_start_above_start_mib": early}
+        if units := unit_parts_above_start(ref, start, freed, kept):
+            # ref marked each unit's part: the later peak is the highest part's at this N (from
+            # N = 4 at 1.08B's units a unit's, not the root's: issue 38)
+            late = max(units.values())
+            parts["backward_units_above_start_mib"] = max(v for k, v in units.items() if k != "end")
+        parts["backward_late_above_start_mib"] = late
         backward = max(early, late)
-        parts = {"backward_start_above_start_mib": early, "backward_late_above_start_mib": late}
     else:
         # zero_grad freed the gradients and the backward writes them again, a share of them by
         # its peak: counted where the tracker counted the peak by kind; else none where the peak

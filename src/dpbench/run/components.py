@@ -42,6 +42,11 @@ MODEL_FORWARD = "model_forward"
 # there is the backward's start, every gradient freed but that first one. Its level rises with N
 # where the gradients are sharded (fsdp's start, issue 38), apart from the backward's later peak.
 BACKWARD_START = "backward_start"
+# marked as each fully_shard unit but the root ends its backward, FSDP2's post-backward (which
+# reduce-scatters its gradients into its shard) included (profiled_step): the backward's later
+# part split at every unit, so a peak inside the units (the one at N = 4, issue 38) is seen
+# apart from the root's part at the end
+BACKWARD_UNIT = "backward_unit_"
 
 
 def local_bytes(t: torch.Tensor | None) -> int:
@@ -175,15 +180,22 @@ class PhasePeaks:
         # the forward phase takes the model's forward in (MODEL_FORWARD, marked inside it where
         # marked: its own peak is reported apart)
         forward = max(self.peaks["forward"], self.peaks.get(MODEL_FORWARD, 0))
-        # the backward's too: its start (BACKWARD_START, where marked) and the rest, apart
-        backward = max(self.peaks["backward"], self.peaks.get(BACKWARD_START, 0))
+        # the backward's too: its start (BACKWARD_START, where marked), each unit's part
+        # (BACKWARD_UNIT) and the rest, apart
+        units = sorted((int(k[len(BACKWARD_UNIT):]), v) for k, v in self.peaks.items()
+                       if k.startswith(BACKWARD_UNIT) and not k.endswith("_reserved"))
+        backward = max([self.peaks["backward"], self.peaks.get(BACKWARD_START, 0), *(v for _, v in units)])
         mib = {"forward_peak_mib": forward / MIB, "backward_peak_mib": backward / MIB,
                "step_peak_mib": self.peaks["step"] / MIB}
         if MODEL_FORWARD in self.peaks:
             mib[f"{MODEL_FORWARD}_peak_mib"] = self.peaks[MODEL_FORWARD] / MIB
         if BACKWARD_START in self.peaks:
             mib[f"{BACKWARD_START}_peak_mib"] = self.peaks[BACKWARD_START] / MIB
-            mib["backward_late_peak_mib"] = self.peaks["backward"] / MIB
+            mib["backward_late_peak_mib"] = max([self.peaks["backward"], *(v for _, v in units)]) / MIB
+        if units:
+            # each unit's part: from the unit before it (or the backward's start) to its compute's end
+            mib["backward_unit_peaks_mib"] = {str(i): v / MIB for i, v in units}
+            mib["backward_end_part_peak_mib"] = self.peaks["backward"] / MIB
         activations = max(forward, backward) - self.start
         reserved = max(v for k, v in self.peaks.items() if k.endswith("_reserved")) / MIB if self.cuda else None
         ends = {f"{p}_end_mib": self.ends[p] / MIB for p in (*PHASES, ZERO_GRAD) if p in self.ends}
@@ -191,29 +203,38 @@ class PhasePeaks:
         if self.peaks.get(MODEL_FORWARD, 0) > self.peaks["forward"] and MODEL_FORWARD in self.kinds:
             by_phase["forward"] = self.kinds[MODEL_FORWARD]   # the forward's peak was the model's
         if BACKWARD_START in self.kinds:
-            by_phase["backward_late"] = self.kinds.get("backward", {})
-            if self.peaks[BACKWARD_START] > self.peaks["backward"]:
+            late = max([("backward", self.peaks["backward"])] + [(k, self.peaks[k]) for k in self.kinds
+                                                                if k.startswith(BACKWARD_UNIT)], key=lambda kv: kv[1])[0]
+            by_phase["backward_late"] = self.kinds.get(late, {})
+            if self.peaks[BACKWARD_START] > self.peaks[late]:
                 by_phase["backward"] = self.kinds[BACKWARD_START]   # the backward's peak was its start
+            else:
+                by_phase["backward"] = by_phase["backward_late"]
         kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in by_phase[p].items()}
                  for p in (*PHASES, MODEL_FORWARD, BACKWARD_START, "backward_late") if p in by_phase}
+        unit_kinds = {k[len(BACKWARD_UNIT):]: {kind: v / MIB for kind, v in by.items()}
+                      for k, by in self.kinds.items() if k.startswith(BACKWARD_UNIT)}
+        if unit_kinds:
+            kinds["backward_unit_peaks_by_kind_mib"] = unit_kinds
+            kinds["backward_end_part_peak_by_kind_mib"] = {k: v / MIB for k, v in self.kinds.get("backward", {}).items()}
         return mib | {"activation_peak_mib": activations / MIB, "reserved_peak_mib": reserved} | ends | kinds
 
 
 def own_parameters(units: list[nn.Module]) -> list[list[torch.Tensor]]:
-    """Each fully_shard unit's own parameters, what one all-gather of it brings: FSDP2's own
+    """Each fully_shard unit's own parameters (in the order given), what one all-gather of it brings: FSDP2's own
     list where the unit has one (its parameter group), else each parameter counted in the
     innermost unit holding it (a unit gathers only the parameters no nested unit manages)."""
     owned: set[int] = set()
-    out = []
-    for unit in sorted(units, key=lambda u: sum(1 for _ in u.parameters())):   # nested units first
+    out: dict[int, list[torch.Tensor]] = {}
+    for i, unit in sorted(enumerate(units), key=lambda iu: sum(1 for _ in iu[1].parameters())):   # nested first
         group = getattr(getattr(unit, "_get_fsdp_state", lambda: None)(), "_fsdp_param_group", False)
         if group is not False:   # a fully_shard unit: exactly what it manages (None: nothing of its own)
             params = [fp.sharded_param for fp in group.fsdp_params] if group is not None else []
         else:
             params = [p for p in unit.parameters() if id(p) not in owned]
         owned.update(id(p) for p in params)
-        out.append(params)
-    return out
+        out[i] = params
+    return [out[i] for i in range(len(units))]   # in the order given
 
 
 def largest_unit_bytes(units: list[nn.Module]) -> int | None:
@@ -237,7 +258,9 @@ def memory_row(variant: Variant, optimizer: torch.optim.Optimizer, peaks: PhaseP
     largest single all-gather its counter saw (measured; None where nothing was counted)."""
     params = list(variant.bare.parameters())
     unit = largest_unit_bytes(variant.units)
-    return {"parameters_mib": sum(local_bytes(p) for p in params) / MIB,
+    units = {"unit_mib": [sum(p.numel() * p.element_size() for p in own) / MIB
+                          for own in own_parameters(variant.units)]} if variant.units else {}
+    return {"parameters_mib": sum(local_bytes(p) for p in params) / MIB, **units,
             "gradients_mib": sum(local_bytes(p.grad) for p in params) / MIB,
             "optimizer_mib": sum(local_bytes(t) for t in optimizer_state(optimizer)) / MIB,
             "largest_unit_mib": None if unit is None else unit / MIB,
@@ -415,6 +438,22 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
             started.append(True)
             peaks.mark(BACKWARD_START)
 
+    def unit_done(index: int):
+        def mark_part(_grad) -> None:
+            if started:   # this step's backward, after zero_grad
+                peaks.mark(f"{BACKWARD_UNIT}{index}")
+
+        def watch_input(_module, args) -> None:
+            # a hook on the input as the unit's caller passes it (prepended: before FSDP2's
+            # pre-forward wraps it in the autograd function that runs its post-backward): it
+            # fires once the unit's input gradient has passed that post-backward, which wrote
+            # the unit's gradient shard, and holds no tensor (a full backward hook would keep
+            # the unit's output gradient through its backward)
+            first = next((a for a in args if isinstance(a, torch.Tensor) and a.requires_grad), None)
+            if first is not None:
+                first.register_hook(mark_part)
+        return watch_input
+
     def model_forward_ended(*_) -> None:
         # after FSDP2's own post-forward hooks: the peak since the step began is the model's
         # forward's; the last all-gather then is the unit whose output FSDP2 kept through it
@@ -434,6 +473,9 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
             if not compiled:   # once inside the tracker, which registers FSDP2's hooks again as it enters
                 hooks += [variant.module.register_forward_hook(model_forward_ended)] + [
                     unit.register_forward_pre_hook(unit_begins, prepend=True) for unit in variant.units[:-1]]
+                if variant.units and variant.units[-1] is variant.module:   # fully_shard units, root last
+                    hooks += [unit.register_forward_pre_hook(unit_done(i), prepend=True)
+                              for i, unit in enumerate(variant.units[:-1])]
             peaks.begin()   # inside the tracker: FSDPMemTracker counts the sharded state as it is entered
             probe.start(counter)
             losses = train_step(variant, optimizer, x, y, n_global, autocast, mark=mark, accumulate=accumulate)
