@@ -339,6 +339,7 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
             # N = 4 at 1.08B's units a unit's, not the root's: issue 38)
             late = max(units.values())
             parts["backward_units_above_start_mib"] = max(v for k, v in units.items() if k != "end")
+            parts.update({f"backward_part_{k}_above_start_mib": v for k, v in units.items()})
         parts["backward_late_above_start_mib"] = late
         backward = max(early, late)
     else:

@@ -81,6 +81,15 @@ CPU_START_BLIND = tuple(("cpu-tracker-db6d857", f"n{n}-12m-42m-fsdp.tar.gz") for
 # 1.08B's units (width 2048) on 4 blocks, fsdp at N = 1, 2, 4 on the CPU's tracker: what the
 # backward's later peak holds where it passes the model at N = 4 (as 1.08B's and 1.97B's on the GPU)
 CPU_WIDE = tuple(("cpu-tracker-44481c1", f"n{n}-wide4-fsdp.tar.gz") for n in (1, 2, 4))
+# Each unit's part of fsdp's backward marked (run.components.BACKWARD_UNIT), the model's rule for
+# the parts committed at PARTS_RULE: the cases it was made on (1.08B's units on 4 blocks, explored
+# before that commit and made again at it) and those made after it, its blind check (11.7M and
+# 42.3M at N = 1, 2, 4, 8; 236M at N = 1, 4, 8); 1.08B's one-rank case predicts the GPU's 1.08B rows
+PARTS_RULE = "56c1f32"
+CPU_PARTS_MADE_ON = tuple((f"cpu-tracker-{PARTS_RULE}", f"n{n}-wide4-fsdp.tar.gz") for n in (1, 2, 4))
+CPU_PARTS_BLIND = (*((f"cpu-tracker-{PARTS_RULE}", f"n{n}-12m-42m-fsdp.tar.gz") for n in (1, 2, 4, 8)),
+                   *((f"cpu-tracker-{PARTS_RULE}", f"n{n}-235m-fsdp.tar.gz") for n in (1, 4, 8)))
+CPU_PARTS_1B = ((f"cpu-tracker-{PARTS_RULE}", "n1-1b-fsdp.tar.gz"),)
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -499,7 +508,8 @@ def rehearsal_cpu_backward_rise(ref: Path) -> str:
 @cache   # the table and its verdict read the same rows: made once a render
 def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     """fsdp's (resharding) backward above the step's start per size, machine and N (rank means),
-    measured and as the model predicts it from a marked one-rank case of that size: its start,
+    measured and as the model predicts it from a marked one-rank case of that size (the newest,
+    each unit's part marked where one is: CPU_PARTS_*): its start,
     its later peak and the larger. Every row of a size the CPU tracker ran at one rank is
     predicted from the CPU's case: its kinds tell the share of gradients written again at the
     later peak, which nothing on a GPU tells, and its peaks are the GPU's (the one-rank table);
@@ -509,6 +519,8 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     blind = {launch_name(*launch) for launch in CPU_START_BLIND}
     fsdp = [r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
     ones = {r["size"]: ("CPU tracker", r) for r in fsdp if int(r["gpus"]) == 1}
+    # the newest one-rank cases, each unit's part marked (the model as it stands)
+    ones |= {r["size"]: ("CPU tracker", r) for r in ok_cases(ref, CPU_PARTS_BLIND + CPU_PARTS_1B) if int(r["gpus"]) == 1}
     cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
@@ -652,6 +664,103 @@ def rehearsal_late_peak_in_blocks(ref: Path) -> str:
             + md_table(["N", "backward's start, measured / model", "its later peak, measured / model",
                         "at the later peak (CPU tracker)"], body)
             + f"\n\n(`{CPU_WIDE[0][0]}`, [its README](../results/reference/{CPU_WIDE[0][0]}/README.md))")
+
+
+def without_parts(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record as one made before each unit's part was marked: the older rule's input."""
+    return {**rec, "memory_components": [{k: v for k, v in m.items() if k != "backward_unit_peaks_mib"}
+                                         for m in rec["memory_components"]]}
+
+
+def part_name(key: str, units: int) -> str:
+    """'end' -> "the root's"; a unit's index (fully_shard's order, the root last) -> its place in
+    the backward's order among the units but the root ('2nd of 4': the backward runs the last first)."""
+    if key == "end":
+        return "the root's"
+    place = units - int(key)
+    return f"{place}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(place if place < 20 else place % 10, 'th') } of {units}"
+
+
+def highest_part(parts: dict[str, float]) -> str:
+    return max(parts, key=lambda k: parts[k])
+
+
+@cache   # the table and its verdict read the same rows: made once a render
+def unit_part_rows(ref: Path) -> list[dict[str, Any]]:
+    """fsdp's (resharding) later backward peak above the step's start per case from N = 2 (the
+    ranks' mean), measured and as the model predicts it from its size's one-rank case with each
+    unit's part marked, beside the older rule (the same case, parts unmarked); the part holding
+    it, measured and the model's (rank 0). The GPU's 1.08B rows are predicted from the CPU
+    tracker's one-rank case (its one-rank peaks are the GPU's)."""
+    made_on, blind, one_1b = (ok_cases(ref, launches) for launches in (CPU_PARTS_MADE_ON, CPU_PARTS_BLIND, CPU_PARTS_1B))
+    ones = {r["size"]: r for r in made_on + blind + one_1b if int(r["gpus"]) == 1}
+    cases = [("CPU tracker", r, r in blind) for r in made_on + blind if int(r["gpus"]) > 1]
+    c = combined(ref)
+    cases += [(card_of(r[rehearsal.SOURCE]), r, False) for size in {r["size"] for r in one_1b}
+              for n, r in gpu_fsdp_by_n(c, size).items() if n > 1 and "zero_grad_end_mib" in r["memory_components"][0]]
+    out = []
+    for where, r, is_blind in cases:   # one at a time: run ids repeat across machines
+        one, m = ones[r["size"]], r["memory_components"][0]
+        rows = predicted_by_run([one, r])[r["run_id"]]
+        model = model_above_start(rows, ("backward_late",))["backward_late"]
+        older = model_above_start(predicted_by_run([without_parts(one), r])[r["run_id"]], ("backward_late",))["backward_late"]
+        units = len(one["memory_components"][0]["unit_mib"]) - 1
+        predicted_parts = {k[len("predicted_backward_part_"):-len("_above_start_mib")]: v for k, v in rows[0].items()
+                           if k.startswith("predicted_backward_part_")}
+        measured_parts = {**m.get("backward_unit_peaks_mib", {}), "end": m.get("backward_end_part_peak_mib")}
+        measured = sum(x["backward_late_peak_mib"] - step_start(x) for x in r["memory_components"]) / len(r["memory_components"])
+        out.append({"model": text.params(r["parameters"]), "parameters": r["parameters"], "where": where,
+                    "blind": is_blind, "gpus": int(r["gpus"]), "commit": commit_of(r[rehearsal.SOURCE]),
+                    "one_rank": f"CPU tracker, {commit_of(one[rehearsal.SOURCE])}", "measured": measured,
+                    "model_late": model, "error": measured / model - 1, "older": older, "older_error": measured / older - 1,
+                    "part": part_name(highest_part(measured_parts), units) if measured_parts["end"] is not None
+                    else "not recorded",
+                    "model_part": part_name(highest_part(predicted_parts), units),
+                    "block": m.get("forward_last_gather_mib")})
+    return sorted(out, key=lambda x: (x["where"] != "CPU tracker", x["blind"], x["parameters"], x["gpus"]))
+
+
+@query("rehearsal_unit_parts")
+def rehearsal_unit_parts(ref: Path) -> str:
+    """unit_part_rows as a table, with the references named."""
+    body = [[x["model"], f"{x['where']}, blind" if x["blind"] else x["where"], x["gpus"], x["commit"], x["one_rank"],
+             f"{x['measured']:,.1f}", f"{x['model_late']:,.1f} ({_percent(x['error'])})",
+             f"{x['older']:,.1f} ({_percent(x['older_error'])})", f"{x['part']} / {x['model_part']}"]
+            for x in unit_part_rows(ref)]
+    folder = CPU_PARTS_BLIND[0][0]
+    return (md_table(["model", "where", "N", "commit", "one-rank case", "later peak above the start, measured",
+                      "model, part by part (error)", "model without the parts (error)",
+                      "part holding it, measured / model"], body)
+            + f"\n\n(`{folder}`, [its README](../results/reference/{folder}/README.md))")
+
+
+@query("rehearsal_unit_parts_verdict")
+def rehearsal_unit_parts_verdict(ref: Path) -> str:
+    """The blind rows' largest difference, the parts named right, the older rule's misses, and the
+    GPU's rows predicted from the CPU tracker's one-rank parts."""
+    rows = unit_part_rows(ref)
+    blind = [x for x in rows if x["blind"]]
+    out = []
+    if blind:
+        worst = max(blind, key=lambda x: abs(x["measured"] - x["model_late"]))
+        sizes = list(dict.fromkeys(x["model"] for x in blind))
+        ns = ", ".join(map(str, sorted({x["gpus"] for x in blind})))
+        right = sum(x["part"] == x["model_part"] for x in blind)
+        out.append(f"Made after the rule was committed ({PARTS_RULE}), the blind rows ({', '.join(sizes[:-1])} and "
+                   f"{sizes[-1]} at N = {ns}) lie within {abs(worst['measured'] - worst['model_late']):,.2f} MiB "
+                   f"({_percent(abs(worst['error'])).lstrip('+')}) of it, and the part holding the later peak is the "
+                   f"model's in {right} of {len(blind)}.")
+        older = max(blind, key=lambda x: abs(x["older_error"]))
+        out.append(f"Without the parts the same rows lie up to {_percent(older['older_error'])} from the model "
+                   f"({older['model']} at N = {older['gpus']}).")
+    for x in rows:
+        if x["where"] != "CPU tracker" and abs(x["older_error"]) > TOLERANCE:
+            out.append(f"On the {x['where']}, {x['model']} at N = {x['gpus']} ({x['commit']}; its records mark no "
+                       f"parts, and its one-rank peaks are the CPU tracker's) lies {_percent(x['error'])} from the "
+                       f"model, part by part, against {_percent(x['older_error'])} without the parts: "
+                       f"{x['measured'] - x['model_late']:,.1f} MiB above it, less than one block "
+                       f"({x['block']:,.1f} MiB, as large as gloo's GPU copy of a collective's buffer).")
+    return " ".join(out)
 
 
 @query("rehearsal_ddp_236m_n4")
