@@ -48,7 +48,7 @@ from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.run import components, engine
-from dpbench.run.cache_streams import reserved_by_stream_mib
+from dpbench.run.cache_streams import reserved_by_stream_mib, reserved_segments_mib
 from dpbench.run.step import train_step
 from dpbench.workloads.transformer_lm import parameter_count
 
@@ -212,6 +212,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
             {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
     row["nvml_process_mib"] = nvml_process_mib()
     row["reserved_by_stream_mib"] = reserved_by_stream_mib(device)   # the cache after the step, per stream
+    row["reserved_segments_mib"] = reserved_segments_mib(device)     # and its segments, what each held
     rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
     context = measured_context_bytes(rec["memory_components"])
     rec["context_mib"] = round(context / MIB, 1)
