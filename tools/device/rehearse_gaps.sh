@@ -12,14 +12,29 @@
 #                                     # and fsdp at N = 1 (their N = 4 peaks have no one-rank case)
 #   tools/device/rehearse_gaps.sh b   # ~5.5 min: 1.08B fsdp at N = 4 with the mark (its backward lies
 #                                     # above both parts the model predicts) and a search not cut short
+# (a and b ran on an H100 at 1307c9b.) From 56c1f32 on, runs mark each unit's part of the backward
+# (run.components.BACKWARD_UNIT), and from 86d847e rehearsed GPU records hold each stream's cache
+# segments (reserved_segments_mib):
+#   tools/device/rehearse_gaps.sh c   # ~4 min, H100 or H200: 1.97B fsdp at N = 1 with its parts (the
+#                                     # one-rank case its N = 2 and 4 rows are predicted from; no CPU
+#                                     # here holds one rank of it), 1.08B fsdp at N = 1 (the GPU's parts
+#                                     # beside cpu-tracker-56c1f32's), 236M fsdp at N = 8 with its
+#                                     # segments (the reserved miss: its default stream's pool)
+#   tools/device/rehearse_gaps.sh d   # ~5.5 min, an H200 only: 1.97B fsdp and hsdp at N = 8
+#   tools/device/rehearse_gaps.sh e   # ~7 min, an H200 only: 1.08B fsdp at N = 4 searched within the
+#                                     # 24GB budget too (4 ranks of 24GB do not fit an H100)
 #
-# Estimates, from h200-rehearsal-a7dce61's logs: the 1.08B one-rank ddp case ~45 s, so zero1's and
+# Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
+# 108 s, so fsdp alone ~60 s; 236M fsdp and hsdp at N = 8 with the one-rank cases in 186 s; 1.97B
+# fsdp and zero1 at N = 4 ~300 s, so fsdp at N = 8 (twice the ranks, half the shard) ~300 s;
+# 1.08B fsdp at N = 4 ~19.5 s a step over gloo, ~9 steps a budget's search, two budgets ~360 s.
+# Estimates for a and b, from h200-rehearsal-a7dce61's logs: the 1.08B one-rank ddp case ~45 s, so zero1's and
 # fsdp's ~45-60 s each; 236M at N = 8, 5 cases in 101 s, so 2 in ~60 s; 1.08B fsdp at N = 4, 19.5 s a
 # step over gloo, ~9 steps with its search, ~200 s; start-up ~15-25 s a launch.
 # Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt; a also
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s).
 set -uo pipefail
-step=${1:?a or b}
+step=${1:?a, b, c, d or e}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -47,8 +62,19 @@ a)
 b)
     launch n4-1b-fsdp 330 240 --ranks 4 --sizes 1b --variants fsdp
     ;;
+c)
+    launch n1-2b-fsdp 150 110 --ranks 1 --sizes 2b --variants fsdp
+    launch n1-1b-fsdp 110 70 --ranks 1 --sizes 1b --variants fsdp
+    launch n8-235m-fsdp 110 70 --ranks 8 --sizes 235m --variants fsdp
+    ;;
+d)
+    launch n8-2b 330 280 --ranks 8 --sizes 2b --variants fsdp hsdp
+    ;;
+e)
+    launch n4-1b-24gb 420 360 --ranks 4 --sizes 1b --variants fsdp
+    ;;
 *)
-    echo "usage: $0 a|b" >&2
+    echo "usage: $0 a|b|c|d|e" >&2
     exit 2
     ;;
 esac
