@@ -22,6 +22,13 @@ def test_a_case_never_reached_names_its_model_and_why():
     assert [(r["variant"], r["gpus"], r["budget"], r["largest_batch"]) for r in rows] == [("ddp", 8, "16GB", None)]
 
 
+def test_a_budget_not_even_batch_1_fits_names_its_peak_in_whole_mib():
+    rec = failed_case(CASE, 2, "") | {"status": "ok", "reason": None,
+                                      "search": {"16GB": {"largest": 0, "trials": [[1, False, 37891.05224609375]]}}}
+    (row,) = rehearsed.c9_rows([rec], {"16GB": 14.0})
+    assert row["largest_batch"] is None and "37,891 MiB" in row["reason"] and "37891.05" not in row["reason"]
+
+
 def test_older_records_without_a_size_are_left_out_of_the_rows():
     old = {"run_id": "12m-ddp-g8", "case": "12m-ddp", "variant": "ddp", "gpus": 8, "status": "failed",
            "reason": "not run: the ranks lost step"}

@@ -74,7 +74,7 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
             elif found is not None:
                 largest = found["largest"] or None
                 if not largest:
-                    reason = f"not even batch 1 fits (peak {found['trials'][0][2]} MiB at batch 1)" \
+                    reason = f"not even batch 1 fits (peak {found['trials'][0][2]:,.0f} MiB at batch 1)" \
                         if found.get("trials") else "not even batch 1 fits"
             elif r.get("status") == "ok":
                 reason = reason or "not searched"
