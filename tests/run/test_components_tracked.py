@@ -181,6 +181,18 @@ def test_each_units_part_of_the_backward_is_marked_and_the_roots_comes_last(rehe
     assert one["backward_end_part_peak_by_kind_mib"]["Sharded Grad"] == pytest.approx(sum(one["unit_mib"][:-1]), abs=BYTE)
 
 
+@pytest.mark.slow   # one launch of two gloo ranks
+def test_a_checkpointed_units_recompute_splits_no_part():
+    """With activation checkpointing each unit's forward runs again inside the backward, where
+    run.components watches no input: every unit's part is marked, and the backward's peak is
+    still the highest of its start, the parts and the root's (two ranks)."""
+    case = {**CASES[0], "name": "fsdp-checkpointed", "options": {"checkpoint": "units"}}
+    for row in rehearse_cases([case, CASES[0]], 2)[case["name"]]["memory_components"]:
+        assert set(row["backward_unit_peaks_mib"]) == {str(i) for i in range(len(row["unit_mib"]) - 1)}
+        assert row["backward_peak_mib"] == max(row["backward_start_peak_mib"], row["backward_end_part_peak_mib"],
+                                               *row["backward_unit_peaks_mib"].values())
+
+
 @pytest.mark.slow   # the same launches as above (module-scoped)
 def test_from_two_ranks_the_models_forward_holds_the_last_units_gather_output(rehearsed):
     """FSDP2 keeps the output of the model's forward's last all-gather until its root's forward

@@ -418,9 +418,12 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
     saved = SavedActivations(variant.checkpointed) if variant.checkpointed and not compiled else None
     probe.saved = saved
 
+    backward_running: list[bool] = [False]   # from a micro-batch's forward's end to its backward's
+
     def mark(phase: str) -> None:
         peaks.mark(phase)
         probe.mark(phase, variant, device)
+        backward_running[0] = phase in ("forward", ZERO_GRAD)
 
     kept: dict[str, float] = {}
     unit_start: dict[str, int] = {}
@@ -449,6 +452,8 @@ def profiled_step(variant: Variant, optimizer: torch.optim.Optimizer, x: Inputs,
             # fires once the unit's input gradient has passed that post-backward, which wrote
             # the unit's gradient shard, and holds no tensor (a full backward hook would keep
             # the unit's output gradient through its backward)
+            if backward_running[0]:   # a checkpointed unit's recompute: its forward's call is watched
+                return
             first = next((a for a in args if isinstance(a, torch.Tensor) and a.requires_grad), None)
             if first is not None:
                 first.register_hook(mark_part)
