@@ -11,6 +11,7 @@ tars on any machine (torch-free).
     python tools/device/rehearse.py --ranks 1 2 --variants fsdp fsdp-keep --out $OUT   # only these cases
     python tools/device/rehearse.py --combine A.tar.gz B.tar.gz --out DIR   # oldest first: B wins
     python tools/device/rehearse.py --part 1 --tiny --out /tmp/r  # the CPU check: tiny models, gloo
+    python tools/device/rehearse.py --ranks 1 2 4 8 --sizes 2b --variants fsdp --fake --out /tmp/f   # any size, no GPU
 
 Each N is one torchrun of dpbench.claims.c9.rehearsal (every case in one launch: start-up is
 paid once per N); each case is a warm step, one profiled step and, on CUDA, the budgets'
@@ -96,18 +97,20 @@ def device_gib() -> float | None:
 
 
 def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | None = None,
-             ranks_list: tuple[int, ...] | None = None, only: tuple[str, ...] | None = None) -> list[dict]:
+             ranks_list: tuple[int, ...] | None = None, only: tuple[str, ...] | None = None,
+             fake: bool = False) -> list[dict]:
     """The part's launches (or only `ranks_list`'s: a part whose N were not reached, again);
-    the records, and not_fitting.json under `out` (the work folder)."""
+    the records, and not_fitting.json under `out` (the work folder). `fake`: each N is one
+    process standing for rank 0 on fake tensors (dpbench.claims.c9.fake), no budget searched."""
     started = time.time()
-    gib = device_gib()
+    gib = None if fake else device_gib()
     records, not_fitting = [], []
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
     from dpbench.claims.c9.rehearsal import DEADLINE_ENV, TIMEOUT_ENV
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            DEADLINE_ENV: str(started + budget_s), TIMEOUT_ENV: os.environ.get(TIMEOUT_ENV, "120")}
-    if part == "1" and not ranks_list:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
+    if part == "1" and not ranks_list and not fake:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
         records.append(launched_run(work, tiny, env))
     for ranks in ranks_list or PARTS[part]:
         if tiny and ranks > 2:
@@ -123,8 +126,9 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
         plan_file.write_text(json.dumps(cases))
         lines.unlink(missing_ok=True)
         t = time.time()
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-               "-m", "dpbench.claims.c9.rehearsal", "--plan", str(plan_file), "--out", str(lines)]
+        cmd = ([sys.executable, "-m", "dpbench.claims.c9.fake", "--ranks", str(ranks)] if fake else
+               [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                "-m", "dpbench.claims.c9.rehearsal"]) + ["--plan", str(plan_file), "--out", str(lines)]
         # bounded: the budget, plus one case's worst (a collective's timeout), then the whole
         # process group goes (a rank left alive holds its GPU memory for whatever runs next)
         limit = max(60.0, started + budget_s + LAUNCH_GRACE_S - time.time())
@@ -288,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only these N (no launcher run): the N a part did not reach, in a call of their own")
     ap.add_argument("--variants", nargs="+", choices=[v[0] for v in VARIANTS], help="only these cases' variants")
     ap.add_argument("--work", type=Path, default=Path("/tmp/rehearse-work"), help="runs, tables and figures")
+    ap.add_argument("--fake", action="store_true",
+                    help="on fake tensors, one process per N as its rank 0: memory by phase and kind, no budget")
     args = ap.parse_args(argv)
     if not (args.part or args.ranks) and not args.combine:
         ap.error("give --part, --ranks or --combine")
@@ -302,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = {k: {**SIZES, **MORE}[k] for k in args.sizes} if args.sizes else None
         ranks = tuple(args.ranks) if args.ranks else None
         records = run_part(args.part or "1", work, args.tiny, args.budget_s, sizes, ranks,
-                           tuple(args.variants) if args.variants else None)
+                           tuple(args.variants) if args.variants else None, fake=args.fake)
         not_fitting = json.loads((work / "not_fitting.json").read_text())
         tag = f"part{args.part}" if not ranks else "n" + "-".join(map(str, ranks))
     md = analyse(records, work, not_fitting)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -61,7 +62,9 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     checkpointing, compile, fully_shard; the Variant checkpointed them already)."""
     own = options.fsdp
     shape = mesh_shape(variant, world, own.shard_size if own else None)
-    mesh = init_device_mesh(device.type, shape, mesh_dim_names=variants.spec(variant).mesh)
+    # made outside FakeTensorMode where one is on (claims.c9.fake): the mesh reads its ranks' values
+    with unset_fake_temporarily():
+        mesh = init_device_mesh(device.type, shape, mesh_dim_names=variants.spec(variant).mesh)
     policy = (MixedPrecisionPolicy(param_dtype=options.param_dtype, reduce_dtype=torch.float32)
               if options.param_dtype is not None else MixedPrecisionPolicy())
     kwargs = {"mesh": mesh, "reshard_after_forward": own.reshard_after_forward if own else True, "mp_policy": policy}
