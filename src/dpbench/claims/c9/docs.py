@@ -90,6 +90,10 @@ CPU_PARTS_MADE_ON = tuple((f"cpu-tracker-{PARTS_RULE}", f"n{n}-wide4-fsdp.tar.gz
 CPU_PARTS_BLIND = (*((f"cpu-tracker-{PARTS_RULE}", f"n{n}-12m-42m-fsdp.tar.gz") for n in (1, 2, 4, 8)),
                    *((f"cpu-tracker-{PARTS_RULE}", f"n{n}-235m-fsdp.tar.gz") for n in (1, 4, 8)))
 CPU_PARTS_1B = ((f"cpu-tracker-{PARTS_RULE}", "n1-1b-fsdp.tar.gz"),)
+# The same family on fake tensors (claims.c9.fake: rank 0 of N, no memory behind it) at N = 1, 2,
+# 4, 8, 11.7M to 1.97B: beside the gloo ranks' tracker and the GPU's allocator, and the one-rank
+# case, parts marked, of the size no machine here holds (1.97B)
+FAKE = (("cpu-fake-567a31c", "n1-2-4-8-fake.tar.gz"),)
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -519,8 +523,11 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     blind = {launch_name(*launch) for launch in CPU_START_BLIND}
     fsdp = [r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
     ones = {r["size"]: ("CPU tracker", r) for r in fsdp if int(r["gpus"]) == 1}
-    # the newest one-rank cases, each unit's part marked (the model as it stands)
+    # the newest one-rank cases, each unit's part marked (the model as it stands); on fake tensors
+    # where no machine here holds the size's one rank
     ones |= {r["size"]: ("CPU tracker", r) for r in ok_cases(ref, CPU_PARTS_BLIND + CPU_PARTS_1B) if int(r["gpus"]) == 1}
+    for r in fake_fsdp_ones(ref):
+        ones.setdefault(r["size"], ("fake tensors", r))
     cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
@@ -666,6 +673,100 @@ def rehearsal_late_peak_in_blocks(ref: Path) -> str:
             + f"\n\n(`{CPU_WIDE[0][0]}`, [its README](../results/reference/{CPU_WIDE[0][0]}/README.md))")
 
 
+def fake_fsdp_ones(ref: Path) -> list[dict[str, Any]]:
+    """The fake-tensor launch's fsdp (resharding) one-rank cases."""
+    return [r for r in ok_cases(ref, FAKE) if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"]
+
+
+@cache
+def fake_rows(ref: Path) -> list[dict[str, Any]]:
+    """Each case rehearsed both on fake tensors (FAKE) and on a GPU (the combined launches) or on
+    gloo ranks of the CPU with the tracker (the CPU_PARTS references): rank 0's activation peak,
+    its step's start and its backward's later peak, each side (MiB; the later peak above the
+    step's start, where both marked it)."""
+    fake = {rehearsal.case_key(r): r for r in ok_cases(ref, FAKE)}
+    c = combined(ref)
+    others = [(card_of(r[rehearsal.SOURCE]), made_at(r[rehearsal.SOURCE]), r) for r in c.records
+              if r.get("status") == "ok" and not r.get("launched")]
+    others += [("CPU tracker", f"{commit_of(r[rehearsal.SOURCE])}, CPU tracker", r)
+               for r in ok_cases(ref, CPU_PARTS_MADE_ON + CPU_PARTS_BLIND + CPU_PARTS_1B)]
+    out = []
+    names = size_names(c)
+    for where, made, r in others:
+        if (f := fake.get(rehearsal.case_key(r))) is None:
+            continue
+        a, b = r["memory_components"][0], f["memory_components"][0]
+        late = {k: m["backward_late_peak_mib"] - step_start(m) if "backward_late_peak_mib" in m else None
+                for k, m in (("a", a), ("b", b))}
+        out.append({"model": names.get(str(r["size"])) or text.params(r["parameters"]), "parameters": r["parameters"],
+                    "variant": rehearsal.variant_label(r), "gpus": int(r["gpus"]), "where": where, "made": made,
+                    "activation": a["activation_peak_mib"], "fake_activation": b["activation_peak_mib"],
+                    "start": step_start(a), "fake_start": step_start(b),
+                    "late": late["a"], "fake_late": late["b"],
+                    "parts": a.get("backward_unit_peaks_mib"), "fake_parts": b.get("backward_unit_peaks_mib")})
+    order = {v: i for i, v in enumerate(rehearsal.VARIANT_ORDER)}
+    return sorted(out, key=lambda x: (x["where"] != "CPU tracker", x["parameters"], order.get(x["variant"], 9), x["gpus"]))
+
+
+@query("rehearsal_fake_vs_gloo")
+def rehearsal_fake_vs_gloo(ref: Path) -> str:
+    """Fake tensors beside gloo ranks of the CPU on the cases both ran: the largest difference."""
+    rows = [x for x in fake_rows(ref) if x["where"] == "CPU tracker"]
+    worst = max(abs(x[k] - x[f"fake_{k}"]) for x in rows for k in ("activation", "start", "late"))
+    sizes = ", ".join(dict.fromkeys(x["model"] for x in rows))
+    ns = ", ".join(map(str, sorted({x["gpus"] for x in rows})))
+    apart = [(x, k, v - x["fake_parts"][k]) for x in rows for k, v in x["parts"].items()
+             if abs(v - x["fake_parts"][k]) >= 0.005]
+    if apart:
+        x, k, d = max(apart, key=lambda t: abs(t[2]))
+        below = all(v < max(y["parts"].values()) for y, key, _ in apart for v in [y["parts"][key]])
+        parts = (f"; of their {sum(len(y['parts']) for y in rows)} unit parts {len(apart)} lie apart, the most by "
+                 f"{d:+,.2f} MiB on gloo ({x['model']} at N = {x['gpus']}, in the part of the "
+                 f"{part_name(k, len(x['parts'])).split(' of ')[0]} block the backward runs)"
+                 + (", each below its case's highest part" if below else ""))
+    else:
+        parts = "; so does every unit's part of the backward"
+    return (f"On the {len(rows)} cases both ran (fsdp; {sizes}; N = {ns}), rank 0's activation peak, its "
+            f"step's start and its backward's later peak on fake tensors are the gloo ranks' within "
+            f"{worst:.2f} MiB{parts}")
+
+
+@query("rehearsal_fake_vs_gpu")
+def rehearsal_fake_vs_gpu(ref: Path) -> str:
+    """fake_rows on a GPU as a table: rank 0's activation peak, step's start and later backward peak."""
+    def later(x):
+        return "–" if x["late"] is None or x["fake_late"] is None else \
+            f"{x['late']:,.1f} / {x['fake_late']:,.1f} ({x['late'] - x['fake_late']:+,.1f})"
+    body = [[x["model"], x["variant"], x["gpus"], x["made"],
+             f"{x['activation']:,.1f} / {x['fake_activation']:,.1f} ({x['activation'] - x['fake_activation']:+,.1f})",
+             f"{x['start'] - x['fake_start']:+,.1f}", later(x)]
+            for x in fake_rows(ref) if x["where"] != "CPU tracker"]
+    return (md_table(["model", "variant", "N", "commit, GPU", "activation peak, GPU / fake (MiB)",
+                      "step's start, GPU less fake", "backward's later peak above the start, GPU / fake"], body)
+            + f"\n\n(`{FAKE[0][0]}`, [its README](../results/reference/{FAKE[0][0]}/README.md))")
+
+
+@query("rehearsal_fake_vs_gpu_summary")
+def rehearsal_fake_vs_gpu_summary(ref: Path) -> str:
+    """The GPU's activation peaks against fake tensors': the largest difference, absolute and
+    relative, and the range of the state's offset."""
+    rows = [x for x in fake_rows(ref) if x["where"] != "CPU tracker"]
+    worst = max(rows, key=lambda x: abs(x["activation"] - x["fake_activation"]))
+    rel = max(rows, key=lambda x: abs(x["activation"] / x["fake_activation"] - 1))
+    offsets = [x["start"] - x["fake_start"] for x in rows]
+    marked = [x for x in rows if x["late"] is not None and x["fake_late"] is not None]
+    above = max(marked, key=lambda x: x["late"] - x["fake_late"])
+    close = [x for x in marked if abs(x["late"] - x["fake_late"]) <= 1.0]
+    named = ", ".join(f"{x['model']} N = {x['gpus']}" for x in close)
+    return (f"On the {len(rows)} cases a GPU and fake tensors both ran, the GPU's activation peak is fake "
+            f"tensors' within {abs(worst['activation'] - worst['fake_activation']):,.1f} MiB ({worst['model']} "
+            f"{worst['variant']} at N = {worst['gpus']}), {_percent(abs(rel['activation'] / rel['fake_activation'] - 1)).lstrip('+')} "
+            f"at most. Where the GPU marked its backward's later peak ({len(marked)} cases) it is fake tensors' "
+            f"within 1 MiB in {len(close)} ({named}) and above "
+            f"them in the others, by up to {above['late'] - above['fake_late']:,.1f} MiB ({above['model']} at "
+            f"N = {above['gpus']}). The GPU's step starts {min(offsets):,.1f}-{max(offsets):,.1f} MiB higher")
+
+
 def without_parts(rec: dict[str, Any]) -> dict[str, Any]:
     """A record as one made before each unit's part was marked: the older rule's input."""
     return {**rec, "memory_components": [{k: v for k, v in m.items() if k != "backward_unit_peaks_mib"}
@@ -691,16 +792,22 @@ def unit_part_rows(ref: Path) -> list[dict[str, Any]]:
     ranks' mean), measured and as the model predicts it from its size's one-rank case with each
     unit's part marked, beside the older rule (the same case, parts unmarked); the part holding
     it, measured and the model's (rank 0). The GPU's 1.08B rows are predicted from the CPU
-    tracker's one-rank case (its one-rank peaks are the GPU's)."""
+    tracker's one-rank case (its one-rank peaks are the GPU's), 1.97B's from the one-rank case on
+    fake tensors (FAKE: no machine here holds one rank of it)."""
     made_on, blind, one_1b = (ok_cases(ref, launches) for launches in (CPU_PARTS_MADE_ON, CPU_PARTS_BLIND, CPU_PARTS_1B))
-    ones = {r["size"]: r for r in made_on + blind + one_1b if int(r["gpus"]) == 1}
+    ones = {r["size"]: ("CPU tracker", r) for r in made_on + blind + one_1b if int(r["gpus"]) == 1}
+    gpu_sizes = {r["size"] for r in one_1b}
+    for r in fake_fsdp_ones(ref):   # a size no machine here holds one rank of
+        if r["size"] not in ones:
+            ones[r["size"]] = ("fake tensors", r)
+            gpu_sizes.add(r["size"])
     cases = [("CPU tracker", r, r in blind) for r in made_on + blind if int(r["gpus"]) > 1]
     c = combined(ref)
-    cases += [(card_of(r[rehearsal.SOURCE]), r, False) for size in {r["size"] for r in one_1b}
+    cases += [(card_of(r[rehearsal.SOURCE]), r, False) for size in sorted(gpu_sizes)
               for n, r in gpu_fsdp_by_n(c, size).items() if n > 1 and "zero_grad_end_mib" in r["memory_components"][0]]
     out = []
     for where, r, is_blind in cases:   # one at a time: run ids repeat across machines
-        one, m = ones[r["size"]], r["memory_components"][0]
+        (one_where, one), m = ones[r["size"]], r["memory_components"][0]
         rows = predicted_by_run([one, r])[r["run_id"]]
         model = model_above_start(rows, ("backward_late",))["backward_late"]
         older = model_above_start(predicted_by_run([without_parts(one), r])[r["run_id"]], ("backward_late",))["backward_late"]
@@ -711,7 +818,7 @@ def unit_part_rows(ref: Path) -> list[dict[str, Any]]:
         measured = sum(x["backward_late_peak_mib"] - step_start(x) for x in r["memory_components"]) / len(r["memory_components"])
         out.append({"model": text.params(r["parameters"]), "parameters": r["parameters"], "where": where,
                     "blind": is_blind, "gpus": int(r["gpus"]), "commit": commit_of(r[rehearsal.SOURCE]),
-                    "one_rank": f"CPU tracker, {commit_of(one[rehearsal.SOURCE])}", "measured": measured,
+                    "one_rank": f"{one_where}, {commit_of(one[rehearsal.SOURCE])}", "measured": measured,
                     "model_late": model, "error": measured / model - 1, "older": older, "older_error": measured / older - 1,
                     "part": part_name(highest_part(measured_parts), units) if measured_parts["end"] is not None
                     else "not recorded",
@@ -753,13 +860,18 @@ def rehearsal_unit_parts_verdict(ref: Path) -> str:
         older = max(blind, key=lambda x: abs(x["older_error"]))
         out.append(f"Without the parts the same rows lie up to {_percent(older['older_error'])} from the model "
                    f"({older['model']} at N = {older['gpus']}).")
-    for x in rows:
-        if x["where"] != "CPU tracker" and abs(x["older_error"]) > TOLERANCE:
-            out.append(f"On the {x['where']}, {x['model']} at N = {x['gpus']} ({x['commit']}; its records mark no "
-                       f"parts, and its one-rank peaks are the CPU tracker's) lies {_percent(x['error'])} from the "
-                       f"model, part by part, against {_percent(x['older_error'])} without the parts: "
-                       f"{x['measured'] - x['model_late']:,.1f} MiB above it, less than one block "
-                       f"({x['block']:,.1f} MiB, as large as gloo's GPU copy of a collective's buffer).")
+    gpu = [x for x in rows if x["where"] != "CPU tracker" and abs(x["older_error"]) > TOLERANCE]
+    if gpu:
+        each = "; ".join(f"{x['model']} at N = {x['gpus']} ({x['where']}, {x['commit']}) {_percent(x['error'])}, "
+                         f"{_percent(x['older_error'])} without the parts" for x in gpu)
+        over = [x["measured"] - x["model_late"] for x in gpu]
+        blocks = [x["block"] for x in gpu]
+        where = {"CPU tracker": "of the CPU tracker", "fake tensors": "on fake tensors"}
+        sources = " and ".join(dict.fromkeys(f"{where.get(x['one_rank'].split(',')[0], x['one_rank'])} ({x['model']})"
+                                             for x in gpu))
+        out.append(f"On the GPU, whose records mark no parts, predicted from the one-rank cases {sources}: {each}. "
+                   f"Each lies above the model by {min(over):,.1f}-{max(over):,.1f} MiB, less than one block "
+                   f"({min(blocks):,.1f}-{max(blocks):,.1f} MiB, as large as gloo's GPU copy of a collective's buffer).")
     return " ".join(out)
 
 
