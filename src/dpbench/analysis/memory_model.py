@@ -271,8 +271,8 @@ def gradients_at_backward_peak(row: Mapping[str, Any], phase: str = "backward") 
 
 
 def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, kept: float) -> dict[str, float]:
-    """fsdp's backward part by part where `ref` (a one-rank row) marked each unit's compute's end
-    (run.components.BACKWARD_UNIT: `backward_unit_peaks_mib` by the unit's index in fully_shard's
+    """fsdp's backward part by part where `ref` (a one-rank row) marked where each unit's part ends
+    (run.components.BACKWARD_UNIT, after its post-backward: `backward_unit_peaks_mib` by the unit's index in fully_shard's
     order, the root last, and `backward_end_part_peak_mib`, the root's part), MiB above the step's
     start at this N: ref's, plus the gradients this N frees less than ref (`freed`) for the share
     not yet written, plus, in a unit's part, the all-gather output of the unit the backward

@@ -193,7 +193,7 @@ class PhasePeaks:
             mib[f"{BACKWARD_START}_peak_mib"] = self.peaks[BACKWARD_START] / MIB
             mib["backward_late_peak_mib"] = max([self.peaks["backward"], *(v for _, v in units)]) / MIB
         if units:
-            # each unit's part: from the unit before it (or the backward's start) to its compute's end
+            # each unit's part: from the unit before it (or the backward's start) to its post-backward's end
             mib["backward_unit_peaks_mib"] = {str(i): v / MIB for i, v in units}
             mib["backward_end_part_peak_mib"] = self.peaks["backward"] / MIB
         activations = max(forward, backward) - self.start
