@@ -377,6 +377,27 @@ def test_fake_tensors_hold_the_gloo_ranks_peaks_and_the_gpus_activation_peak():
         assert q(REF) in page
 
 
+def test_on_fake_tensors_the_model_holds_fsdp_and_hsdp_and_overshoots_keeping_large_units():
+    """cpu-fake-567a31c's cases from N = 2 against the model from their one-rank cases: fsdp and
+    hsdp within 1.5% at every size to 1.97B and N = 8; fsdp without resharding above the measured
+    peak everywhere it misses, beyond 5% only on 1.08B's units on 4 blocks, where the excess is the
+    units the model adds at the backward's end, which the keeping rank holds no more of there."""
+    table = [m for m in rehearsal.memory_table(docs.ok_cases(REF, docs.FAKE))
+             if m["component"] == "activation_peak" and m["gpus"] > 1]
+    for m in table:
+        if m["variant"] in ("fsdp", "hsdp"):
+            assert abs(m["relative_difference"]) < 0.015, m
+        else:
+            assert m["variant"] == "fsdp-keep" and m["relative_difference"] <= 0.001, m
+    assert {(m["size"], m["gpus"]) for m in table if abs(m["relative_difference"]) > M.TOLERANCE} == \
+        {("2048x4", n) for n in (2, 4, 8)}
+    recs = {(r["size"], rehearsal.variant_label(r), r["gpus"]): r for r in docs.ok_cases(REF, docs.FAKE)}
+    one, keep = (recs[("2048x4", v, n)]["memory_components"][0] for v, n in (("fsdp", 1), ("fsdp-keep", 2)))
+    assert one["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(one["unit_mib"][-1], abs=0.01)
+    assert keep["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(keep["unit_mib"][-1], abs=0.01)
+    assert docs.rehearsal_model_vs_fake(REF) in PAGE.read_text()
+
+
 def test_the_card_changes_no_allocation_and_gloo_copies_a_whole_buffer_per_gather_and_reduce_scatter():
     """The cases run on both cards at the same torch (h200-rehearsal-a7dce61, h100-rehearsal-1307c9b)
     allocate the same to 0.5 MiB on every rank, 1.08B's reserving the same too; gloo's probe on the

@@ -767,6 +767,28 @@ def rehearsal_fake_vs_gpu_summary(ref: Path) -> str:
             f"N = {above['gpus']}). The GPU's step starts {min(offsets):,.1f}-{max(offsets):,.1f} MiB higher")
 
 
+@query("rehearsal_model_vs_fake")
+def rehearsal_model_vs_fake(ref: Path) -> str:
+    """The memory model's activation peak on fake tensors' cases from N = 2, each predicted from
+    its size's one-rank case there (fsdp's: one rank shards nothing), per variant: the largest
+    error and where; a variant beyond the tolerance names its misses."""
+    table = [m for m in rehearsal.memory_table(ok_cases(ref, FAKE))
+             if m["component"] == "activation_peak" and m["gpus"] > 1 and m["relative_difference"] is not None]
+    names = {r["size"]: text.params(r["parameters"]) for r in ok_cases(ref, FAKE)}
+    out = []
+    for variant in dict.fromkeys(m["variant"] for m in table):
+        mine = [m for m in table if m["variant"] == variant]
+        worst = max(mine, key=lambda m: abs(m["relative_difference"]))
+        misses = [m for m in mine if abs(m["relative_difference"]) > TOLERANCE]
+        line = (f"{variant}: within {_percent(abs(worst['relative_difference'])).lstrip('+')} of all {len(mine)} "
+                f"(the most at {names[worst['size']]}, N = {worst['gpus']})")
+        if misses:
+            line += "; beyond 5%: " + ", ".join(f"{names[m['size']]} N = {m['gpus']} {_percent(m['relative_difference'])}"
+                                                for m in misses)
+        out.append(line)
+    return "; ".join(out)
+
+
 def without_parts(rec: dict[str, Any]) -> dict[str, Any]:
     """A record as one made before each unit's part was marked: the older rule's input."""
     return {**rec, "memory_components": [{k: v for k, v in m.items() if k != "backward_unit_peaks_mib"}
