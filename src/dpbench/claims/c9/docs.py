@@ -523,11 +523,7 @@ def backward_start_rows(ref: Path) -> list[dict[str, Any]]:
     blind = {launch_name(*launch) for launch in CPU_START_BLIND}
     fsdp = [r for r in ok_cases(ref, CPU_START + CPU_START_BLIND) if rehearsal.variant_label(r) == "fsdp"]
     ones = {r["size"]: ("CPU tracker", r) for r in fsdp if int(r["gpus"]) == 1}
-    # the newest one-rank cases, each unit's part marked (the model as it stands); on fake tensors
-    # where no machine here holds the size's one rank
-    ones |= {r["size"]: ("CPU tracker", r) for r in ok_cases(ref, CPU_PARTS_BLIND + CPU_PARTS_1B) if int(r["gpus"]) == 1}
-    for r in fake_fsdp_ones(ref):
-        ones.setdefault(r["size"], ("fake tensors", r))
+    ones |= parts_ones(ref)   # the newest, each unit's part marked (the model as it stands)
     cases = [("CPU tracker", r) for r in fsdp if int(r["gpus"]) > 1]
     cases += [("CPU tracker", r) for r in ok_cases(ref, CPU_RISE)]
     c = combined(ref)
@@ -673,9 +669,16 @@ def rehearsal_late_peak_in_blocks(ref: Path) -> str:
             + f"\n\n(`{CPU_WIDE[0][0]}`, [its README](../results/reference/{CPU_WIDE[0][0]}/README.md))")
 
 
-def fake_fsdp_ones(ref: Path) -> list[dict[str, Any]]:
-    """The fake-tensor launch's fsdp (resharding) one-rank cases."""
-    return [r for r in ok_cases(ref, FAKE) if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"]
+def parts_ones(ref: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per size, the newest fsdp (resharding) one-rank case with each unit's part marked, and where
+    it ran: the CPU tracker's (CPU_PARTS_*), else fake tensors' (FAKE), where no machine here holds
+    one rank of the size."""
+    ones = {r["size"]: ("CPU tracker", r) for r in ok_cases(ref, CPU_PARTS_MADE_ON + CPU_PARTS_BLIND + CPU_PARTS_1B)
+            if int(r["gpus"]) == 1}
+    for r in ok_cases(ref, FAKE):
+        if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp":
+            ones.setdefault(r["size"], ("fake tensors", r))
+    return ones
 
 
 @cache
@@ -816,14 +819,12 @@ def unit_part_rows(ref: Path) -> list[dict[str, Any]]:
     it, measured and the model's (rank 0). The GPU's 1.08B rows are predicted from the CPU
     tracker's one-rank case (its one-rank peaks are the GPU's), 1.97B's from the one-rank case on
     fake tensors (FAKE: no machine here holds one rank of it)."""
-    made_on, blind, one_1b = (ok_cases(ref, launches) for launches in (CPU_PARTS_MADE_ON, CPU_PARTS_BLIND, CPU_PARTS_1B))
-    ones = {r["size"]: ("CPU tracker", r) for r in made_on + blind + one_1b if int(r["gpus"]) == 1}
-    gpu_sizes = {r["size"] for r in one_1b}
-    for r in fake_fsdp_ones(ref):   # a size no machine here holds one rank of
-        if r["size"] not in ones:
-            ones[r["size"]] = ("fake tensors", r)
-            gpu_sizes.add(r["size"])
-    cases = [("CPU tracker", r, r in blind) for r in made_on + blind if int(r["gpus"]) > 1]
+    made_on, blind = ok_cases(ref, CPU_PARTS_MADE_ON), ok_cases(ref, CPU_PARTS_BLIND)
+    ones = parts_ones(ref)
+    # the GPU's rows of 1.08B (the CPU tracker's one-rank case) and of the sizes only fake tensors hold
+    gpu_sizes = {r["size"] for r in ok_cases(ref, CPU_PARTS_1B)} | {s for s, (w, _) in ones.items() if w == "fake tensors"}
+    cases = [("CPU tracker", r, False) for r in made_on if int(r["gpus"]) > 1]
+    cases += [("CPU tracker", r, True) for r in blind if int(r["gpus"]) > 1]
     c = combined(ref)
     cases += [(card_of(r[rehearsal.SOURCE]), r, False) for size in sorted(gpu_sizes)
               for n, r in gpu_fsdp_by_n(c, size).items() if n > 1 and "zero_grad_end_mib" in r["memory_components"][0]]

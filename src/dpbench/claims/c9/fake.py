@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from dpbench.claims.c9.rehearsal import case_options, failed_case, run_config
+from dpbench.claims.c9.rehearsal import case_record, failed_case, run_config
 from dpbench.plan import variants
 from dpbench.run import components, engine
 from dpbench.run.step import train_step
@@ -68,10 +68,7 @@ def run_fake_case(case: dict[str, Any], world: int) -> dict[str, Any]:
         return {**failed_case(case, world, f"{type(exc).__name__}: {exc}"[:500]), "fake": True}
     finally:
         dist.destroy_process_group()
-    return {"run_id": f"{case['name']}-g{world}", "variant": cfg.variant, "gpus": world, "repeat": 0,
-            "options": case_options(case), "config": cfg.to_dict(), "launch": {"nodes": 1},
-            "parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"], "case": case["name"],
-            "size": f"{case['args']['width']}x{case['args']['layers']}", "fake": True,
+    return {**case_record(case, cfg, sizes, world), "fake": True,
             "memory_components": [dict(row, device=0)], "collectives": collectives,
             "search_skipped": NO_SEARCH if case.get("budgets") else None,
             "status": "ok", "reason": "", "wall_s": time.perf_counter() - started}

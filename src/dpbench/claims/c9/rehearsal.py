@@ -168,14 +168,19 @@ def case_options(case: dict[str, Any]) -> dict[str, Any]:
             "per_gpu_batch": case["batch"], **case.get("options", {})}
 
 
+def case_record(case: dict[str, Any], cfg, sizes: dict[str, Any], world: int) -> dict[str, Any]:
+    """A case's record as it starts: its identity, config and model size (claims.c9.fake's too)."""
+    return {"run_id": f"{case['name']}-g{world}", "variant": cfg.variant, "gpus": world, "repeat": 0,
+            "options": case_options(case), "config": cfg.to_dict(), "launch": {"nodes": 1},
+            "parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"],
+            "case": case["name"], "size": f"{case['args']['width']}x{case['args']['layers']}"}
+
+
 def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, Any]:
     cfg = run_config(case, world, case["batch"])
     spec = engine.build_workload(cfg)
     sizes = spec.sizes()
-    rec: dict[str, Any] = {"run_id": f"{case['name']}-g{world}", "variant": cfg.variant, "gpus": world, "repeat": 0,
-                           "options": case_options(case), "config": cfg.to_dict(), "launch": {"nodes": 1},
-                           "parameters": sizes["parameters"], "param_bytes": sizes["parameter_bytes"],
-                           "case": case["name"], "size": f"{case['args']['width']}x{case['args']['layers']}"}
+    rec = case_record(case, cfg, sizes, world)
     s = setting_of(rec)
     here = -(-world // torch.cuda.device_count()) if device.type == "cuda" else 1
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
