@@ -186,6 +186,36 @@ def test_marked_unit_parts_rise_by_the_gradients_not_yet_written_and_hold_the_ne
     assert M.unit_parts_above_start({k: v for k, v in one.items() if k != "unit_mib"}, 300.0, 75.0, 10.0) == {}
 
 
+def test_without_resharding_the_model_adds_what_a_rank_keeps_at_each_moment():
+    # one resharding rank: units 0..2 of 20 MiB and the root of 40 (fp32: 100 in all), start 300;
+    # the model's forward peaks at 880, the loss at 900, the backward's start at 500, its parts as above
+    one = peak_row("fsdp", 1, 900.0, 985.0, 300.0, 100.0, backward_start_peak_mib=500.0,
+                   backward_late_peak_mib=985.0, unit_mib=[20.0, 20.0, 20.0, 40.0],
+                   backward_unit_peaks_mib={"0": 800.0, "1": 950.0, "2": 600.0}, backward_end_part_peak_mib=985.0,
+                   model_forward_peak_mib=880.0, loss_peak_mib=900.0, predicted_parameters_mib=100.0)
+    # four ranks keeping every unit (100 held), each gathering the forward's last unit (20) once
+    four = peak_row("fsdp", 4, 0, 0, 0, 25.0, held=100.0, predicted_parameters_mib=25.0)
+    got = M.predicted_peaks(four, one)
+    assert got["forward_above_start_mib"] == 600.0 + 100.0     # the loss: every unit and the root
+    # the backward's start: every unit and the root but the root one rank held there (no kinds:
+    # assumed), the unit a resharding rank gathers first no more; freed 75
+    assert got["backward_start_above_start_mib"] == 200.0 + 75.0 + 60.0
+    # a unit's part: the units before it, still whole, in place of the prefetched next one
+    assert [got[f"backward_part_{k}_above_start_mib"] for k in ("2", "1", "0", "end")] == pytest.approx(
+        [300.0 + 75.0 + 40.0, 650.0 + 60.0 + 20.0, 500.0 + 45.0, 685.0 + 30.0])
+    assert got["activation_peak_mib"] == pytest.approx(730.0)
+    # counted by kind: the model's forward held the root alone (its last unit already resharded),
+    # the backward's start none of them
+    counted = dict(one, loss_peak_mib=700.0, model_forward_peak_by_kind_mib={"Unsharded Param": 40.0},
+                   backward_start_peak_by_kind_mib={"Temp": 5.0})
+    got = M.predicted_peaks(four, counted)
+    assert got["forward_above_start_mib"] == 580.0 + 20.0 + 60.0   # its units, the last one's gather kept
+    assert got["backward_start_above_start_mib"] == 200.0 + 75.0 + 100.0
+    # older rows (no unit sizes): every unit added to every peak, the root counted twice
+    older = {k: v for k, v in one.items() if k != "unit_mib"}
+    assert M.predicted_peaks(four, older)["activation_peak_mib"] == 685.0 + 100.0
+
+
 def test_reserved_follows_the_predicted_peak_and_the_state_saved():
     one = peak_row("fsdp", 1, 900.0, 1000.0, 300.0, 100.0, reserved_peak_mib=1200.0, predicted_state_mib=300.0)
     four = peak_row("fsdp", 4, 0, 0, 0, 25.0, predicted_state_mib=75.0)

@@ -40,6 +40,15 @@ at a phase's peak differs:
     output (unit_parts_above_start): from N = 4 at 1.08B's units the highest part lies inside
     the units, which no part one rank holds shows. An older row, one backward peak: a share as above, none where it lies past the
     level the forward ended at (as at the transformer's loss), else all;
+  - without resharding (fsdp-keep), where one rank's row lists its units (`unit_mib`), what a
+    rank keeps beyond a resharding rank, moment by moment (kept_units): each unit stays whole
+    from its forward to its post-backward, the root through the loss, which a resharding rank
+    reshards as its forward ends; so at the loss (`loss_peak_mib`, marked apart) every unit
+    and the root, inside the model's forward every unit but those one rank held there (by
+    kind, else the root and the last unit), as the last unit gathers every unit before it, at
+    the backward's start every unit and the root less what one rank held there (it gathers
+    none), in a unit's part the units the backward has not reached, in the root's none.
+    Older rows (no unit sizes): every unit added to every peak, an upper bound (the root twice);
   - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
@@ -270,7 +279,48 @@ def gradients_at_backward_peak(row: Mapping[str, Any], phase: str = "backward") 
     return min(1.0, sum(float(kinds.get(k) or 0.0) for k in GRADIENT_KINDS) / gradients)
 
 
-def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, kept: float) -> dict[str, float]:
+@dataclass(frozen=True)
+class KeptUnits:
+    """Without resharding: the units a rank keeps unsharded from the forward through the backward,
+    from ref's unit sizes (`unit_mib`, the root last) in the compute dtype, MiB."""
+    sizes: tuple[float, ...]     # every unit but the root, in fully_shard's order
+    root: float
+
+    @property
+    def all(self) -> float:
+        return sum(self.sizes)
+
+    @property
+    def last(self) -> float:
+        return self.sizes[-1] if self.sizes else 0.0
+
+    def before(self, i: int) -> float:
+        """The units the forward ran before unit i: in unit i's part of the backward still unsharded."""
+        return sum(self.sizes[:i])
+
+
+def kept_units(row: Mapping[str, Any], ref: Mapping[str, Any]) -> KeptUnits | None:
+    """A row that keeps every unit unsharded (fsdp or hsdp without resharding: its held_at_peak
+    beyond ref's) where ref lists its units' sizes (runs from 56c1f32 on); None otherwise."""
+    extra = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
+    sizes = ref.get("unit_mib")
+    if extra <= 0 or not isinstance(sizes, list) or len(sizes) < 2 or sum(sizes) <= 0:
+        return None
+    dtype = extra / sum(sizes)   # the compute dtype's bytes over the stored ones
+    return KeptUnits(tuple(dtype * float(u) for u in sizes[:-1]), dtype * float(sizes[-1]))
+
+
+def held_by_ref(ref: Mapping[str, Any], keep: KeptUnits, phase: str, otherwise: float) -> float:
+    """The unsharded parameters (units and root) a one-rank row held at a phase's peak, MiB: by
+    kind where the CPU's tracker counted it, else `otherwise`."""
+    kinds = ref.get(f"{phase}_peak_by_kind_mib")
+    if isinstance(kinds, Mapping) and kinds:   # a kind not held is left out
+        return min(keep.all + keep.root, float(kinds.get("Unsharded Param") or 0.0))
+    return otherwise
+
+
+def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, kept: float,
+                           keep: KeptUnits | None = None) -> dict[str, float]:
     """fsdp's backward part by part where `ref` (a one-rank row) marked where each unit's part ends
     (run.components.BACKWARD_UNIT, after its post-backward: `backward_unit_peaks_mib` by the unit's index in fully_shard's
     order, the root last, and `backward_end_part_peak_mib`, the root's part), MiB above the step's
@@ -281,7 +331,9 @@ def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, k
     that unit's size; the first unit has none after it. A unit's part ends with its post-backward,
     which writes its gradient shard: in a unit's part the gradients of the units after it (but
     the root) are written, in the root's part every unit's but the root's (`unit_mib`, each
-    unit's own parameters as stored). {} where ref marked no units."""
+    unit's own parameters as stored). Without resharding (`keep`), a unit's part holds every unit
+    the backward has not reached yet unsharded, kept from the forward, and gathers none: the
+    units before it in fully_shard's order in place of the prefetched one. {} where ref marked no units."""
     peaks, sizes = ref.get("backward_unit_peaks_mib"), ref.get("unit_mib")
     if not isinstance(peaks, Mapping) or not peaks or not isinstance(sizes, list) or not sizes \
             or not is_number(ref.get("backward_end_part_peak_mib")):
@@ -292,7 +344,9 @@ def unit_parts_above_start(ref: Mapping[str, Any], start: float, freed: float, k
 
     def prefetched(i: int) -> float:   # the next unit's all-gather output, in the compute dtype
         return kept * sizes[i - 1] / last if i >= 1 and last > 0 else 0.0
-    out = {key: peak - start + (1.0 - sum(sizes[int(key) + 1:-1]) / total) * freed + prefetched(int(key))
+    def held(i: int) -> float:   # what this N holds in unit i's part beyond ref's
+        return keep.before(i) if keep is not None else prefetched(i)
+    out = {key: peak - start + (1.0 - sum(sizes[int(key) + 1:-1]) / total) * freed + held(int(key))
            for key, peak in peaks.items()}
     out["end"] = ref["backward_end_part_peak_mib"] - start + (sizes[-1] / total) * freed
     return out
@@ -319,22 +373,38 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
     start = step_start(ref)
     if start is None or not all(is_number(ref.get(k)) for k in ("forward_peak_mib", "backward_peak_mib")):
         return None
-    forward, parts = ref["forward_peak_mib"] - start, {}
+    parts: dict[str, float] = {}
     freed = _number(ref, "predicted_gradients_mib") - _number(row, "predicted_gradients_mib")
     # the unit FSDP2 gathers last in the forward, which this N keeps beyond ref's; the backward
     # gathers it first, as its root's pre-backward prefetches it
     kept = _number(row, "predicted_gather_kept_mib") - _number(ref, "predicted_gather_kept_mib")
+    # without resharding, where ref lists its units: what this N keeps unsharded beyond a
+    # resharding rank at each moment (KeptUnits), in place of every unit added to every peak
+    keep, held = kept_units(row, ref), 0.0
+    if keep is not None:
+        # it gathers the forward's last unit as a resharding rank does (sharded: fewer parameters than ref)
+        kept = keep.last if _number(row, "predicted_parameters_mib") < _number(ref, "predicted_parameters_mib") else 0.0
+    else:
+        held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
+    # as the last unit starts, every unit before it; at the loss every unit and the root (a
+    # resharding rank reshards its root as its forward ends: the CPU's tracker, issue 38); at the
+    # backward's start both again, less what ref held unsharded there, and it gathers none (the
+    # unit a resharding rank gathers first is not `kept`)
+    before_last, at_loss = (keep.all - keep.last, keep.all + keep.root) if keep is not None else (0.0, 0.0)
+    at_start = keep.all + keep.root - held_by_ref(ref, keep, "backward_start", keep.root) - kept \
+        if keep is not None else 0.0
     if is_number(ref.get("backward_start_peak_mib")) and is_number(ref.get("backward_late_peak_mib")):
         # ref marked the backward's first gradient: its start (every gradient freed, none written
         # but that one, the unit gathered first held) rises by all the gradients this N frees
         # less than ref does; its later peak by the share not yet written again (counted by kind
         # on the CPU; on a GPU nothing tells, so as it is)
-        early = ref["backward_start_peak_mib"] - start + kept + \
+        early = ref["backward_start_peak_mib"] - start + kept + at_start + \
             (1.0 - (gradients_at_backward_peak(ref, "backward_start") or 0.0)) * freed
         late_share = gradients_at_backward_peak(ref, "backward_late")
-        late = ref["backward_late_peak_mib"] - start + (1.0 - (1.0 if late_share is None else late_share)) * freed
+        late = ref["backward_late_peak_mib"] - start + at_start + \
+            (1.0 - (1.0 if late_share is None else late_share)) * freed
         parts = {"backward_start_above_start_mib": early}
-        if units := unit_parts_above_start(ref, start, freed, kept):
+        if units := unit_parts_above_start(ref, start, freed, kept, keep):
             # ref marked each unit's part: the later peak is the highest part's at this N (from
             # N = 4 at 1.08B's units a unit's, not the root's: issue 38)
             late = max(units.values())
@@ -350,18 +420,24 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
         regrown = gradients_at_backward_peak(ref)
         if regrown is None:
             regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
-        backward = ref["backward_peak_mib"] - start + (1.0 - regrown) * freed
+        backward = ref["backward_peak_mib"] - start + at_start + (1.0 - regrown) * freed
     # the model's forward (where ref marked it apart from the loss) holds the last unit's
     # all-gather output this N keeps beyond ref's; the loss holds none (it comes after the root)
-    if is_number(ref.get("model_forward_peak_mib")):
-        forward = max(forward, ref["model_forward_peak_mib"] - start + kept)
+    # the loss's own peak where ref marked it apart (loss_peak_mib), else the forward's (at least the loss's)
+    model_forward, loss = ref.get("model_forward_peak_mib"), ref.get("loss_peak_mib")
+    forward = (loss if is_number(loss) else ref["forward_peak_mib"]) - start + at_loss
+    if is_number(model_forward):
+        # every unit the forward ran but the one ref held there too
+        # (by kind, else the root and the forward's last unit: a one-rank forward peaks as its activations grow)
+        inside = keep.all + keep.root - held_by_ref(ref, keep, "model_forward", keep.root + keep.last) \
+            if keep is not None else 0.0
+        forward = max(forward, model_forward - start + kept + inside)
     # as the last unit gathers, before its compute, a resharding rank holds that unit three times
     # over the level ref's forward had reached there: the unit before it kept (as large, for
     # equal units), its all-gather output and its parameters copied out (ref copies them too);
     # the peak where units are large beside a unit's activations (1.08B at batch 1, the CPU)
     if kept > 0 and is_number(ref.get("forward_last_unit_start_mib")):
-        forward = max(forward, ref["forward_last_unit_start_mib"] - start + 3 * kept)
-    held = _number(row, "predicted_held_at_peak_mib") - _number(ref, "predicted_held_at_peak_mib")
+        forward = max(forward, ref["forward_last_unit_start_mib"] - start + 3 * kept + before_last)
     activation = max(forward, backward) + held
     # each phase's too (above the step's start): which one the prediction took, and by how much
     out = {"activation_peak_mib": activation, "forward_above_start_mib": forward + held,

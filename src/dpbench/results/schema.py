@@ -47,7 +47,7 @@ MEMORY_COMPONENT_MEASURED = ["parameters_mib", "gradients_mib", "optimizer_mib",
                              "nvml_process_mib", "forward_end_mib", "zero_grad_end_mib",
                              "model_forward_peak_mib", "forward_last_gather_mib",
                              "forward_last_unit_start_mib", "backward_start_peak_mib",
-                             "backward_late_peak_mib"]
+                             "backward_late_peak_mib", "loss_peak_mib"]
 # what the memory model predicts, each a predicted_<name>_mib column (analysis.memory_model fills them)
 PREDICTED_COMPONENTS = ("parameters", "gradients", "optimizer", "buckets", "state", "unsharded", "largest_unit",
                         "held_at_peak", "gather_kept")

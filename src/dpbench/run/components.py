@@ -189,6 +189,9 @@ class PhasePeaks:
                "step_peak_mib": self.peaks["step"] / MIB}
         if MODEL_FORWARD in self.peaks:
             mib[f"{MODEL_FORWARD}_peak_mib"] = self.peaks[MODEL_FORWARD] / MIB
+            # the rest of the forward phase, the loss's, apart: after the root's forward ends a
+            # rank keeping its units holds every one of them there (memory_model)
+            mib["loss_peak_mib"] = self.peaks["forward"] / MIB
         if BACKWARD_START in self.peaks:
             mib[f"{BACKWARD_START}_peak_mib"] = self.peaks[BACKWARD_START] / MIB
             mib["backward_late_peak_mib"] = max([self.peaks["backward"], *(v for _, v in units)]) / MIB
@@ -210,8 +213,10 @@ class PhasePeaks:
                 by_phase["backward"] = self.kinds[BACKWARD_START]   # the backward's peak was its start
             else:
                 by_phase["backward"] = by_phase["backward_late"]
+        if MODEL_FORWARD in self.peaks and "forward" in self.kinds:
+            by_phase["loss"] = self.kinds["forward"]
         kinds = {f"{p}_peak_by_kind_mib": {k: v / MIB for k, v in by_phase[p].items()}
-                 for p in (*PHASES, MODEL_FORWARD, BACKWARD_START, "backward_late") if p in by_phase}
+                 for p in (*PHASES, MODEL_FORWARD, "loss", BACKWARD_START, "backward_late") if p in by_phase}
         unit_kinds = {k[len(BACKWARD_UNIT):]: {kind: v / MIB for kind, v in by.items()}
                       for k, by in self.kinds.items() if k.startswith(BACKWARD_UNIT)}
         if unit_kinds:

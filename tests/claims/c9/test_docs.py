@@ -377,22 +377,25 @@ def test_fake_tensors_hold_the_gloo_ranks_peaks_and_the_gpus_activation_peak():
         assert q(REF) in page
 
 
-def test_on_fake_tensors_the_model_holds_fsdp_and_hsdp_and_overshoots_keeping_large_units():
+def test_on_fake_tensors_the_model_holds_fsdp_and_hsdp_and_bounds_keeping_units_from_the_forward():
     """cpu-fake-567a31c's cases from N = 2 against the model from their one-rank cases: fsdp and
-    hsdp within 1.5% at every size to 1.97B and N = 8; fsdp without resharding above the measured
-    peak everywhere it misses, beyond 5% only on 1.08B's units on 4 blocks, where the excess is the
-    units the model adds at the backward's end, which the keeping rank holds no more of there."""
+    hsdp within 1.5% at every size to 1.97B and N = 8. fsdp without resharding, modelled moment
+    by moment (memory_model.kept_units): these one-rank cases did not mark the loss apart, so the
+    forward's peak stands for the loss's and the model lies above wherever the loss is not the
+    peak (1.08B, 1.97B and their units on 4 blocks), beyond 5% only on 4 blocks; nowhere below
+    the measured by more than 1%. At one rank's backward end only the root is unsharded, keeping too."""
     table = [m for m in rehearsal.memory_table(docs.ok_cases(REF, docs.FAKE))
              if m["component"] == "activation_peak" and m["gpus"] > 1]
     for m in table:
         if m["variant"] in ("fsdp", "hsdp"):
             assert abs(m["relative_difference"]) < 0.015, m
         else:
-            assert m["variant"] == "fsdp-keep" and m["relative_difference"] <= 0.001, m
+            assert m["variant"] == "fsdp-keep" and m["relative_difference"] <= 0.01, m
     assert {(m["size"], m["gpus"]) for m in table if abs(m["relative_difference"]) > M.TOLERANCE} == \
         {("2048x4", n) for n in (2, 4, 8)}
     recs = {(r["size"], rehearsal.variant_label(r), r["gpus"]): r for r in docs.ok_cases(REF, docs.FAKE)}
     one, keep = (recs[("2048x4", v, n)]["memory_components"][0] for v, n in (("fsdp", 1), ("fsdp-keep", 2)))
+    assert "loss_peak_mib" not in one
     assert one["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(one["unit_mib"][-1], abs=0.01)
     assert keep["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(keep["unit_mib"][-1], abs=0.01)
     assert docs.rehearsal_model_vs_fake(REF) in PAGE.read_text()
