@@ -50,7 +50,8 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     # cases an earlier launch left not started (its time budget) ran in a later one, whose record wins
     for size, gpus, variant in (("1024x16", 8, "hsdp"), ("2048x20", 1, "zero1"), ("2048x20", 1, "fsdp")):
         (r,) = [r for r in c.records if (r["size"], r["gpus"], rehearsal.variant_label(r)) == (size, gpus, variant)]
-        assert (r["status"], r[rehearsal.SOURCE].split("/")[0]) == ("ok", "h100-rehearsal-1307c9b")
+        # (1.08B's fsdp at N = 1 ran again alone at ceb1b88, its backward part by part: the newest wins)
+        assert r["status"] == "ok" and r[rehearsal.SOURCE].split("/")[0] in ("h100-rehearsal-1307c9b", "h100-rehearsal-ceb1b88")
         assert any(x["status"] != "ok" for launch, recs in c.launches.items() if launch.startswith("h200-")
                    for x in recs if (x.get("size"), x.get("gpus"), x.get("variant")) == (size, gpus, variant))
     # 236M at N = 4: ddp failed in 4036c92's launch of every variant and ran to its end at a7dce61,
@@ -377,28 +378,54 @@ def test_fake_tensors_hold_the_gloo_ranks_peaks_and_the_gpus_activation_peak():
         assert q(REF) in page
 
 
-def test_on_fake_tensors_the_model_holds_fsdp_and_hsdp_and_bounds_keeping_units_from_the_forward():
-    """cpu-fake-567a31c's cases from N = 2 against the model from their one-rank cases: fsdp and
-    hsdp within 1.5% at every size to 1.97B and N = 8. fsdp without resharding, modelled moment
-    by moment (memory_model.kept_units): these one-rank cases did not mark the loss apart, so the
-    forward's peak stands for the loss's and the model lies above wherever the loss is not the
-    peak (1.08B, 1.97B and their units on 4 blocks), beyond 5% only on 4 blocks; nowhere below
-    the measured by more than 1%. At one rank's backward end only the root is unsharded, keeping too."""
+def test_on_fake_tensors_the_model_holds_fsdp_and_hsdp_and_keeping_units_but_the_first_part():
+    """The fake cases from N = 2 (cpu-fake-87992f5, the loss marked apart) against the model from
+    their one-rank cases: fsdp and hsdp within 1.5% at every size to 1.97B and N = 8; fsdp
+    without resharding (memory_model.kept_units) beyond 5% only on 1.08B's units on 4 blocks at
+    N = 8, where the backward's first part sets the prediction and the model lies above it. At
+    one rank's loss no parameter is unsharded (its root resharded); a rank keeping its units
+    holds every one there, the root too. The older reference (no loss marked) stands the
+    forward's peak for the loss's: nowhere below the measured by more than 1%."""
     table = [m for m in rehearsal.memory_table(docs.ok_cases(REF, docs.FAKE))
              if m["component"] == "activation_peak" and m["gpus"] > 1]
     for m in table:
         if m["variant"] in ("fsdp", "hsdp"):
             assert abs(m["relative_difference"]) < 0.015, m
-        else:
-            assert m["variant"] == "fsdp-keep" and m["relative_difference"] <= 0.01, m
-    assert {(m["size"], m["gpus"]) for m in table if abs(m["relative_difference"]) > M.TOLERANCE} == \
-        {("2048x4", n) for n in (2, 4, 8)}
+    assert {(m["size"], m["variant"], m["gpus"]) for m in table if abs(m["relative_difference"]) > M.TOLERANCE} == \
+        {("2048x4", "fsdp-keep", 8)}
     recs = {(r["size"], rehearsal.variant_label(r), r["gpus"]): r for r in docs.ok_cases(REF, docs.FAKE)}
-    one, keep = (recs[("2048x4", v, n)]["memory_components"][0] for v, n in (("fsdp", 1), ("fsdp-keep", 2)))
-    assert "loss_peak_mib" not in one
-    assert one["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(one["unit_mib"][-1], abs=0.01)
-    assert keep["backward_end_part_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(keep["unit_mib"][-1], abs=0.01)
+    one, keep = (recs[("2048x4", v, n)]["memory_components"][0] for v, n in (("fsdp", 1), ("fsdp-keep", 8)))
+    assert "Unsharded Param" not in one["loss_peak_by_kind_mib"]
+    assert keep["loss_peak_by_kind_mib"]["Unsharded Param"] == pytest.approx(sum(keep["unit_mib"]), abs=0.01)
+    predicted = [r for r in M.with_references(rehearsal.component_rows(recs[("2048x4", "fsdp", 1)])
+                                              + rehearsal.component_rows(recs[("2048x4", "fsdp-keep", 8)]))
+                 if r["gpus"] == 8][0]
+    first = str(len(keep["unit_mib"]) - 2)
+    assert predicted["predicted_activation_peak_mib"] == predicted[f"predicted_backward_part_{first}_above_start_mib"]
+    assert predicted["predicted_activation_peak_mib"] > keep["activation_peak_mib"]
+    older = [m for m in rehearsal.memory_table(docs.ok_cases(REF, docs.FAKE[:1]))
+             if m["component"] == "activation_peak" and m["gpus"] > 1 and m["variant"] == "fsdp-keep"]
+    assert older and all(m["relative_difference"] <= 0.01 for m in older)
     assert docs.rehearsal_model_vs_fake(REF) in PAGE.read_text()
+
+
+def test_the_rule_for_keeping_units_holds_blind_where_the_older_one_overshot():
+    """On the four shapes the rule was not made on (cpu-fake-87992f5's blind set), fsdp without
+    resharding lies within 5% of the model but at one case, where the model lies above (the
+    backward's first part), and nearer than the older rule (every unit on every peak) in every
+    case; the older rule misses beyond 5% in more cases."""
+    cases = docs.ok_cases(REF, docs.FAKE_KEEP_BLIND)
+    assert len(cases) == 36 and all(r["fake"] for r in cases)
+    def keep_rows(cs):
+        return {(m["size"], m["gpus"]): m["relative_difference"] for m in rehearsal.memory_table(cs)
+                if m["component"] == "activation_peak" and m["gpus"] > 1 and m["variant"] == "fsdp-keep"}
+    now = keep_rows(cases)
+    before = keep_rows([docs.without_units(r) if r["gpus"] == 1 else r for r in cases])
+    assert len(now) == len(before) == 12
+    misses = [k for k, v in now.items() if abs(v) > M.TOLERANCE]
+    assert all(now[k] < 0 for k in misses) and len(misses) < sum(abs(v) > M.TOLERANCE for v in before.values())
+    assert all(abs(now[k]) <= abs(before[k]) + 1e-9 for k in now)
+    assert docs.rehearsal_keep_blind(REF) in PAGE.read_text()
 
 
 def test_the_card_changes_no_allocation_and_gloo_copies_a_whole_buffer_per_gather_and_reduce_scatter():

@@ -51,7 +51,10 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             # marked, 236M at N = 8 (hsdp's first), 1.08B fsdp at N = 2 and 4, and 2B
             *(("h100-rehearsal-1307c9b", f"{t}.tar.gz") for t in (
                 "n1-235m-1b", "n8-235m", "n4-1b-fsdp", "n4-2b", "n1-2b", "n2-2b", "n2-2b-ddp", "n4-2b-ddp")),
-            ("h100-rehearsal-3cfd779", "n2-1b-fsdp.tar.gz"))
+            ("h100-rehearsal-3cfd779", "n2-1b-fsdp.tar.gz"),
+            # the GPU's backward part by part (each unit's marked) and each stream's cache segments
+            *(("h100-rehearsal-ceb1b88", f"{t}.tar.gz") for t in ("n1-2b-fsdp", "n1-1b-fsdp", "n1-235m-fsdp",
+                                                                   "n8-235m-fsdp")))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -93,7 +96,13 @@ CPU_PARTS_1B = ((f"cpu-tracker-{PARTS_RULE}", "n1-1b-fsdp.tar.gz"),)
 # The same family on fake tensors (claims.c9.fake: rank 0 of N, no memory behind it) at N = 1, 2,
 # 4, 8, 11.7M to 1.97B: beside the gloo ranks' tracker and the GPU's allocator, and the one-rank
 # case, parts marked, of the size no machine here holds (1.97B)
-FAKE = (("cpu-fake-567a31c", "n1-2-4-8-fake.tar.gz"),)
+FAKE = (("cpu-fake-567a31c", "n1-2-4-8-fake.tar.gz"),
+        # the same cases again with the loss marked apart, at the rule for fsdp without resharding
+        ("cpu-fake-87992f5", "n1-2-4-8-fake.tar.gz"))
+# fsdp without resharding moment by moment (memory_model.kept_units), frozen at KEEP_RULE; four
+# shapes it was not made on, made after it: its blind check
+KEEP_RULE = "c0d8ecd"
+FAKE_KEEP_BLIND = (("cpu-fake-87992f5", "blind-fake.tar.gz"),)
 # The 236M model's fsdp with and without resharding at N = 1 and 2 on the CPU's tracker, there too
 CPU_KEPT = (("cpu-tracker-a17794e", "n1-2-235m.tar.gz"),)
 
@@ -746,7 +755,7 @@ def rehearsal_fake_vs_gpu(ref: Path) -> str:
             for x in fake_rows(ref) if x["where"] != "CPU tracker"]
     return (md_table(["model", "variant", "N", "commit, GPU", "activation peak, GPU / fake (MiB)",
                       "step's start, GPU less fake", "backward's later peak above the start, GPU / fake"], body)
-            + f"\n\n(`{FAKE[0][0]}`, [its README](../results/reference/{FAKE[0][0]}/README.md))")
+            + f"\n\n(`{FAKE[-1][0]}`, [its README](../results/reference/{FAKE[-1][0]}/README.md))")
 
 
 @query("rehearsal_fake_vs_gpu_summary")
@@ -770,26 +779,56 @@ def rehearsal_fake_vs_gpu_summary(ref: Path) -> str:
             f"N = {above['gpus']}). The GPU's step starts {min(offsets):,.1f}-{max(offsets):,.1f} MiB higher")
 
 
-@query("rehearsal_model_vs_fake")
-def rehearsal_model_vs_fake(ref: Path) -> str:
+def model_on_fake(ref: Path, launches: tuple[tuple[str, str], ...], strip_units: bool = False) -> list[str]:
     """The memory model's activation peak on fake tensors' cases from N = 2, each predicted from
     its size's one-rank case there (fsdp's: one rank shards nothing), per variant: the largest
-    error and where; a variant beyond the tolerance names its misses."""
-    table = [m for m in rehearsal.memory_table(ok_cases(ref, FAKE))
+    error and where; a variant beyond the tolerance names its misses. `strip_units`: the one-rank
+    cases as older rows, their unit sizes left out (the older rule for fsdp without resharding)."""
+    cases = ok_cases(ref, launches)
+    if strip_units:
+        cases = [without_units(r) if int(r["gpus"]) == 1 else r for r in cases]
+    table = [m for m in rehearsal.memory_table(cases)
              if m["component"] == "activation_peak" and m["gpus"] > 1 and m["relative_difference"] is not None]
-    names = {r["size"]: text.params(r["parameters"]) for r in ok_cases(ref, FAKE)}
+    names = {r["size"]: text.params(r["parameters"]) for r in cases}
     out = []
     for variant in dict.fromkeys(m["variant"] for m in table):
         mine = [m for m in table if m["variant"] == variant]
         worst = max(mine, key=lambda m: abs(m["relative_difference"]))
         misses = [m for m in mine if abs(m["relative_difference"]) > TOLERANCE]
+        exact = sum(1 for m in mine if abs(m["relative_difference"]) < 0.0005)
         line = (f"{variant}: within {_percent(abs(worst['relative_difference'])).lstrip('+')} of all {len(mine)} "
-                f"(the most at {names[worst['size']]}, N = {worst['gpus']})")
+                f"({exact} within 0.05%; the most at {names[worst['size']]}, N = {worst['gpus']})")
         if misses:
             line += "; beyond 5%: " + ", ".join(f"{names[m['size']]} N = {m['gpus']} {_percent(m['relative_difference'])}"
                                                 for m in misses)
         out.append(line)
-    return "; ".join(out)
+    return out
+
+
+@query("rehearsal_model_vs_fake")
+def rehearsal_model_vs_fake(ref: Path) -> str:
+    """model_on_fake on FAKE's cases (the newest of each)."""
+    return "; ".join(model_on_fake(ref, FAKE))
+
+
+@query("rehearsal_keep_blind")
+def rehearsal_keep_blind(ref: Path) -> str:
+    """The rule for fsdp without resharding on the shapes it was not made on (FAKE_KEEP_BLIND),
+    every variant, beside the older rule (every unit on every peak) on the same cases."""
+    cases = ok_cases(ref, FAKE_KEEP_BLIND)
+    shapes = ", ".join(f"{r['size']} ({text.params(r['parameters'])}, batch {r['options']['per_gpu_batch']})"
+                       for r in cases if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp")
+    older = [line for line in model_on_fake(ref, FAKE_KEEP_BLIND, strip_units=True) if line.startswith("fsdp-keep:")]
+    return (f"Made after the rule was committed ({KEEP_RULE}), on {len(cases)} cases of four shapes it was not "
+            f"made on ({shapes} per rank), the activation peak from N = 2, per variant: "
+            + "; ".join(model_on_fake(ref, FAKE_KEEP_BLIND))
+            + f". The older rule on the same cases: {older[0].removeprefix('fsdp-keep: ')}")
+
+
+def without_units(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record as one made before the units' sizes were recorded: the older rule's input."""
+    return {**rec, "memory_components": [{k: v for k, v in m.items() if k != "unit_mib"}
+                                         for m in rec["memory_components"]]}
 
 
 def without_parts(rec: dict[str, Any]) -> dict[str, Any]:
