@@ -23,6 +23,13 @@
 #   tools/device/rehearse_gaps.sh d   # ~5.5 min, an H200 only: 1.97B fsdp and hsdp at N = 8
 #   tools/device/rehearse_gaps.sh e   # ~7 min, an H200 only: 1.08B fsdp at N = 4 searched within the
 #                                     # 24GB budget too (4 ranks of 24GB do not fit an H100)
+# (c ran on an H100 at ceb1b88.) From c0d8ecd on, runs mark the loss's peak apart (loss_peak_mib)
+# and the model keeps fsdp-without-resharding's units moment by moment (memory_model.kept_units):
+#   tools/device/rehearse_gaps.sh f   # ~5.5 min, H100 or H200: 236M and 1.08B fsdp at N = 1 with the
+#                                     # loss marked, 236M fsdp and fsdp-keep at N = 2 and fsdp at N = 4
+#                                     # with their segments (the reserved miss at N = 8, stream by
+#                                     # stream), 1.08B fsdp-keep at N = 2 (the rule on a GPU, blind)
+#   tools/device/rehearse_gaps.sh any # d on an H200 with f after it as time allows, else f
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
 # 108 s, so fsdp alone ~60 s; 236M fsdp and hsdp at N = 8 with the one-rank cases in 186 s; 1.97B
@@ -32,9 +39,10 @@
 # fsdp's ~45-60 s each; 236M at N = 8, 5 cases in 101 s, so 2 in ~60 s; 1.08B fsdp at N = 4, 19.5 s a
 # step over gloo, ~9 steps with its search, ~200 s; start-up ~15-25 s a launch.
 # Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt; a also
-# gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s).
+# gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
+# for f and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d or e}
+step=${1:?a, b, c, d, e, f or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -73,8 +81,23 @@ d)
 e)
     launch n4-1b-24gb 420 360 --ranks 4 --sizes 1b --variants fsdp
     ;;
+f)
+    launch n1-235m-1b-fsdp 150 100 --ranks 1 --sizes 235m 1b --variants fsdp
+    launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
+    launch n4-235m-fsdp 90 50 --ranks 4 --sizes 235m --variants fsdp
+    launch n2-1b-keep 200 130 --ranks 2 --sizes 1b --variants fsdp-keep
+    ;;
+any)
+    if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
+        bash "$0" d
+        launch n1-235m-1b-fsdp 150 100 --ranks 1 --sizes 235m 1b --variants fsdp
+        launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
+    else
+        bash "$0" f
+    fi
+    ;;
 *)
-    echo "usage: $0 a|b|c|d|e" >&2
+    echo "usage: $0 a|b|c|d|e|f|any" >&2
     exit 2
     ;;
 esac
