@@ -805,6 +805,36 @@ def model_on_fake(ref: Path, launches: tuple[tuple[str, str], ...], strip_units:
     return out
 
 
+@query("rehearsal_gpu_parts")
+def rehearsal_gpu_parts(ref: Path) -> str:
+    """The GPU's one-rank fsdp cases with each unit's part marked against fake tensors' (how far
+    every part lies above), and the GPU's later backward peak from N = 2, predicted from the
+    GPU's own one-rank case (the ranks' mean): how far the measured lies above."""
+    c = combined(ref)
+    fake = {str(r["size"]): r for r in ok_cases(ref, FAKE) if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"}
+    names, offsets, rows = size_names(c), [], []
+    params = {str(r["size"]): r["parameters"] for r in c.records if r.get("size") and r.get("parameters")}
+    for size in sorted(params, key=params.get):
+        by_n = gpu_fsdp_by_n(c, size)
+        one = by_n.get(1)
+        if one is None or "backward_unit_peaks_mib" not in one["memory_components"][0] or size not in fake:
+            continue
+        g, f = one["memory_components"][0], fake[size]["memory_components"][0]
+        apart = [(g["backward_unit_peaks_mib"][k] - step_start(g)) - (f["backward_unit_peaks_mib"][k] - step_start(f))
+                 for k in g["backward_unit_peaks_mib"]]
+        offsets.append(f"{names[size]} {min(apart):+,.1f}" + (f" to {max(apart):+,.1f}" if max(apart) - min(apart) >= 0.05 else ""))
+        for n, r in sorted(by_n.items()):
+            if n < 2 or "backward_late_peak_mib" not in r["memory_components"][0]:
+                continue
+            predicted = predicted_by_run([one, r])[r["run_id"]]
+            measured = [m["backward_late_peak_mib"] - step_start(m) for m in r["memory_components"]]
+            model = [m["predicted_backward_late_above_start_mib"] for m in predicted if m["gpus"] == n]
+            rows.append(f"{names[size]} N = {n} {sum(measured) / len(measured) - sum(model) / len(model):+,.1f}")
+    return (f"At one rank every unit's part of the backward on the GPU lies above fake tensors' by "
+            f"{'; '.join(offsets)} MiB. Predicted from the GPU's own one-rank case, its parts marked, the GPU's "
+            f"later backward peak from N = 2 lies above the model by {', '.join(rows)} MiB")
+
+
 @query("rehearsal_model_vs_fake")
 def rehearsal_model_vs_fake(ref: Path) -> str:
     """model_on_fake on FAKE's cases (the newest of each)."""
