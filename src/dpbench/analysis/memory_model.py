@@ -49,7 +49,8 @@ at a phase's peak differs:
     the backward's start every unit and the root less what one rank held there (it gathers
     none), in a unit's part the units the backward has not reached, in the root's none.
     Older rows (no unit sizes): every unit added to every peak, an upper bound (the root twice);
-  - both: the units held unsharded at the peak (`held_at_peak`): every unit without resharding,
+  - both: the units held unsharded at the peak (`held_at_peak`; the older rule's term for fsdp
+    without resharding above): every unit without resharding,
     at every N (FSDP2 copies a unit out at one rank too); none with resharding, where the peak
     falls outside every unit's compute (the LM's loss over its vocabulary, issue 38's CPU
     tracker); FSDP2 keeps the output of a unit's all-gather until the next one, and the last
@@ -421,14 +422,15 @@ def predicted_peaks(row: Mapping[str, Any], ref: Mapping[str, Any],
         if regrown is None:
             regrown = 0.0 if backward_after_zero_grad(ref) else 1.0
         backward = ref["backward_peak_mib"] - start + at_start + (1.0 - regrown) * freed
-    # the model's forward (where ref marked it apart from the loss) holds the last unit's
-    # all-gather output this N keeps beyond ref's; the loss holds none (it comes after the root)
-    # the loss's own peak where ref marked it apart (loss_peak_mib), else the forward's (at least the loss's)
+    # the loss: its own peak where ref marked it apart (loss_peak_mib), else the forward's (at
+    # least the loss's); it holds no all-gather output (it comes after the root)
     model_forward, loss = ref.get("model_forward_peak_mib"), ref.get("loss_peak_mib")
     forward = (loss if is_number(loss) else ref["forward_peak_mib"]) - start + at_loss
     if is_number(model_forward):
-        # every unit the forward ran but the one ref held there too
-        # (by kind, else the root and the forward's last unit: a one-rank forward peaks as its activations grow)
+        # the model's forward (where ref marked it apart from the loss) holds the last unit's
+        # all-gather output this N keeps beyond ref's; keeping, every unit and the root but those
+        # ref held there too (by kind, else the root and the forward's last unit: a one-rank
+        # forward peaks as its activations grow)
         inside = keep.all + keep.root - held_by_ref(ref, keep, "model_forward", keep.root + keep.last) \
             if keep is not None else 0.0
         forward = max(forward, model_forward - start + kept + inside)
