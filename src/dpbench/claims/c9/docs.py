@@ -779,14 +779,10 @@ def rehearsal_fake_vs_gpu_summary(ref: Path) -> str:
             f"N = {above['gpus']}). The GPU's step starts {min(offsets):,.1f}-{max(offsets):,.1f} MiB higher")
 
 
-def model_on_fake(ref: Path, launches: tuple[tuple[str, str], ...], strip_units: bool = False) -> list[str]:
+def model_on_fake(cases: list[dict[str, Any]]) -> list[str]:
     """The memory model's activation peak on fake tensors' cases from N = 2, each predicted from
-    its size's one-rank case there (fsdp's: one rank shards nothing), per variant: the largest
-    error and where; a variant beyond the tolerance names its misses. `strip_units`: the one-rank
-    cases as older rows, their unit sizes left out (the older rule for fsdp without resharding)."""
-    cases = ok_cases(ref, launches)
-    if strip_units:
-        cases = [without_units(r) if int(r["gpus"]) == 1 else r for r in cases]
+    its size's one-rank case among them (fsdp's: one rank shards nothing), per variant: the
+    largest error and where; a variant beyond the tolerance names its misses."""
     table = [m for m in rehearsal.memory_table(cases)
              if m["component"] == "activation_peak" and m["gpus"] > 1 and m["relative_difference"] is not None]
     names = {r["size"]: text.params(r["parameters"]) for r in cases}
@@ -809,36 +805,48 @@ def model_on_fake(ref: Path, launches: tuple[tuple[str, str], ...], strip_units:
 def rehearsal_gpu_parts(ref: Path) -> str:
     """The GPU's one-rank fsdp cases with each unit's part marked against fake tensors' (how far
     every part lies above), and the GPU's later backward peak from N = 2, predicted from the
-    GPU's own one-rank case (the ranks' mean): how far the measured lies above."""
+    GPU's own one-rank case (the ranks' mean): how far the measured lies above; then which sizes
+    that predicts (within 1 MiB at every N) and from which N the others' excess appears."""
     c = combined(ref)
     fake = {str(r["size"]): r for r in ok_cases(ref, FAKE) if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"}
-    names, offsets, rows = size_names(c), [], []
+    names, offsets, rows, launches = size_names(c), [], [], set()
+    predicted_sizes, growing = [], []
     params = {str(r["size"]): r["parameters"] for r in c.records if r.get("size") and r.get("parameters")}
     for size in sorted(params, key=params.get):
         by_n = gpu_fsdp_by_n(c, size)
         one = by_n.get(1)
         if one is None or "backward_unit_peaks_mib" not in one["memory_components"][0] or size not in fake:
             continue
+        launches.add(one[rehearsal.SOURCE])
         g, f = one["memory_components"][0], fake[size]["memory_components"][0]
         apart = [(g["backward_unit_peaks_mib"][k] - step_start(g)) - (f["backward_unit_peaks_mib"][k] - step_start(f))
                  for k in g["backward_unit_peaks_mib"]]
         offsets.append(f"{names[size]} {min(apart):+,.1f}" + (f" to {max(apart):+,.1f}" if max(apart) - min(apart) >= 0.05 else ""))
+        above = {}
         for n, r in sorted(by_n.items()):
             if n < 2 or "backward_late_peak_mib" not in r["memory_components"][0]:
                 continue
             predicted = predicted_by_run([one, r])[r["run_id"]]
             measured = [m["backward_late_peak_mib"] - step_start(m) for m in r["memory_components"]]
             model = [m["predicted_backward_late_above_start_mib"] for m in predicted if m["gpus"] == n]
-            rows.append(f"{names[size]} N = {n} {sum(measured) / len(measured) - sum(model) / len(model):+,.1f}")
-    return (f"At one rank every unit's part of the backward on the GPU lies above fake tensors' by "
-            f"{'; '.join(offsets)} MiB. Predicted from the GPU's own one-rank case, its parts marked, the GPU's "
-            f"later backward peak from N = 2 lies above the model by {', '.join(rows)} MiB")
+            above[n] = sum(measured) / len(measured) - sum(model) / len(model)
+            rows.append(f"{names[size]} N = {n} {above[n]:+,.1f}")
+        if above and all(abs(v) < 1.0 for v in above.values()):
+            predicted_sizes.append(f"{names[size]} (N = {', '.join(map(str, above))})")
+        elif above:
+            growing.append(f"{names[size]} from N = {min(n for n, v in above.items() if abs(v) >= 1.0)}")
+    made = ", ".join(sorted({commit_of(x) for x in launches}))
+    return (f"From {made} the GPU marks each unit's part of its backward too. At one rank every unit's part on "
+            f"the GPU lies above fake tensors' by {'; '.join(offsets)} MiB. Predicted from the GPU's own one-rank "
+            f"case, its parts marked, the GPU's later backward peak from N = 2 lies above the model by "
+            f"{', '.join(rows)} MiB. So the GPU's own one-rank case predicts {' and '.join(predicted_sizes) or 'none'} "
+            f"to 1 MiB; at {' and '.join(growing) or 'no size'} an excess appears with the ranks")
 
 
 @query("rehearsal_model_vs_fake")
 def rehearsal_model_vs_fake(ref: Path) -> str:
     """model_on_fake on FAKE's cases (the newest of each)."""
-    return "; ".join(model_on_fake(ref, FAKE))
+    return "; ".join(model_on_fake(ok_cases(ref, FAKE)))
 
 
 @query("rehearsal_keep_blind")
@@ -846,12 +854,14 @@ def rehearsal_keep_blind(ref: Path) -> str:
     """The rule for fsdp without resharding on the shapes it was not made on (FAKE_KEEP_BLIND),
     every variant, beside the older rule (every unit on every peak) on the same cases."""
     cases = ok_cases(ref, FAKE_KEEP_BLIND)
-    shapes = ", ".join(f"{r['size']} ({text.params(r['parameters'])}, batch {r['options']['per_gpu_batch']})"
-                       for r in cases if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp")
-    older = [line for line in model_on_fake(ref, FAKE_KEEP_BLIND, strip_units=True) if line.startswith("fsdp-keep:")]
-    return (f"Made after the rule was committed ({KEEP_RULE}), on {len(cases)} cases of four shapes it was not "
+    ones = [r for r in cases if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"]
+    shapes = ", ".join(f"{r['size']} ({text.params(r['parameters'])}, batch {r['options']['per_gpu_batch']})" for r in ones)
+    # the one-rank cases as older rows, their unit sizes left out: the older rule's input
+    older = [line for line in model_on_fake([without_units(r) if int(r["gpus"]) == 1 else r for r in cases])
+             if line.startswith("fsdp-keep:")]
+    return (f"Made after the rule was committed ({KEEP_RULE}), on {len(cases)} cases of {len(ones)} shapes it was not "
             f"made on ({shapes} per rank), the activation peak from N = 2, per variant: "
-            + "; ".join(model_on_fake(ref, FAKE_KEEP_BLIND))
+            + "; ".join(model_on_fake(cases))
             + f". The older rule on the same cases: {older[0].removeprefix('fsdp-keep: ')}")
 
 
