@@ -29,7 +29,12 @@
 #                                     # loss marked, 236M fsdp and fsdp-keep at N = 2 and fsdp at N = 4
 #                                     # with their segments (the reserved miss at N = 8, stream by
 #                                     # stream), 1.08B fsdp-keep at N = 2 (the rule on a GPU, blind)
-#   tools/device/rehearse_gaps.sh any # d on an H200 with f after it as time allows, else f
+# From the commit that added g on, run.sharded.shard_model empties the cache after sharding: the
+# whole model's freed segments, which rank 0 of 236M at N = 8 kept on its default stream, go.
+#   tools/device/rehearse_gaps.sh g   # ~6 min, H100 or H200: 236M fsdp at N = 1, 2, 4 and 8 with their
+#                                     # segments (fsdp-keep at 2, hsdp at 8), 1.08B fsdp at N = 1 and
+#                                     # fsdp-keep at N = 2: reserved without the whole model's segments
+#   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else g
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
 # 108 s, so fsdp alone ~60 s; 236M fsdp and hsdp at N = 8 with the one-rank cases in 186 s; 1.97B
@@ -40,9 +45,9 @@
 # step over gloo, ~9 steps with its search, ~200 s; start-up ~15-25 s a launch.
 # Writes $OUT/<name>.tar.gz (the tool's tar) and $OUT/<name>.log per launch, and gpu.txt; a also
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
-# for f and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
+# for f, g and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d, e, f or any}
+step=${1:?a, b, c, d, e, f, g or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -87,17 +92,24 @@ f)
     launch n4-235m-fsdp 90 50 --ranks 4 --sizes 235m --variants fsdp
     launch n2-1b-keep 200 130 --ranks 2 --sizes 1b --variants fsdp-keep
     ;;
+g)
+    launch n1-235m-1b-fsdp 150 100 --ranks 1 --sizes 235m 1b --variants fsdp
+    launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
+    launch n4-235m-fsdp 90 50 --ranks 4 --sizes 235m --variants fsdp
+    launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
+    launch n2-1b-keep 150 100 --ranks 2 --sizes 1b --variants fsdp-keep
+    ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
         bash "$0" d
-        launch n1-235m-1b-fsdp 150 100 --ranks 1 --sizes 235m 1b --variants fsdp
+        launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
         launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
     else
-        bash "$0" f
+        bash "$0" g
     fi
     ;;
 *)
-    echo "usage: $0 a|b|c|d|e|f|any" >&2
+    echo "usage: $0 a|b|c|d|e|f|g|any" >&2
     exit 2
     ;;
 esac

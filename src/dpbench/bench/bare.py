@@ -61,6 +61,8 @@ def _fsdp(model: nn.Module, spec, variant: str, world: int, bf16: bool, reshard:
                   and m is not model]:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    if device == "cuda":   # as run.sharded.shard_model: the whole model's freed segments go
+        torch.cuda.empty_cache()
 
 
 def run(cfg: RunConfig, steps: int | None = None) -> BareResult:
