@@ -1,0 +1,253 @@
+"""PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), replayed in Python
+without a GPU: what a device would reserve for a given order of allocations and frees, per
+CUDA stream. Torch-free (the trace comes from claims.c9.alloc_trace, recorded on fake tensors).
+
+The default policy only (no expandable segments, no max_split_size, no garbage-collection
+threshold, no CUDA graphs, no record_stream):
+- a request is rounded up to a multiple of 512 B (512 B at least);
+- sizes up to 1 MiB come from the small pool, whose new segments are 2 MiB; larger ones from the
+  large pool, whose new segments are 20 MiB below 10 MiB, else the size rounded up to 2 MiB;
+- each (pool, stream) has its own free blocks: a freed block serves only the stream it was
+  allocated on;
+- best fit: the smallest free block of the pool and stream that is large enough (the lower
+  address among equals); a block larger than the request is split when what remains is at least
+  512 B (small pool) or more than 1 MiB (large pool), the request taking the lower addresses;
+- a freed block merges with its free neighbours in its own segment;
+- segments go back to the device only on `empty_cache()`, which releases every segment with
+  nothing allocated (no allocation here ever fails, so the out-of-memory retries never run).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+MIB = 2 ** 20
+MIN_BLOCK = 512               # kMinBlockSize: every request a multiple of it
+SMALL_SIZE = MIB              # kSmallSize: the largest request the small pool serves
+SMALL_BUFFER = 2 * MIB        # kSmallBuffer: a small pool's new segment
+LARGE_BUFFER = 20 * MIB       # kLargeBuffer: a new segment for requests of 1 to 10 MiB
+MIN_LARGE_ALLOC = 10 * MIB    # kMinLargeAlloc: from here a segment is the request's own size
+ROUND_LARGE = 2 * MIB         # kRoundLarge: what those segments are rounded up to
+
+
+def round_size(nbytes: int) -> int:
+    """The block size a request of `nbytes` takes (round_size without power-of-2 divisions)."""
+    if nbytes < MIN_BLOCK:
+        return MIN_BLOCK
+    return MIN_BLOCK * -(-nbytes // MIN_BLOCK)
+
+
+def is_small(size: int) -> bool:
+    """Whether a rounded request comes from the small pool."""
+    return size <= SMALL_SIZE
+
+
+def segment_size(size: int) -> int:
+    """The segment cudaMalloc'd for a rounded request no free block serves (get_allocation_size)."""
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * -(-size // ROUND_LARGE)
+
+
+def should_split(small: bool, remaining: int) -> bool:
+    return remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
+
+
+@dataclass(eq=False)
+class Block:
+    address: int
+    size: int
+    stream: str
+    small: bool
+    segment: int
+    allocated: bool = False
+    prev: "Block | None" = None
+    next: "Block | None" = None
+
+    def key(self) -> tuple[int, int]:
+        return (self.size, self.address)
+
+
+@dataclass
+class Segment:
+    address: int
+    size: int
+    stream: str
+    small: bool
+    first: Block
+
+
+@dataclass
+class Snapshot:
+    """The allocator's state at one point of a replay, in bytes (segments in MiB)."""
+    reserved: int
+    allocated: int
+    peak_reserved: int
+    peak_allocated: int
+    reserved_by_stream: dict[str, int]
+    allocated_by_stream: dict[str, int]
+    segments_mib: dict[str, list[list[float]]]
+
+    def reserved_by_stream_mib(self) -> dict[str, float]:
+        return {s: b / MIB for s, b in self.reserved_by_stream.items()}
+
+
+class CachingAllocator:
+    """The allocator's bookkeeping for one device. Requests are named by a caller's key (a
+    storage id): malloc(key, nbytes, stream), free(key), empty_cache()."""
+
+    def __init__(self) -> None:
+        # (small, stream) -> free blocks sorted by (size, address): the search key of BlockPool
+        self._free: dict[tuple[bool, str], list[tuple[int, int, Block]]] = {}
+        self._segments: dict[int, Segment] = {}
+        self._live: dict[Any, tuple[Block, int]] = {}   # key -> (block, requested bytes)
+        self._next_address = 0
+        self.reserved = 0
+        self.allocated = 0          # rounded block bytes, as the allocator's allocated_bytes
+        self.peak_reserved = 0
+        self.peak_allocated = 0
+
+    # -- the free lists -----------------------------------------------------------------------
+    def _pool(self, small: bool, stream: str) -> list[tuple[int, int, Block]]:
+        return self._free.setdefault((small, stream), [])
+
+    def _insert_free(self, block: Block) -> None:
+        bisect.insort(self._pool(block.small, block.stream), (block.size, block.address, block))
+
+    def _remove_free(self, block: Block) -> None:
+        pool = self._pool(block.small, block.stream)
+        i = bisect.bisect_left(pool, (block.size, block.address))
+        assert pool[i][2] is block, "a free block missing from its pool"
+        del pool[i]
+
+    # -- malloc and free ----------------------------------------------------------------------
+    def malloc(self, key: Any, nbytes: int, stream: str = "0") -> None:
+        """Allocate `nbytes` for `key` on `stream`. Zero bytes take no block (the allocator
+        returns a null pointer for them)."""
+        if key in self._live:
+            raise KeyError(f"{key!r} is already allocated")
+        if nbytes <= 0:
+            return
+        size = round_size(nbytes)
+        small = is_small(size)
+        pool = self._pool(small, stream)
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):
+            block = pool.pop(i)[2]
+        else:
+            block = self._new_segment(segment_size(size), stream, small)
+        remaining = block.size - size
+        if should_split(small, remaining):
+            rest = Block(block.address + size, remaining, stream, small, block.segment,
+                         prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert_free(rest)
+        block.allocated = True
+        self._live[key] = (block, nbytes)
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def _new_segment(self, size: int, stream: str, small: bool) -> Block:
+        segment = len(self._segments)
+        block = Block(self._next_address, size, stream, small, segment)
+        self._segments[segment] = Segment(self._next_address, size, stream, small, block)
+        self._next_address += size
+        self.reserved += size
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return block
+
+    def free(self, key: Any) -> None:
+        """Return `key`'s block to the pool of the stream it was allocated on, merged with its
+        free neighbours in its segment. A key never allocated (zero bytes) is ignored."""
+        if key not in self._live:
+            return
+        block, _ = self._live.pop(key)
+        block.allocated = False
+        self.allocated -= block.size
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                self._remove_free(neighbour)
+                self._merge(block, neighbour)
+        self._insert_free(block)
+
+    def _merge(self, block: Block, neighbour: Block) -> None:
+        if neighbour is block.prev:
+            block.address = neighbour.address
+            block.prev = neighbour.prev
+            if block.prev is not None:
+                block.prev.next = block
+            else:
+                self._segments[block.segment].first = block
+        else:
+            block.next = neighbour.next
+            if block.next is not None:
+                block.next.prev = block
+        block.size += neighbour.size
+
+    def empty_cache(self) -> None:
+        """Release every segment with nothing allocated (release_cached_blocks)."""
+        for segment_id, seg in list(self._segments.items()):
+            block = seg.first
+            if block.allocated or block.next is not None:
+                continue
+            self._remove_free(block)
+            del self._segments[segment_id]
+            self.reserved -= seg.size
+
+    # -- what it holds ------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        reserved: dict[str, int] = {}
+        allocated: dict[str, int] = {}
+        segments: dict[str, list[list[float]]] = {}
+        for seg in self._segments.values():
+            held, block = 0, seg.first
+            while block is not None:
+                held += block.size if block.allocated else 0
+                block = block.next
+            reserved[seg.stream] = reserved.get(seg.stream, 0) + seg.size
+            allocated[seg.stream] = allocated.get(seg.stream, 0) + held
+            segments.setdefault(seg.stream, []).append([seg.size / MIB, held / MIB])
+        order = sorted(reserved, key=lambda s: -reserved[s])
+        for sizes in segments.values():
+            sizes.sort(key=lambda s: (-s[0], -s[1]))
+        return Snapshot(self.reserved, self.allocated, self.peak_reserved, self.peak_allocated,
+                        {s: reserved[s] for s in order}, {s: allocated[s] for s in order},
+                        {s: segments[s] for s in order})
+
+
+@dataclass
+class Replay:
+    """A trace replayed: the snapshot at each mark (by the mark's name) and at the end."""
+    marks: dict[str, Snapshot] = field(default_factory=dict)
+    end: Snapshot | None = None
+
+
+def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = ()) -> Replay:
+    """Replay a trace: ("alloc", key, nbytes, stream), ("free", key), ("empty_cache",),
+    ("mark", name). `empty_cache_at`: marks after which to empty the cache as well (a variant
+    of the same trace without re-recording it)."""
+    at = set(empty_cache_at)
+    sim = CachingAllocator()
+    out = Replay()
+    for event in events:
+        kind = event[0]
+        if kind == "alloc":
+            sim.malloc(event[1], event[2], event[3])
+        elif kind == "free":
+            sim.free(event[1])
+        elif kind == "empty_cache":
+            sim.empty_cache()
+        elif kind == "mark":
+            if event[1] in at:
+                sim.empty_cache()
+            out.marks[event[1]] = sim.snapshot()
+        else:
+            raise ValueError(f"unknown trace event {event!r}")
+    out.end = sim.snapshot()
+    return out
