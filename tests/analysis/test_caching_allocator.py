@@ -129,6 +129,19 @@ def test_segments_stay_until_empty_cache_releases_the_unused_ones():
     assert snap.segments_mib == {"0": [[20.0, 4.0]]}
 
 
+def test_segments_made_after_empty_cache_are_all_counted():
+    sim = CachingAllocator()
+    sim.malloc("a", 12 * MIB)
+    sim.malloc("b", 16 * MIB)
+    sim.free("a")
+    sim.empty_cache()                               # a's segment goes, b's stays
+    sim.malloc("c", 30 * MIB, "side")
+    sim.malloc("d", 40 * MIB)
+    snap = sim.snapshot()
+    assert snap.reserved == 86 * MIB
+    assert snap.reserved_by_stream == {"0": 56 * MIB, "side": 30 * MIB}
+
+
 def test_zero_bytes_take_no_block():
     sim = CachingAllocator()
     sim.malloc("z", 0)

@@ -105,6 +105,7 @@ class CachingAllocator:
         self._segments: dict[int, Segment] = {}
         self._live: dict[Any, tuple[Block, int]] = {}   # key -> (block, requested bytes)
         self._next_address = 0
+        self._next_segment = 0    # ids never reused: empty_cache leaves gaps
         self.reserved = 0
         self.allocated = 0          # rounded block bytes, as the allocator's allocated_bytes
         self.peak_reserved = 0
@@ -154,7 +155,8 @@ class CachingAllocator:
         self.peak_allocated = max(self.peak_allocated, self.allocated)
 
     def _new_segment(self, size: int, stream: str, small: bool) -> Block:
-        segment = len(self._segments)
+        segment = self._next_segment
+        self._next_segment += 1
         block = Block(self._next_address, size, stream, small, segment)
         self._segments[segment] = Segment(self._next_address, size, stream, small, block)
         self._next_address += size
