@@ -1,0 +1,278 @@
+"""The device allocations of one rehearsed rank, recorded on fake tensors: every tensor storage
+allocated and freed, in order, with the stream current at its allocation, for the caching
+allocator's replay (dpbench.analysis.caching_allocator) to say what a GPU would reserve.
+
+The case runs as claims.c9.fake runs it (rank 0 of N over the fake process group, under
+FakeTensorMode: the workload, engine.wrap, a warm step, the profiled step), with what the GPU
+rehearsal (claims.c9.rehearsal.run_case) does on the device and the fake run does not:
+- the model built on the CPU comes whole onto the GPU before fully_shard (`model.to(device)`):
+  one allocation per parameter storage, in the order Module._apply visits them, freed when that
+  storage dies (fully_shard replaces the parameters by their shards);
+- the step's inputs are two device tensors (x and y, each copied to the GPU on its own).
+
+What counts as an allocation: a fake storage first seen as an op's output (a dispatch mode inside
+FakeTensorMode; DTensor ops are seen as their local ops), and a storage resized from 0 bytes
+(FSDP2 frees and re-allocates its unsharded parameters with UntypedStorage.resize_, which no
+dispatch mode sees). A free: a storage resized to 0, or its Python object finalized (PyTorch
+keeps one Python object per storage, as MemTracker relies on).
+
+Streams: FSDP2 makes its streams on the CPU too (torch.cpu.Stream) and enters them with
+torch.cpu.stream, so torch.cpu.current_stream() tells them apart. The default stream is "0";
+FSDP2's by their FSDPCommContext names.
+
+    PYTHONPATH=src python3 -m dpbench.claims.c9.alloc_trace --ranks 8 --out trace-n8.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import weakref
+from contextlib import contextmanager, nullcontext
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from dpbench.claims.c9.fake import fake_store
+from dpbench.claims.c9.rehearsal import run_config
+from dpbench.run import components, engine
+from dpbench.run.step import train_step
+
+DEFAULT_STREAM = "0"
+FSDP_STREAMS = ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatter_stream", "all_reduce_stream")
+# the trace's marks, in the order they come
+SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
+    "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end")
+
+# the 236M case of tools/device/rehearse.py (SIZES["235m"]): width 1024, 16 layers, batch 2
+CASE_236M = {"name": "235m-fsdp", "variant": "fsdp", "options": {}, "batch": 2,
+             "args": {"width": 1024, "layers": 16, "heads": 16}}
+
+
+def _active_fake_mode():
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode()
+
+
+class AllocationTrace(TorchDispatchMode):
+    """Records ("alloc", key, nbytes, stream), ("free", key) and ("mark", name) events. A key
+    names one allocation (a storage resized to 0 and back gets a new key)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+        self._key_of: dict[int, int | None] = {}   # id(storage) -> its live allocation's key
+        self._next_key = 0
+        self._streams: dict[int, tuple[Any, str]] = {}   # id(stream) -> (stream, label)
+        self._fake_mode = None
+        self.paused = False
+
+    # -- streams ------------------------------------------------------------------------------
+    def name_streams(self, default: Any, named: dict[str, Any]) -> None:
+        """Labels for stream objects: the default one, and FSDP2's by name. Streams unnamed when
+        first seen get "s<k>" by order of appearance."""
+        self._streams[id(default)] = (default, DEFAULT_STREAM)
+        for name, stream in named.items():
+            self._streams[id(stream)] = (stream, name)
+
+    def _stream_label(self) -> str:
+        stream = torch.cpu.current_stream()
+        if id(stream) not in self._streams:
+            # kept alive, so its id is not reused by another stream
+            self._streams[id(stream)] = (stream, f"s{len(self._streams)}")
+        return self._streams[id(stream)][1]
+
+    def relabel(self, names: dict[Any, str]) -> None:
+        """Rename streams labelled before their names were known (FSDP2 makes its streams at
+        the first forward): `names` maps stream objects to their names."""
+        renames = {}
+        for key, (stream, label) in list(self._streams.items()):
+            for obj, name in names.items():
+                if obj is stream and label != name:
+                    renames[label] = name
+                    self._streams[key] = (stream, name)
+        if renames:
+            self.events = [(e[0], e[1], e[2], renames.get(e[3], e[3])) if e[0] == "alloc" else e
+                           for e in self.events]
+
+    # -- events -------------------------------------------------------------------------------
+    def mark(self, name: str) -> None:
+        self.events.append(("mark", name))
+
+    def allocate(self, storage: torch.UntypedStorage, nbytes: int | None = None,
+                 stream: str | None = None) -> int:
+        """One allocation of `storage` (its bytes unless given), freed when it dies or is
+        resized to 0."""
+        key = self._next_key
+        self._next_key += 1
+        sid = id(storage)
+        fresh = sid not in self._key_of
+        self._key_of[sid] = key
+        self.events.append(("alloc", key, storage.nbytes() if nbytes is None else nbytes,
+                            stream or self._stream_label()))
+        if fresh:
+            weakref.finalize(storage, self._finalized, sid)
+        return key
+
+    def allocate_standalone(self, nbytes: int, stream: str = DEFAULT_STREAM) -> int:
+        """An allocation the fake run has no storage for (an input's own device copy); freed
+        only by free_key."""
+        key = self._next_key
+        self._next_key += 1
+        self.events.append(("alloc", key, nbytes, stream))
+        return key
+
+    def ignore(self, storage: torch.UntypedStorage) -> None:
+        """A storage that is no device allocation of its own (the CPU batch the inputs are
+        copied from): its views are not new allocations either."""
+        sid = id(storage)
+        if sid not in self._key_of:
+            self._key_of[sid] = None
+            weakref.finalize(storage, self._finalized, sid)
+
+    def free_key(self, key: int) -> None:
+        self.events.append(("free", key))
+
+    def _finalized(self, sid: int) -> None:
+        key = self._key_of.pop(sid, None)
+        if key is not None:
+            self.events.append(("free", key))
+
+    def _resized(self, storage: torch.UntypedStorage, before: int, after: int) -> None:
+        sid = id(storage)
+        if sid not in self._key_of or self.paused:
+            return
+        if before and not after:
+            key = self._key_of[sid]
+            if key is not None:
+                self.events.append(("free", key))
+            self._key_of[sid] = None
+        elif after and not before:
+            self.allocate(storage)
+
+    @contextmanager
+    def resizes_tracked(self):
+        """UntypedStorage.resize_ patched for the trace (no dispatch mode sees it)."""
+        original = torch.UntypedStorage.resize_
+
+        @wraps(original)
+        def resize_(storage, size):
+            before = storage.nbytes()
+            out = original(storage, size)
+            self._resized(storage, before, storage.nbytes())
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+        try:
+            yield
+        finally:
+            torch.UntypedStorage.resize_ = original
+
+    def __enter__(self):
+        self._fake_mode = _active_fake_mode()
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        # DTensor's own dispatch first: its local ops come back here as plain fake tensors
+        if any(t is DTensor for t in types):
+            return NotImplemented
+        if func is torch.ops._c10d_functional.wait_tensor.default:
+            # the meta kernel returns a new tensor; on the device wait_tensor returns its input
+            return args[0]
+        out = func(*args, **(kwargs or {}))
+        # DTensor's sharding propagation runs under a fake mode of its own: not the device's ops
+        if not self.paused and _active_fake_mode() is self._fake_mode:
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, FakeTensor):
+                    storage = t.untyped_storage()
+                    if id(storage) not in self._key_of and storage.nbytes() > 0:
+                        self.allocate(storage)
+        return out
+
+
+def parameters_as_moved(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The parameters in the order model.to(device) copies them (Module._apply: a module's
+    children first, then its own), each storage once (a tied weight is moved once)."""
+    out, seen = [], set()
+
+    def visit(module: torch.nn.Module) -> None:
+        for child in module.children():
+            visit(child)
+        for p in module._parameters.values():
+            if p is not None and id(p.untyped_storage()) not in seen:
+                seen.add(id(p.untyped_storage()))
+                out.append(p)
+
+    visit(model)
+    return out
+
+
+def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
+    """The allocation trace of `case` as rank 0 of `world` ranks: {"events": [...], "streams":
+    [labels], "wall_s": seconds, ...}."""
+    started = time.perf_counter()
+    cfg = run_config(case, world, case["batch"])
+    dist.init_process_group("fake", rank=0, world_size=world, store=fake_store())
+    trace = AllocationTrace()
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True), trace.resizes_tracked():
+            trace.paused = True
+            spec = engine.build_workload(cfg)
+            model = spec.model
+            trace.paused = False
+            with trace:
+                default = torch.cpu.current_stream()
+                trace.name_streams(default, {})
+                # model.to(device): every parameter on the device before fully_shard
+                for p in parameters_as_moved(model):
+                    trace.allocate(p.untyped_storage(), stream=DEFAULT_STREAM)
+                variant, opt = engine.wrap(cfg, spec, model, [torch.device("cpu")], world)
+                trace.mark(SHARDED)
+                trace.paused = True
+                x, y = spec.batch(torch.Generator().manual_seed(cfg.seed), case["batch"])
+                trace.paused = False
+                for t in (x, y):
+                    trace.ignore(t.untyped_storage())
+                # each copied to the device on its own (rehearsal.batch_of: x.to(device), y.to(device))
+                inputs = [trace.allocate_standalone(t.numel() * t.element_size()) for t in (x, y)]
+                trace.mark(WARM_START)
+                train_step(variant, opt, x, y, case["batch"] * world)
+                trace.mark(WARM_END)
+                trace.mark(PROFILED_START)
+                # as on the GPU (track_cpu off): no live-tensor tracker in the step
+                components.profiled_step(variant, opt, x, y, case["batch"] * world, nullcontext, True,
+                                         track_cpu=False)
+                trace.mark(PROFILED_END)
+                ctx = variant.module._get_fsdp_state()._comm_ctx
+                trace.relabel({getattr(ctx, n): n for n in FSDP_STREAMS if hasattr(ctx, n)})
+                for key in inputs:
+                    trace.free_key(key)
+                trace.paused = True
+    finally:
+        dist.destroy_process_group()
+    streams = sorted({e[3] for e in trace.events if e[0] == "alloc"})
+    return {"case": case["name"], "ranks": world, "torch": torch.__version__, "streams": streams,
+            "events": trace.events, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", required=True, type=int, help="N, the ranks rank 0 stands among")
+    ap.add_argument("--out", required=True, type=Path, help="the trace, JSON")
+    args = ap.parse_args(argv)
+    rec = record_case(CASE_236M, args.ranks)
+    args.out.write_text(json.dumps(rec))
+    print(f"[alloc_trace] N={args.ranks}: {len(rec['events'])} events, streams {rec['streams']}, "
+          f"{rec['wall_s']} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
