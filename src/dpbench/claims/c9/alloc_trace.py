@@ -231,8 +231,10 @@ def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
                 default = torch.cpu.current_stream()
                 trace.name_streams(default, {})
                 # model.to(device): every parameter on the device before fully_shard
-                for p in parameters_as_moved(model):
-                    trace.allocate(p.untyped_storage(), stream=DEFAULT_STREAM)
+                # (no loop variable left holding the last parameter past fully_shard)
+                for storage in [p.untyped_storage() for p in parameters_as_moved(model)]:
+                    trace.allocate(storage, stream=DEFAULT_STREAM)
+                del storage
                 variant, opt = engine.wrap(cfg, spec, model, [torch.device("cpu")], world)
                 trace.mark(SHARDED)
                 trace.paused = True
@@ -266,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", required=True, type=int, help="N, the ranks rank 0 stands among")
     ap.add_argument("--out", required=True, type=Path, help="the trace, JSON")
+    ap.add_argument("--case", type=json.loads, default=CASE_236M,
+                    help="a rehearsal case as JSON (default: the 236M fsdp one)")
     args = ap.parse_args(argv)
-    rec = record_case(CASE_236M, args.ranks)
+    rec = record_case(args.case, args.ranks)
     args.out.write_text(json.dumps(rec))
     print(f"[alloc_trace] N={args.ranks}: {len(rec['events'])} events, streams {rec['streams']}, "
           f"{rec['wall_s']} s", flush=True)

@@ -1,0 +1,66 @@
+"""The device allocation trace of a rehearsed rank on fake tensors (claims.c9.alloc_trace): the
+model's history on the device before sharding, FSDP2's streams, and a trace the caching
+allocator's replay accepts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sharded_ranks import TINY_LM
+
+from dpbench.analysis.caching_allocator import replay
+
+REPO = Path(__file__).resolve().parents[3]
+CASE = {"name": "tiny-fsdp", "variant": "fsdp", "options": {}, "batch": 4, "args": TINY_LM["args"]}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("alloc") / "trace.json"
+    subprocess.run([sys.executable, "-m", "dpbench.claims.c9.alloc_trace", "--ranks", "2", "--out", str(out),
+                    "--case", json.dumps(CASE)], check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return json.loads(out.read_text())
+
+
+def parameter_bytes() -> list[int]:
+    """The tiny model's parameter storages' bytes in Module._apply's order (built here on the CPU)."""
+    import torch
+
+    from dpbench.claims.c9.alloc_trace import parameters_as_moved
+    from dpbench.workloads.spec import build
+    torch.manual_seed(0)
+    model = build(TINY_LM).model
+    return [p.untyped_storage().nbytes() for p in parameters_as_moved(model)]
+
+
+def test_the_whole_model_comes_first_and_sharding_frees_it(trace):
+    events = [tuple(e) for e in trace["events"]]
+    moved = parameter_bytes()
+    first = events[:len(moved)]
+    assert [e[0] for e in first] == ["alloc"] * len(moved)
+    assert [e[2] for e in first] == moved
+    sharded = events.index(("mark", "sharded"))
+    freed = {e[1] for e in events[:sharded] if e[0] == "free"}
+    assert {e[1] for e in first} <= freed          # fully_shard replaced every full parameter
+
+
+def test_marks_in_order_and_each_key_freed_at_most_once(trace):
+    events = [tuple(e) for e in trace["events"]]
+    assert [e[1] for e in events if e[0] == "mark"] == [
+        "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end"]
+    frees = [e[1] for e in events if e[0] == "free"]
+    assert len(frees) == len(set(frees))
+    allocated = {e[1] for e in events if e[0] == "alloc"}
+    assert set(frees) <= allocated
+
+
+def test_fsdp_streams_are_named_and_the_replay_keeps_them_apart(trace):
+    assert {"0", "all_gather_copy_in_stream", "reduce_scatter_stream"} <= set(trace["streams"])
+    end = replay([tuple(e) for e in trace["events"]]).marks["profiled_end"]
+    # the gradient shards are the reduce-scatter's outputs: allocated on its stream, alive at the end
+    assert end.allocated_by_stream["reduce_scatter_stream"] > 0
+    assert end.allocated_by_stream["all_gather_copy_in_stream"] == 0
