@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 from dpbench.analysis.caching_allocator import MIB, Snapshot, replay
+from dpbench.claims.c9.alloc_trace import GLOO
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference"
@@ -132,12 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         events, wall = record(ranks, args.traces)
         kept = replay(events)
         emptied = replay(events, empty_cache_at=(SHARDED,))
+        nccl = replay(events, empty_cache_at=(SHARDED,), without=(GLOO,)).marks[PROFILED_END]
         lines = side_by_side(ranks, kept.marks[PROFILED_END], emptied.marks[PROFILED_END], measured_row(ranks),
                              (kept.marks[PROFILED_END].peak_reserved, emptied.marks[PROFILED_END].peak_reserved))
         at_shard = kept.marks[SHARDED]
         lines += ["", f"trace: {len(events)} events, {wall:.1f} s; after sharding the cache held "
                   f"{at_shard.reserved / MIB:,.0f} MiB ({at_shard.allocated / MIB:,.1f} allocated), "
-                  f"which empty_cache() leaves at {emptied.marks[SHARDED].reserved / MIB:,.0f}", ""]
+                  f"which empty_cache() leaves at {emptied.marks[SHARDED].reserved / MIB:,.0f}; without gloo's "
+                  f"copies (NCCL's rank) {nccl.reserved / MIB:,.0f} MiB reserved: "
+                  + ", ".join(f"{k} {v / MIB:,.0f}" for k, v in nccl.reserved_by_stream.items()), ""]
         print("\n".join(lines), flush=True)
     return 0
 

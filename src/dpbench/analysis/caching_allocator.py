@@ -230,16 +230,18 @@ class Replay:
     end: Snapshot | None = None
 
 
-def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = ()) -> Replay:
-    """Replay a trace: ("alloc", key, nbytes, stream), ("free", key), ("empty_cache",),
-    ("mark", name). `empty_cache_at`: marks after which to empty the cache as well (a variant
-    of the same trace without re-recording it)."""
-    at = set(empty_cache_at)
+def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = (), without: Iterable[str] = ()) -> Replay:
+    """Replay a trace: ("alloc", key, nbytes, stream[, tag]), ("free", key), ("empty_cache",),
+    ("mark", name). `empty_cache_at`: marks after which to empty the cache as well; `without`:
+    tags whose allocations to leave out (variants of the same trace without re-recording it)."""
+    at, skipped = set(empty_cache_at), set(without)
     sim = CachingAllocator()
     out = Replay()
     for event in events:
         kind = event[0]
         if kind == "alloc":
+            if len(event) > 4 and event[4] in skipped:
+                continue   # its free finds no block and is ignored
             sim.malloc(event[1], event[2], event[3])
         elif kind == "free":
             sim.free(event[1])

@@ -16,6 +16,11 @@ FakeTensorMode; DTensor ops are seen as their local ops), and a storage resized 
 dispatch mode sees). A free: a storage resized to 0, or its Python object finalized (PyTorch
 keeps one Python object per storage, as MemTracker relies on).
 
+gloo's own copies: on CUDA tensors gloo's all-gather and reduce-scatter each hold one more buffer
+of the whole while they run (docs/sharding.md: tools/device/gloo_clone_probe.py on an H100), on
+the stream current at the call. Each is a transient allocation of the collective's whole payload
+there, tagged GLOO (the replay leaves them out for NCCL's rank, which makes neither).
+
 Streams: FSDP2 makes its streams on the CPU too (torch.cpu.Stream) and enters them with
 torch.cpu.stream, so torch.cpu.current_stream() tells them apart. The default stream is "0";
 FSDP2's by their FSDPCommContext names.
@@ -43,10 +48,13 @@ from torch.utils._pytree import tree_flatten
 from dpbench.claims.c9.fake import fake_store
 from dpbench.claims.c9.rehearsal import run_config
 from dpbench.run import components, engine
+from dpbench.run.components import collective_name, payload_bytes
 from dpbench.run.step import train_step
 
 DEFAULT_STREAM = "0"
 FSDP_STREAMS = ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatter_stream", "all_reduce_stream")
+GLOO = "gloo"   # the tag of gloo's own copy of a collective's buffer
+GLOO_COPIED = ("all_gather", "reduce_scatter")   # the collectives it copies (all_reduce: none)
 # the trace's marks, in the order they come
 SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
     "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end")
@@ -99,7 +107,7 @@ class AllocationTrace(TorchDispatchMode):
                     renames[label] = name
                     self._streams[key] = (stream, name)
         if renames:
-            self.events = [(e[0], e[1], e[2], renames.get(e[3], e[3])) if e[0] == "alloc" else e
+            self.events = [(*e[:3], renames.get(e[3], e[3]), *e[4:]) if e[0] == "alloc" else e
                            for e in self.events]
 
     # -- events -------------------------------------------------------------------------------
@@ -121,12 +129,12 @@ class AllocationTrace(TorchDispatchMode):
             weakref.finalize(storage, self._finalized, sid)
         return key
 
-    def allocate_standalone(self, nbytes: int, stream: str = DEFAULT_STREAM) -> int:
-        """An allocation the fake run has no storage for (an input's own device copy); freed
-        only by free_key."""
+    def allocate_standalone(self, nbytes: int, stream: str = DEFAULT_STREAM, tag: str | None = None) -> int:
+        """An allocation the fake run has no storage for (an input's own device copy, gloo's
+        copy of a collective's buffer: `tag`); freed only by free_key."""
         key = self._next_key
         self._next_key += 1
-        self.events.append(("alloc", key, nbytes, stream))
+        self.events.append(("alloc", key, nbytes, stream) + ((tag,) if tag else ()))
         return key
 
     def ignore(self, storage: torch.UntypedStorage) -> None:
@@ -186,7 +194,13 @@ class AllocationTrace(TorchDispatchMode):
         if func is torch.ops._c10d_functional.wait_tensor.default:
             # the meta kernel returns a new tensor; on the device wait_tensor returns its input
             return args[0]
+        copy = None
+        name = collective_name(str(getattr(func, "_overloadpacket", "")))
+        if name in GLOO_COPIED and not self.paused and str(func.namespace) == "c10d":
+            copy = self.allocate_standalone(payload_bytes(name, args), self._stream_label(), GLOO)
         out = func(*args, **(kwargs or {}))
+        if copy is not None:   # held while the collective runs
+            self.free_key(copy)
         # DTensor's sharding propagation runs under a fake mode of its own: not the device's ops
         if not self.paused and _active_fake_mode() is self._fake_mode:
             for t in tree_flatten(out)[0]:
