@@ -64,3 +64,29 @@ def test_fsdp_streams_are_named_and_the_replay_keeps_them_apart(trace):
     # the gradient shards are the reduce-scatter's outputs: allocated on its stream, alive at the end
     assert end.allocated_by_stream["reduce_scatter_stream"] > 0
     assert end.allocated_by_stream["all_gather_copy_in_stream"] == 0
+
+
+def test_gloo_copies_each_gathered_and_reduced_buffer_on_its_stream(trace):
+    """Each all-gather and reduce-scatter holds one copy of its whole payload (tagged, on the stream
+    current at the call), freed before the next event of the trace's own allocations."""
+    events = [tuple(e) for e in trace["events"]]
+    copies = [e for e in events if e[0] == "alloc" and e[4:] == ("gloo",)]
+    assert {e[3] for e in copies} == {"all_gather_stream", "reduce_scatter_stream"}
+    unit_bytes = sum(parameter_bytes())   # N = 2: a step gathers and reduces every parameter
+    per_step = [e[2] for e in copies if e[3] == "reduce_scatter_stream"]
+    assert sum(per_step) == 2 * unit_bytes   # the warm step's and the profiled step's
+    for e in copies:   # held only while the collective runs
+        assert events[events.index(e) + 1] == ("free", e[1])
+    with_copies = replay(events).marks["profiled_end"]
+    without = replay(events, without=("gloo",)).marks["profiled_end"]
+    assert "all_gather_stream" in with_copies.reserved_by_stream
+    assert "all_gather_stream" not in without.reserved_by_stream
+
+
+def test_cublas_workspaces_come_once_on_the_compute_stream(trace):
+    events = [tuple(e) for e in trace["events"]]
+    workspaces = [e for e in events if e[0] == "alloc" and e[4:] == ("cublas",)]
+    assert [(e[2], e[3]) for e in workspaces] == [(32 * 2 ** 20, "0")] * 2
+    assert not {e[1] for e in workspaces} & {e[1] for e in events if e[0] == "free"}
+    sharded = events.index(("mark", "sharded"))
+    assert events.index(workspaces[0]) > events.index(("mark", "warm_start")) > sharded

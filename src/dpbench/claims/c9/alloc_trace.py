@@ -21,6 +21,12 @@ of the whole while they run (docs/sharding.md: tools/device/gloo_clone_probe.py 
 the stream current at the call. Each is a transient allocation of the collective's whole payload
 there, tagged GLOO (the replay leaves them out for NCCL's rank, which makes neither).
 
+cuBLAS's workspaces: PyTorch gives each (cuBLAS handle, stream) a workspace from the caching
+allocator at its first GEMM there, one for cuBLAS and one for cuBLASLt, of the size NVIDIA
+recommends for the card (cublasSetWorkspace: 32 MiB from Hopper on, 4 MiB before): two
+allocations of CUBLAS_WORKSPACE_BYTES (Hopper's: the H100's and H200's) at the first matmul on a
+stream, never freed, tagged CUBLAS (a replay for an older card leaves them out).
+
 Streams: FSDP2 makes its streams on the CPU too (torch.cpu.Stream) and enters them with
 torch.cpu.stream, so torch.cpu.current_stream() tells them apart. The default stream is "0";
 FSDP2's by their FSDPCommContext names.
@@ -55,6 +61,10 @@ DEFAULT_STREAM = "0"
 FSDP_STREAMS = ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatter_stream", "all_reduce_stream")
 GLOO = "gloo"   # the tag of gloo's own copy of a collective's buffer
 GLOO_COPIED = ("all_gather", "reduce_scatter")   # the collectives it copies (all_reduce: none)
+CUBLAS = "cublas"   # the tag of cuBLAS's and cuBLASLt's workspaces
+CUBLAS_WORKSPACE_BYTES = 32 * 2 ** 20   # NVIDIA's recommended size from Hopper (sm90) on
+GEMMS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+         torch.ops.aten.baddbmm.default}
 # the trace's marks, in the order they come
 SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
     "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end")
@@ -81,6 +91,7 @@ class AllocationTrace(TorchDispatchMode):
         self._streams: dict[int, tuple[Any, str]] = {}   # id(stream) -> (stream, label)
         self._fake_mode = None
         self.paused = False
+        self._gemm_streams: set[str] = set()   # the streams whose cuBLAS workspaces exist
 
     # -- streams ------------------------------------------------------------------------------
     def name_streams(self, default: Any, named: dict[str, Any]) -> None:
@@ -194,6 +205,10 @@ class AllocationTrace(TorchDispatchMode):
         if func is torch.ops._c10d_functional.wait_tensor.default:
             # the meta kernel returns a new tensor; on the device wait_tensor returns its input
             return args[0]
+        if func in GEMMS and not self.paused and (stream := self._stream_label()) not in self._gemm_streams:
+            self._gemm_streams.add(stream)
+            for _ in ("cuBLAS", "cuBLASLt"):
+                self.allocate_standalone(CUBLAS_WORKSPACE_BYTES, stream, CUBLAS)
         copy = None
         name = collective_name(str(getattr(func, "_overloadpacket", "")))
         if name in GLOO_COPIED and not self.paused and str(func.namespace) == "c10d":
@@ -281,14 +296,25 @@ def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", required=True, type=int, help="N, the ranks rank 0 stands among")
-    ap.add_argument("--out", required=True, type=Path, help="the trace, JSON")
+    ap.add_argument("--out", required=True, type=Path,
+                    help="the trace, JSON; with --plan, JSON lines, one trace per case (appended)")
     ap.add_argument("--case", type=json.loads, default=CASE_236M,
                     help="a rehearsal case as JSON (default: the 236M fsdp one)")
+    ap.add_argument("--plan", type=Path, help="JSON: a list of cases (tools/device/rehearse.py's plan)")
     args = ap.parse_args(argv)
-    rec = record_case(args.case, args.ranks)
-    args.out.write_text(json.dumps(rec))
-    print(f"[alloc_trace] N={args.ranks}: {len(rec['events'])} events, streams {rec['streams']}, "
-          f"{rec['wall_s']} s", flush=True)
+    cases = json.loads(args.plan.read_text()) if args.plan else [args.case]
+    for case in cases:
+        if args.ranks < case.get("min_ranks", 1) or args.ranks > case.get("max_ranks", args.ranks):
+            continue
+        rec = {**record_case(case, args.ranks), "variant": case["variant"], "options": case.get("options") or {},
+               "size": f"{case['args']['width']}x{case['args']['layers']}", "batch": case["batch"]}
+        if args.plan:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+        else:
+            args.out.write_text(json.dumps(rec))
+        print(f"[alloc_trace] {case['name']} N={args.ranks}: {len(rec['events'])} events, "
+              f"streams {rec['streams']}, {rec['wall_s']} s", flush=True)
     return 0
 
 
