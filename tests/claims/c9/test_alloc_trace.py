@@ -90,3 +90,40 @@ def test_cublas_workspaces_come_once_on_the_compute_stream(trace):
     assert not {e[1] for e in workspaces} & {e[1] for e in events if e[0] == "free"}
     sharded = events.index(("mark", "sharded"))
     assert events.index(workspaces[0]) > events.index(("mark", "warm_start")) > sharded
+
+
+SHARDED_STEP = """
+import json, torch, torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from dpbench.claims.c9.alloc_trace import AllocationTrace, as_on_cuda
+from dpbench.claims.c9.fake import fake_store
+dist.init_process_group("fake", rank=0, world_size=4, store=fake_store())
+trace = AllocationTrace()
+mesh = init_device_mesh("cpu", (4,))   # outside the fake mode: it reads its ranks' values
+with FakeTensorMode(allow_non_fake_inputs=True):
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024, bias=False), torch.nn.Linear(1024, 1024, bias=False))
+    fully_shard(model[0], mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    as_on_cuda(opt)
+    model(torch.randn(8, 1024)).sum().backward()
+    with trace:
+        opt.step()
+dist.destroy_process_group()
+print(json.dumps({"foreach": opt.param_groups[0]["foreach"],
+                  "bytes": [e[2] for e in trace.events if e[0] == "alloc"]}))
+"""
+
+
+def test_an_optimizer_step_on_shards_allocates_shards_only():
+    """foreach SGD over 4 ranks' shards (as on CUDA): the weight-decayed gradients and the first
+    momentum buffers, one shard each; DTensor's sharding propagation, which runs the same ops
+    on whole-shaped fake tensors, allocates nothing on a device and is left out."""
+    out = subprocess.run([sys.executable, "-c", SHARDED_STEP], check=True, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    step = json.loads(out.stdout.strip().splitlines()[-1])
+    shard = 1024 * 1024 * 4 // 4
+    assert step["foreach"] is True
+    assert sorted(step["bytes"]) == [shard] * 4   # 2 decayed gradients, 2 momentum buffers

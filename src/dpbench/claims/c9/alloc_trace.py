@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import weakref
 from contextlib import contextmanager, nullcontext
@@ -72,6 +73,20 @@ SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
 # the 236M case of tools/device/rehearse.py (SIZES["235m"]): width 1024, 16 layers, batch 2
 CASE_236M = {"name": "235m-fsdp", "variant": "fsdp", "options": {}, "batch": 2,
              "args": {"width": 1024, "layers": 16, "heads": 16}}
+
+
+PROPAGATION_FILE = "_sharding_prop.py"   # torch.distributed.tensor's ShardingPropagator
+
+
+def in_sharding_propagation() -> bool:
+    """Whether DTensor's sharding propagation is on the stack (it calls ops on whole-shaped
+    fake tensors, as no device does)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(PROPAGATION_FILE):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _active_fake_mode():
@@ -216,8 +231,10 @@ class AllocationTrace(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if copy is not None:   # held while the collective runs
             self.free_key(copy)
-        # DTensor's sharding propagation runs under a fake mode of its own: not the device's ops
-        if not self.paused and _active_fake_mode() is self._fake_mode:
+        # DTensor's sharding propagation runs ops on whole-shaped fake tensors to learn their
+        # outputs' shapes (under a fake mode of its own, or under this one where one is active,
+        # as for foreach ops and clone): no device allocates for it
+        if not self.paused and _active_fake_mode() is self._fake_mode and not in_sharding_propagation():
             for t in tree_flatten(out)[0]:
                 if isinstance(t, FakeTensor):
                     storage = t.untyped_storage()
@@ -243,6 +260,16 @@ def parameters_as_moved(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return out
 
 
+def as_on_cuda(opt: torch.optim.Optimizer) -> None:
+    """The optimizer's implementation as CUDA tensors choose it: torch.optim takes foreach (one op
+    over every tensor, a new list where the step is not in place: weight decay's gradients, all
+    at once) for CUDA tensors, DTensors included, and a loop over the tensors on the CPU; fused
+    where the run asks for it either way."""
+    for group in opt.param_groups:
+        if not group.get("fused") and group.get("foreach") is None:
+            group["foreach"] = True
+
+
 def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
     """The allocation trace of `case` as rank 0 of `world` ranks: {"events": [...], "streams":
     [labels], "wall_s": seconds, ...}."""
@@ -265,6 +292,7 @@ def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
                     trace.allocate(storage, stream=DEFAULT_STREAM)
                 del storage
                 variant, opt = engine.wrap(cfg, spec, model, [torch.device("cpu")], world)
+                as_on_cuda(opt)
                 trace.mark(SHARDED)
                 trace.paused = True
                 x, y = spec.batch(torch.Generator().manual_seed(cfg.seed), case["batch"])
