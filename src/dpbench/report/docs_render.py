@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dpbench.advise.docs  # noqa: F401  (registers docs/advise.md's queries)
 import dpbench.claims.c9.docs  # noqa: F401  (registers docs/sharding.md's rehearsed-ranks queries)
+import dpbench.claims.c9.replay_docs  # noqa: F401  (registers its reserved-replay queries)
 import dpbench.report.bisect_queries  # noqa: F401  (registers docs/bisect.md's queries)
 from dpbench.report.docs_queries import QUERIES, value
 

@@ -91,8 +91,9 @@ def shard_model(variant: str, model: nn.Module, device: torch.device, world: int
     if device.type == "cuda":
         # The model came whole onto the device; sharding freed its full parameters, whose cache
         # segments the allocator would keep all run (a segment per large weight, reused only by
-        # blocks no larger): memory a model built on the meta device never holds, the same at
-        # every N (issue 38: rank 0 of 236M at N = 8 kept its 16 and 12 MiB weights' segments).
+        # blocks no larger): memory a model built on the meta device never holds. Where a rank's
+        # step is small beside the whole model (large models, many ranks) the step does not
+        # reuse them (docs/sharding.md, the allocator replayed: "Reserved without a GPU").
         torch.cuda.empty_cache()
     return [*norms, *units, model]
 

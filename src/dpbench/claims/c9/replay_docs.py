@@ -1,0 +1,223 @@
+"""docs/sharding.md's reserved memory replayed: rank 0's device allocations of each sharded
+rehearsal case, recorded on fake tensors (claims.c9.alloc_trace, the reference ALLOC_TRACES),
+replayed through the CUDA caching allocator's rules (analysis.caching_allocator) and set beside
+what the GPU's allocator reserved in the rehearsal launches (claims.c9.docs.LAUNCHES). Torch-free;
+reads only the committed references.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import tarfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from dpbench.analysis import rehearsal
+from dpbench.analysis.caching_allocator import MIB, Snapshot, replay
+from dpbench.claims.c9 import text
+from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, launch_name, made_at, reserved_checked
+from dpbench.report.docs_queries import query
+from dpbench.report.markdown import md_table
+
+ALLOC_TRACES = ("cpu-alloc-5aa7b30", "traces.tar.gz")
+# the allocator's rules (42f7a9f, 745fc07), gloo's copies (fc72eb7) and cuBLAS's workspaces were
+# fixed at this commit: GPU records made after it are the replay's blind check
+REPLAY_RULE = "5aa7b30"
+# The last launch made before run.sharded.shard_model emptied the cache after sharding (5191b45):
+# every launch after it ran with the whole model's segments released
+LAST_KEPT_SEGMENTS = ("h100-rehearsal-ceb1b88", "n8-235m-fsdp.tar.gz")
+# the first launch made after REPLAY_RULE (None until one is kept): from it on, blind
+FIRST_AFTER_REPLAY: tuple[str, str] | None = None
+GLOO, CUBLAS = "gloo", "cublas"   # claims.c9.alloc_trace's tags
+END = "profiled_end"               # its mark at the profiled step's end (the GPU's snapshot)
+SHARDED = "sharded"                # its mark after fully_shard
+
+
+def trace_label(trace: dict[str, Any]) -> str:
+    """A trace's case as analysis.rehearsal.variant_label names a record's."""
+    keep = (trace.get("options") or {}).get("reshard_after_forward") is False
+    return trace["variant"] + ("-keep" if keep else "")
+
+
+@cache
+def traces(ref: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """(size, variant label, N) -> the trace, from the reference's tar."""
+    out = {}
+    with tarfile.open(ref / ALLOC_TRACES[0] / ALLOC_TRACES[1]) as tar:
+        for member in tar.getmembers():
+            if member.name.endswith("traces.jsonl"):
+                for line in tar.extractfile(member).read().decode().splitlines():
+                    t = json.loads(line)
+                    out[(t["size"], trace_label(t), int(t["ranks"]))] = t
+    return out
+
+
+@cache
+def replayed(ref: Path, key: tuple[str, str, int], emptied: bool, gloo: bool = True) -> Snapshot:
+    """The trace's replay at the profiled step's end: with the cache emptied after sharding
+    (`emptied`) or not, with gloo's copies (a rehearsed rank) or without (a rank over NCCL)."""
+    events = [tuple(e) for e in traces(ref)[key]["events"]]
+    return replay(events, empty_cache_at=(SHARDED,) if emptied else (), without=() if gloo else (GLOO,)).marks[END]
+
+
+def emptied_cache(launch: str) -> bool:
+    """Whether a launch ran after shard_model began to empty the cache after sharding."""
+    order = [launch_name(*x) for x in LAUNCHES]
+    return order.index(launch) > order.index(launch_name(*LAST_KEPT_SEGMENTS))
+
+
+@dataclass(frozen=True)
+class Row:
+    """Rank 0 of one GPU record beside its trace's replay, MiB."""
+    size: str
+    variant: str
+    gpus: int
+    launch: str
+    measured: float                     # the reserved peak
+    measured_streams: dict[str, float]  # by stream at the step's end ({} where not recorded)
+    replayed: Snapshot
+    nccl: Snapshot                      # the same case as a rank over NCCL: no gloo copies, cache emptied
+
+    @property
+    def error(self) -> float:
+        # reserved only grows within a step: its end is the profiled step's reserved peak
+        return self.measured / (self.replayed.reserved / MIB) - 1.0
+
+
+def rows(ref: Path, newest_only: bool = False) -> list[Row]:
+    """Every ok GPU record of a sharded case whose trace is in the reference (its batch the
+    trace's), rank 0's; `newest_only`: one per case, the newest launch's (as the page's tables)."""
+    c = combined(ref)
+    have = traces(ref)
+    records = (c.records if newest_only else
+               [{**r, rehearsal.SOURCE: name} for name, recs in c.launches.items() for r in recs])
+    out = []
+    for r in records:
+        key = (str(r.get("size")), rehearsal.variant_label(r), int(r.get("gpus") or 0))
+        m = (r.get("memory_components") or [{}])[0]
+        if (r.get("status") != "ok" or r.get("launched") or key not in have
+                or (r.get("options") or {}).get("per_gpu_batch") != have[key]["batch"]
+                or not isinstance(m.get("reserved_peak_mib"), (int, float))):
+            continue
+        launch = r[rehearsal.SOURCE]
+        out.append(Row(*key, launch, m["reserved_peak_mib"], m.get("reserved_by_stream_mib") or {},
+                       replayed(ref, key, emptied_cache(launch)), replayed(ref, key, True, gloo=False)))
+    names = {str(r["size"]): r["parameters"] for r in c.records if r.get("parameters")}
+    return sorted(out, key=lambda x: (names.get(x.size, 0), rehearsal.sort_key((x.size, x.variant, x.gpus)), x.launch))
+
+
+def side(streams: dict[str, float]) -> float:
+    return sum(v for k, v in streams.items() if k != "0")
+
+
+def names(ref: Path) -> dict[str, str]:
+    return {str(r["size"]): text.params(r["parameters"]) for r in combined(ref).records if r.get("parameters")}
+
+
+@query("rehearsal_reserved_replayed")
+def rehearsal_reserved_replayed(ref: Path) -> str:
+    """Per GPU record that holds its streams (rank 0): reserved measured and replayed, the
+    default stream and the others, MiB; and the replay of the same case on a rank over NCCL."""
+    n = names(ref)
+    body = []
+    for x in rows(ref):
+        if not x.measured_streams:
+            continue
+        sim = {k: v / MIB for k, v in x.replayed.reserved_by_stream.items()}
+        body.append([n[x.size], x.variant, x.gpus, made_at(x.launch) + (", emptied" if emptied_cache(x.launch) else ""),
+                     f"{x.measured_streams.get('0', 0):,.0f} / {sim.get('0', 0):,.0f}",
+                     f"{side(x.measured_streams):,.0f} / {side(sim):,.0f}",
+                     f"{x.measured:,.0f} / {x.replayed.reserved / MIB:,.0f}", _percent(x.error),
+                     f"{x.nccl.reserved / MIB:,.0f}"])
+    return md_table(["model", "variant", "N", "commit, GPU", "default stream, measured / replayed",
+                     "other streams, measured / replayed", "reserved peak, measured / replayed", "error",
+                     "replayed over NCCL"], body)
+
+
+def slack_errors(ref: Path) -> dict[tuple[str, str, int], float]:
+    """The slack rule's error (memory_model.with_references) where it predicts reserved."""
+    return {(m["size"], m["variant"], m["gpus"]): m["relative_difference"] for m in reserved_checked(combined(ref))}
+
+
+@query("rehearsal_reserved_replay_summary")
+def rehearsal_reserved_replay_summary(ref: Path) -> str:
+    """The replay's error over every GPU record of a sharded case (rank 0's reserved peak), and
+    beside the slack rule on the rows both predict (the page's newest records)."""
+    every = rows(ref)
+    errors = [abs(x.error) for x in every]
+    within = sum(e <= 0.05 for e in errors)
+    worst = max(every, key=lambda x: abs(x.error))
+    n = names(ref)
+    slack = slack_errors(ref)
+    both = [(x, slack[(x.size, x.variant, x.gpus)]) for x in rows(ref, newest_only=True)
+            if (x.size, x.variant, x.gpus) in slack]
+    said = (f"over {len(every)} GPU records of sharded cases (rank 0; {len({x.launch for x in every})} launches) the "
+            f"replay's reserved peak is within 5% of the measured in {within}, its median |error| "
+            f"{100 * statistics.median(errors):.1f}%, the largest {_percent(worst.error)} ({worst.variant} at "
+            f"{n[worst.size]}, N = {worst.gpus}, {made_at(worst.launch)})")
+    if both:
+        said += (f"; on the {len(both)} rows the slack rule predicts, the replay's largest |error| is "
+                 f"{100 * max(abs(x.error) for x, _ in both):.1f}% and the slack rule's "
+                 f"{100 * max(abs(e) for _, e in both):.1f}%")
+    return said
+
+
+@query("rehearsal_reserved_replay_blind")
+def rehearsal_reserved_replay_blind(ref: Path) -> str:
+    """The rows from launches made after the replay's rules were fixed: each one's error."""
+    if FIRST_AFTER_REPLAY is None:
+        return "none yet"
+    order = [launch_name(*x) for x in LAUNCHES]
+    after = set(order[order.index(launch_name(*FIRST_AFTER_REPLAY)):])
+    n = names(ref)
+    blind = [x for x in rows(ref) if x.launch in after]
+    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus}: {_percent(x.error)}" for x in blind) or "none yet"
+
+
+@query("rehearsal_replay_beyond")
+def rehearsal_replay_beyond(ref: Path) -> str:
+    """The GPU records whose reserved peak lies more than 5% from the replay, by model size: how
+    many of that size's rows, and by how much the GPU held more (+) or less (-) than replayed."""
+    n = names(ref)
+    by_size: dict[str, list[Row]] = {}
+    for x in rows(ref):
+        by_size.setdefault(x.size, []).append(x)
+    said = []
+    for size, xs in by_size.items():
+        beyond = [x for x in xs if abs(x.error) > 0.05]
+        if beyond:
+            diffs = sorted(x.measured - x.replayed.reserved / MIB for x in beyond)
+            span = f"{diffs[0]:+,.0f}" + (f" to {diffs[-1]:+,.0f}" if len(diffs) > 1 else "")
+            where = (f"{beyond[0].variant}, N = {beyond[0].gpus}, {made_at(beyond[0].launch)}" if len(beyond) == 1
+                     else f"{len(beyond)} of its {len(xs)} rows")
+            said.append(f"{n[size]} ({where}: {span} MiB)")
+    return "; ".join(said) or "none"
+
+
+@query("rehearsal_replay_side_short")
+def rehearsal_replay_side_short(ref: Path) -> str:
+    """Where N >= 2 and the record holds its streams: the range of the side streams' measured
+    bytes less replayed, and of the default stream's (MiB)."""
+    xs = [x for x in rows(ref) if x.measured_streams and x.gpus >= 2]
+    def span(values: list[float]) -> str:
+        return f"{min(values):+,.0f} to {max(values):+,.0f} MiB"
+    side_diff = [side(x.measured_streams) - side({k: v / MIB for k, v in x.replayed.reserved_by_stream.items()}) for x in xs]
+    default_diff = [x.measured_streams.get("0", 0) - x.replayed.reserved_by_stream.get("0", 0) / MIB for x in xs]
+    return f"the default stream {span(default_diff)}, the other streams {span(side_diff)} ({len(xs)} records)"
+
+
+@query("rehearsal_replay_emptied")
+def rehearsal_replay_emptied(ref: Path) -> str:
+    """Per traced case where emptying the cache after sharding changes the replayed reserved
+    bytes at the step's end by 5% or more (gloo's copies kept): without -> with, MiB."""
+    n = {**names(ref)}
+    changed = []
+    for key in traces(ref):
+        before, after = (replayed(ref, key, e).reserved / MIB for e in (False, True))
+        if abs(after / before - 1) >= 0.05:
+            changed.append((after / before - 1, key, before, after))
+    changed.sort()
+    return "; ".join(f"{v} at {n.get(s, s)}, N = {g}: {b:,.0f} -> {a:,.0f} ({_percent(d)})"
+                     for d, (s, v, g), b, a in changed) or "none by 5%"
