@@ -54,7 +54,12 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h100-rehearsal-3cfd779", "n2-1b-fsdp.tar.gz"),
             # the GPU's backward part by part (each unit's marked) and each stream's cache segments
             *(("h100-rehearsal-ceb1b88", f"{t}.tar.gz") for t in ("n1-2b-fsdp", "n1-1b-fsdp", "n1-235m-fsdp",
-                                                                   "n8-235m-fsdp")))
+                                                                   "n8-235m-fsdp")),
+            # the cache emptied after sharding (5191b45) and the allocator's replay blind: 236M at
+            # every N, 1.08B and 1.97B at N = 8 (their first), 1.08B hsdp (its first)
+            *(("h100-rehearsal-11dc2db", f"{t}.tar.gz") for t in (
+                "n1-235m-1b-fsdp", "n2-235m", "n4-235m-fsdp", "n8-235m", "n2-1b-keep", "n8-2b-fsdp",
+                "n8-1b-fsdp", "n4-1b-hsdp")))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -810,7 +815,7 @@ def rehearsal_gpu_parts(ref: Path) -> str:
     c = combined(ref)
     fake = {str(r["size"]): r for r in ok_cases(ref, FAKE) if int(r["gpus"]) == 1 and rehearsal.variant_label(r) == "fsdp"}
     names, offsets, rows, launches = size_names(c), [], [], set()
-    predicted_sizes, growing = [], []
+    predicted_sizes, growing, excess = [], [], []
     params = {str(r["size"]): r["parameters"] for r in c.records if r.get("size") and r.get("parameters")}
     for size in sorted(params, key=params.get):
         by_n = gpu_fsdp_by_n(c, size)
@@ -835,12 +840,15 @@ def rehearsal_gpu_parts(ref: Path) -> str:
             predicted_sizes.append(f"{names[size]} (N = {', '.join(map(str, above))})")
         elif above:
             growing.append(f"{names[size]} from N = {min(n for n, v in above.items() if abs(v) >= 1.0)}")
-    made = ", ".join(sorted({commit_of(x) for x in launches}))
+            excess += [v for v in above.values() if abs(v) >= 1.0]
+    order = [launch_name(*x) for x in LAUNCHES]
+    made = commit_of(min(launches, key=order.index))
     return (f"From {made} the GPU marks each unit's part of its backward too. At one rank every unit's part on "
             f"the GPU lies above fake tensors' by {'; '.join(offsets)} MiB. Predicted from the GPU's own one-rank "
             f"case, its parts marked, the GPU's later backward peak from N = 2 lies above the model by "
             f"{', '.join(rows)} MiB. So the GPU's own one-rank case predicts {' and '.join(predicted_sizes) or 'none'} "
-            f"to 1 MiB; at {' and '.join(growing) or 'no size'} an excess appears with the ranks")
+            f"to 1 MiB; at {' and '.join(growing) or 'no size'} an excess appears"
+            + (f", {min(excess):,.1f} to {max(excess):,.1f} MiB at the N measured" if excess else ""))
 
 
 @query("rehearsal_model_vs_fake")
@@ -1035,6 +1043,22 @@ def rehearsal_reserved_by_stream(ref: Path) -> str:
                      f"{streams.get('0', 0):,.0f}", " + ".join(f"{v:,.0f}" for v in side) or "none", f"{sum(side):,.0f}"])
     return md_table(["model", "variant", "N", "commit, GPU", "reserved peak", "allocated peak", "slack",
                      "default stream", "other streams", "other streams, sum"], body)
+
+
+@query("rehearsal_side_share")
+def rehearsal_side_share(ref: Path) -> str:
+    """At 236M, N >= 2, the sharded variants' side streams' pools as a share of their slack
+    (reserved less the allocated peak), rank 0: the range, and the rows."""
+    c = combined(ref)
+    shares = []
+    for r in c.records:
+        m = (r.get("memory_components") or [{}])[0]
+        streams = m.get("reserved_by_stream_mib")
+        if (r.get("status") == "ok" and streams and str(r["size"]) == "1024x16" and int(r["gpus"]) >= 2
+                and rehearsal.variant_label(r) in ("fsdp", "fsdp-keep", "hsdp")):
+            side = sum(v for k, v in streams.items() if k != "0")
+            shares.append(side / (m["reserved_peak_mib"] - allocated_peak(m)))
+    return f"{100 * min(shares):.0f}% to {100 * max(shares):.0f}% ({len(shares)} records)"
 
 
 # gloo's own GPU copies per collective, beside the cases (tools/device/gloo_clone_probe.py)

@@ -29,7 +29,7 @@ REPLAY_RULE = "5aa7b30"
 # every launch after it ran with the whole model's segments released
 LAST_KEPT_SEGMENTS = ("h100-rehearsal-ceb1b88", "n8-235m-fsdp.tar.gz")
 # the first launch made after REPLAY_RULE (None until one is kept): from it on, blind
-FIRST_AFTER_REPLAY: tuple[str, str] | None = None
+FIRST_AFTER_REPLAY: tuple[str, str] | None = ("h100-rehearsal-11dc2db", "n1-235m-1b-fsdp.tar.gz")
 GLOO, CUBLAS = "gloo", "cublas"   # claims.c9.alloc_trace's tags
 END = "profiled_end"               # its mark at the profiled step's end (the GPU's snapshot)
 SHARDED = "sharded"                # its mark after fully_shard
@@ -221,3 +221,26 @@ def rehearsal_replay_emptied(ref: Path) -> str:
     changed.sort()
     return "; ".join(f"{v} at {n.get(s, s)}, N = {g}: {b:,.0f} -> {a:,.0f} ({_percent(d)})"
                      for d, (s, v, g), b, a in changed) or "none by 5%"
+
+
+@query("rehearsal_reserved_regime_misses")
+def rehearsal_reserved_regime_misses(ref: Path) -> str:
+    """The slack rule's reserved misses beyond tolerance: for each, the launch its slack came
+    from, whether the cache was emptied after sharding there and in the row's own launch, and
+    the replay's error on the row."""
+    c, n = combined(ref), names(ref)
+    launch = {(str(r["size"]), rehearsal.variant_label(r), int(r["gpus"])): r[rehearsal.SOURCE]
+              for r in c.records if r.get("status") == "ok"}
+    replay_error = {(x.size, x.variant, x.gpus): x.error for x in rows(ref, newest_only=True)}
+    said = []
+    for m in reserved_checked(c):
+        if not m["beyond_tolerance"]:
+            continue
+        key, ref_key = (m["size"], m["variant"], m["gpus"]), (m["size"], m["variant"], m["reference_gpus"])
+        own, theirs = launch[key], launch.get(ref_key)
+        regime = ("the row's cache emptied after sharding, its slack's not" if theirs and emptied_cache(own)
+                  and not emptied_cache(theirs) else "both in the same way")
+        replay = f"; replayed {_percent(replay_error[key])}" if key in replay_error else ""
+        said.append(f"{m['variant']} at {n[m['size']]}, N = {m['gpus']} {_percent(m['relative_difference'])} "
+                    f"(slack from N = {m['reference_gpus']}, {made_at(theirs) if theirs else '?'}: {regime}{replay})")
+    return "; ".join(said) or "none"
