@@ -20,7 +20,11 @@
 #                                     # here holds one rank of it), 1.08B fsdp at N = 1 (the GPU's parts
 #                                     # beside cpu-tracker-56c1f32's), 236M fsdp at N = 8 with its
 #                                     # segments (the reserved miss: its default stream's pool)
-#   tools/device/rehearse_gaps.sh d   # ~5.5 min, an H200 only: 1.97B fsdp and hsdp at N = 8
+#   tools/device/rehearse_gaps.sh d   # ~5.5 min, an H200 only: 1.97B fsdp and fsdp-keep at N = 8, fsdp
+#                                     # searched within 16GB (8 x 16.6 GiB fit 140 GiB). From 5191b45 the
+#                                     # profiled fsdp case fits an H100 too (ran at 11dc2db); hsdp does not
+#                                     # fit an H200 either: the allocator's replay gives rank 0 17.9 GiB
+#                                     # reserved (cpu-alloc-5aa7b30), 8 ranks 143 GiB, beyond 140 GiB
 #   tools/device/rehearse_gaps.sh e   # ~7 min, an H200 only: 1.08B fsdp at N = 4 searched within the
 #                                     # 24GB budget too (4 ranks of 24GB do not fit an H100)
 # (c ran on an H100 at ceb1b88.) From c0d8ecd on, runs mark the loss's peak apart (loss_peak_mib)
@@ -81,7 +85,7 @@ c)
     launch n8-235m-fsdp 110 70 --ranks 8 --sizes 235m --variants fsdp
     ;;
 d)
-    launch n8-2b 330 280 --ranks 8 --sizes 2b --variants fsdp hsdp
+    launch n8-2b 330 280 --ranks 8 --sizes 2b --variants fsdp fsdp-keep
     ;;
 e)
     launch n4-1b-24gb 420 360 --ranks 4 --sizes 1b --variants fsdp
