@@ -127,3 +127,16 @@ def test_an_optimizer_step_on_shards_allocates_shards_only():
     shard = 1024 * 1024 * 4 // 4
     assert step["foreach"] is True
     assert sorted(step["bytes"]) == [shard] * 4   # 2 decayed gradients, 2 momentum buffers
+
+
+def test_a_plan_writes_a_line_per_case_and_a_failed_case_keeps_its_reason(tmp_path):
+    bad = {**CASE, "name": "bad-fsdp", "args": {**CASE["args"], "width": CASE["args"]["width"] + 1}}
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([bad, CASE]))
+    out = tmp_path / "traces.jsonl"
+    subprocess.run([sys.executable, "-m", "dpbench.claims.c9.alloc_trace", "--ranks", "2", "--plan", str(plan),
+                    "--out", str(out)], check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(x["case"], x["status"]) for x in lines] == [("bad-fsdp", "failed"), ("tiny-fsdp", "ok")]
+    assert "width" in lines[0]["reason"] and lines[0]["events"] == []
+    assert lines[1]["events"] and lines[1]["size"] == f"{CASE['args']['width']}x{CASE['args']['layers']}"

@@ -39,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+import traceback
 import weakref
 from contextlib import contextmanager, nullcontext
 from functools import wraps
@@ -334,15 +335,22 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         if args.ranks < case.get("min_ranks", 1) or args.ranks > case.get("max_ranks", args.ranks):
             continue
-        rec = {**record_case(case, args.ranks), "variant": case["variant"], "options": case.get("options") or {},
-               "size": f"{case['args']['width']}x{case['args']['layers']}", "batch": case["batch"]}
+        about = {"case": case["name"], "ranks": args.ranks, "variant": case["variant"],
+                 "options": case.get("options") or {}, "batch": case["batch"],
+                 "size": f"{case['args']['width']}x{case['args']['layers']}"}
+        try:
+            rec = {**record_case(case, args.ranks), **about, "status": "ok"}
+        except Exception as exc:   # one case's failure is a line with its reason; the others still run
+            print(traceback.format_exc()[-2000:], flush=True)
+            rec = {**about, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:500], "events": []}
         if args.plan:
             with open(args.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         else:
             args.out.write_text(json.dumps(rec))
-        print(f"[alloc_trace] {case['name']} N={args.ranks}: {len(rec['events'])} events, "
-              f"streams {rec['streams']}, {rec['wall_s']} s", flush=True)
+        why = f" ({rec['reason']})" if rec.get("reason") else ""
+        print(f"[alloc_trace] {case['name']} N={args.ranks}: {rec['status']}{why}, {len(rec['events'])} events, "
+              f"streams {rec.get('streams')}, {rec.get('wall_s')} s", flush=True)
     return 0
 
 
