@@ -216,6 +216,9 @@ def memory_table(ref: Path, size: str) -> str:
               for r in c.records if r.get("status") == "ok"}
     by = {(m["variant"], m["gpus"], m["component"]): m for m in rows}
     keys = sorted({(m["variant"], m["gpus"]) for m in rows}, key=lambda k: rehearsal.sort_key((size, *k)))
+    # here, not at the top: replay_docs reads this module's launches (a cycle at import time)
+    from dpbench.claims.c9.replay_docs import rows as replay_rows
+    replayed = {(x.variant, x.gpus): x for x in replay_rows(ref, newest_only=True) if x.size == size}
     body = []
     for variant, gpus in keys:
         cells = []
@@ -225,8 +228,12 @@ def memory_table(ref: Path, size: str) -> str:
                          else f"{m['measured_mib']:,.0f} / {m['predicted_mib']:,.0f} "
                               f"({_percent(m['relative_difference'])})"
                          + (" !" if m["beyond_tolerance"] else ""))
+        x = replayed.get((variant, gpus))
+        cells.append("–" if x is None else f"{x.measured:,.0f} / {x.replayed.reserved / MIB:,.0f} ({_percent(x.error)})"
+                     + (" !" if abs(x.error) > TOLERANCE else ""))
         body.append([variant, gpus, source.get((size, variant, gpus), ""), *cells])
-    return md_table(["variant", "N", "commit, GPU", *(x.replace("_", " ") for x in COMPONENTS)], body)
+    return md_table(["variant", "N", "commit, GPU", *(x.replace("_", " ") for x in COMPONENTS),
+                     "reserved peak, rank 0, replayed"], body)
 
 
 def predicted_rows(c: Combined) -> list[dict[str, Any]]:
