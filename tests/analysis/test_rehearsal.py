@@ -62,6 +62,13 @@ def test_a_rank_count_that_does_not_fit_the_gpu_is_skipped_with_the_sum(monkeypa
     assert M.rehearsal_misfit(M.Setting(variant="fsdp", parameters=p, ranks=8), 8, 139 * gib) is None
     capped = M.rehearsal_misfit(M.Setting(variant="fsdp", parameters=10_000, ranks=8), 8, 139 * gib, cap_bytes=22 * gib)
     assert f"{8 * (22 * gib + M.CONTEXT_BYTES) / gib:.2f}" in capped   # a cap per rank: N x (cap + context)
+    # the allocator's replay of the case where it reserves more than the state: 1.97B hsdp at
+    # N = 8 (shard groups of 2), whose state fits 8 ranks of an H200 while its replay does not
+    hsdp = M.Setting(variant="hsdp", parameters=p, ranks=8, hsdp_shard_size=2)
+    assert M.rehearsal_misfit(hsdp, 8, 139 * gib) is None
+    replayed = M.rehearsal_misfit(hsdp, 8, 139 * gib, replayed_bytes=18_320 * 2 ** 20)
+    assert f"{8 * (18_320 * 2 ** 20 + M.CONTEXT_BYTES) / gib:.2f}" in replayed
+    assert M.rehearsal_misfit(hsdp, 8, 139 * gib, replayed_bytes=gib) is None   # below the state: the state's
     # the rank's own check: ranks on this device x the estimate against its memory
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=139 * gib))

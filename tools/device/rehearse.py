@@ -122,6 +122,11 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
         cases = plan(TINY if tiny else (sizes or SIZES), ranks, budgets, seq_len=16 if tiny else None, only=only)
         not_fitting += [{"ranks": ranks, "budget": b, "reason": w, "cases": [c["name"] for c in cases]}
                         for b, w in why.items()]
+        if gib is not None:   # whether N ranks fit the GPU: the allocator's replay of each sharded case too
+            from dpbench.claims.c9.alloc_trace import replayed_reserved_mib
+            replayed = replayed_reserved_mib(cases, ranks, work)
+            cases = [{**c, "replayed_reserved_mib": replayed[c["name"]]} if c["name"] in replayed else c
+                     for c in cases]
         plan_file, lines = work / f"plan-{ranks}.json", work / f"cases-{ranks}.jsonl"
         plan_file.write_text(json.dumps(cases))
         lines.unlink(missing_ok=True)

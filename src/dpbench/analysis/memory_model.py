@@ -175,13 +175,17 @@ def rank_estimate_bytes(s: Setting, cap_bytes: float | None = None) -> float:
 
 
 def rehearsal_misfit(s: Setting, ranks_on_device: int, device_bytes: float,
-                     cap_bytes: float | None = None) -> str | None:
+                     cap_bytes: float | None = None, replayed_bytes: float | None = None) -> str | None:
     """Why `ranks_on_device` rehearsed ranks cannot share a device of `device_bytes` (None when
-    they fit): the sum of their per-rank estimates (rank_estimate_bytes) beside its memory."""
-    per_rank = rank_estimate_bytes(s, cap_bytes)
+    they fit): the sum of their per-rank estimates (rank_estimate_bytes, or the reserved bytes
+    the caching allocator's replay of the case's trace gives where larger) beside its memory."""
+    estimate = rank_estimate_bytes(s, cap_bytes)
+    replayed = replayed_bytes + CONTEXT_BYTES if replayed_bytes else 0.0
+    per_rank = max(estimate, replayed)
     if ranks_on_device * per_rank <= device_bytes:
         return None
-    what = "its memory cap" if cap_bytes and cap_bytes >= per_rank - CONTEXT_BYTES else "the memory model's state"
+    what = ("the allocator's replay of its trace" if replayed > estimate else
+            "its memory cap" if cap_bytes and cap_bytes >= per_rank - CONTEXT_BYTES else "the memory model's state")
     return (f"{ranks_on_device} rehearsed ranks do not fit one GPU: {ranks_on_device} x {per_rank / 2**30:.2f} GiB "
             f"per rank ({what} + {CONTEXT_BYTES / 2**30:g} GiB of CUDA context) = "
             f"{ranks_on_device * per_rank / 2**30:.2f} GiB > the device's {device_bytes / 2**30:.2f} GiB")

@@ -140,3 +140,16 @@ def test_a_plan_writes_a_line_per_case_and_a_failed_case_keeps_its_reason(tmp_pa
     assert [(x["case"], x["status"]) for x in lines] == [("bad-fsdp", "failed"), ("tiny-fsdp", "ok")]
     assert "width" in lines[0]["reason"] and lines[0]["events"] == []
     assert lines[1]["events"] and lines[1]["size"] == f"{CASE['args']['width']}x{CASE['args']['layers']}"
+
+
+def test_a_plans_sharded_cases_get_their_replayed_reserved_bytes(tmp_path, monkeypatch):
+    """What tools/device/rehearse.py sets on each case before N ranks share a GPU: the replay of
+    the case's trace (the cache emptied after sharding, gloo's copies kept); none for ddp."""
+    from dpbench.claims.c9.alloc_trace import replayed_reserved_mib
+    ddp = {**CASE, "name": "tiny-ddp", "variant": "ddp"}
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
+    got = replayed_reserved_mib([CASE, ddp], 2, tmp_path)
+    assert set(got) == {"tiny-fsdp"}
+    events = [tuple(e) for e in json.loads((tmp_path / "traces-2.jsonl").read_text())["events"]]
+    assert got["tiny-fsdp"] == replay(events, empty_cache_at=("sharded",)).marks["profiled_end"].reserved / 2 ** 20
+    assert got["tiny-fsdp"] >= 2 * 32   # cuBLAS's two workspaces at least

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import traceback
@@ -53,8 +54,10 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from dpbench.analysis.caching_allocator import replay
 from dpbench.claims.c9.fake import fake_store
 from dpbench.claims.c9.rehearsal import run_config
+from dpbench.plan import variants
 from dpbench.run import components, engine
 from dpbench.run.components import collective_name, payload_bytes
 from dpbench.run.step import train_step
@@ -320,6 +323,29 @@ def record_case(case: dict[str, Any], world: int) -> dict[str, Any]:
     streams = sorted({e[3] for e in trace.events if e[0] == "alloc"})
     return {"case": case["name"], "ranks": world, "torch": torch.__version__, "streams": streams,
             "events": trace.events, "wall_s": round(time.perf_counter() - started, 2)}
+
+
+def replayed_reserved_mib(cases: list[dict[str, Any]], world: int, work: Path) -> dict[str, float]:
+    """Per sharded case of a plan, rank 0's reserved bytes (MiB) at the profiled step's end, as
+    the rehearsal on one GPU would cache them: each case traced here on fake tensors (a process
+    of its own: the fake process group), then replayed with the cache emptied after sharding and
+    gloo's copies kept. A case whose trace failed has none."""
+    sharded = [c for c in cases if variants.spec(c["variant"]).shards_parameters]
+    if not sharded:
+        return {}
+    plan, out = work / f"trace-plan-{world}.json", work / f"traces-{world}.jsonl"
+    plan.write_text(json.dumps(sharded))
+    out.unlink(missing_ok=True)
+    subprocess.run([sys.executable, "-m", "dpbench.claims.c9.alloc_trace", "--ranks", str(world), "--plan",
+                    str(plan), "--out", str(out)], check=False, timeout=60 + 30 * len(sharded),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    found = {}
+    for line in (out.read_text().splitlines() if out.exists() else []):
+        t = json.loads(line)
+        if t.get("status") == "ok":
+            end = replay([tuple(e) for e in t["events"]], empty_cache_at=(SHARDED,)).marks[PROFILED_END]
+            found[t["case"]] = end.reserved / 2 ** 20
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

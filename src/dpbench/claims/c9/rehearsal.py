@@ -186,7 +186,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     budgets = case.get("budgets") or {}
     cap = SAFE * max(budgets.values()) * GIB if budgets else None   # what a search's trials may reach
-    if total is not None and (why := rehearsal_misfit(s, here, total, cap)):
+    replayed = case.get("replayed_reserved_mib")   # tools/device/rehearse.py: the allocator's replay
+    if total is not None and (why := rehearsal_misfit(s, here, total, cap, replayed and replayed * MIB)):
         return {**rec, "status": "skipped", "reason": why}
     model = spec.model.to(device)
     variant, opt = engine.wrap(cfg, spec, model, [device], world)
