@@ -22,15 +22,13 @@ from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
 ALLOC_TRACES = ("cpu-alloc-5aa7b30", "traces.tar.gz")
-# the allocator's rules (42f7a9f, 745fc07), gloo's copies (fc72eb7) and cuBLAS's workspaces were
-# fixed at this commit: GPU records made after it are the replay's blind check
-REPLAY_RULE = "5aa7b30"
 # The last launch made before run.sharded.shard_model emptied the cache after sharding (5191b45):
 # every launch after it ran with the whole model's segments released
 LAST_KEPT_SEGMENTS = ("h100-rehearsal-ceb1b88", "n8-235m-fsdp.tar.gz")
-# the first launch made after REPLAY_RULE (None until one is kept): from it on, blind
+# The first launch made after the replay was fixed (the allocator's rules, the traces at 5aa7b30
+# and this module at 11dc2db): from it on, the replay's blind check
 FIRST_AFTER_REPLAY: tuple[str, str] | None = ("h100-rehearsal-11dc2db", "n1-235m-1b-fsdp.tar.gz")
-GLOO, CUBLAS = "gloo", "cublas"   # claims.c9.alloc_trace's tags
+GLOO = "gloo"                      # claims.c9.alloc_trace's tag of gloo's copies
 END = "profiled_end"               # its mark at the profiled step's end (the GPU's snapshot)
 SHARDED = "sharded"                # its mark after fully_shard
 
