@@ -1,6 +1,8 @@
 """The caching allocator's replay follows the CUDA allocator's default rules, in numbers."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dpbench.analysis.caching_allocator import MIB, CachingAllocator, replay, round_size, segment_size
@@ -166,3 +168,19 @@ def test_replay_marks_and_empty_cache_variant():
     assert emptied.marks["sharded"].reserved == 0
     assert emptied.end.reserved == 20 * MIB         # a fresh 20 MiB segment instead
     assert replay([*events, ("empty_cache",)]).end.reserved == 12 * MIB   # still allocated: kept
+
+
+def test_the_command_replays_each_trace_of_a_file_and_says_which_have_none(tmp_path, capsys):
+    from dpbench.analysis.caching_allocator import main
+    events = [["alloc", 0, 30 * MIB, "0"], ["alloc", 1, 12 * MIB, "rs", "gloo"], ["free", 1],
+              ["mark", "sharded"], ["free", 0], ["mark", "profiled_end"]]
+    f = tmp_path / "t.jsonl"
+    f.write_text("\n".join([json.dumps({"case": "a", "ranks": 2, "events": events}),
+                            json.dumps({"case": "b", "ranks": 2, "events": [], "reason": "its factory failed"})]))
+    assert main([str(f), "--empty-cache-at", "profiled_end"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("a N=2 at sharded: reserved 42 MiB (0 30, rs 12)")
+    assert lines[1].startswith("a N=2 at profiled_end: reserved 0 MiB")   # emptied there
+    assert lines[2] == "b N=2: no events (its factory failed)"
+    main([str(f), "--without", "gloo", "--empty-cache-at"])
+    assert capsys.readouterr().out.splitlines()[0].startswith("a N=2 at sharded: reserved 30 MiB (0 30)")

@@ -255,3 +255,35 @@ def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = (), without:
             raise ValueError(f"unknown trace event {event!r}")
     out.end = sim.snapshot()
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay traces (claims.c9.alloc_trace's JSON, or its --plan JSON lines) and print each
+    one's reserved MiB per stream at its marks."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description="Reserved memory per CUDA stream, replayed from allocation traces")
+    ap.add_argument("traces", type=Path, help="a trace (JSON) or traces (JSON lines)")
+    ap.add_argument("--empty-cache-at", nargs="*", default=["sharded"],
+                    help="marks after which the cache is emptied (default: sharded, as run.sharded does on CUDA)")
+    ap.add_argument("--without", nargs="*", default=[],
+                    help="tags left out: gloo (a rank over NCCL), cublas (a card before Hopper)")
+    args = ap.parse_args(argv)
+    text = args.traces.read_text()
+    traces = [json.loads(x) for x in text.splitlines() if x.strip()] if args.traces.suffix == ".jsonl" else [json.loads(text)]
+    for t in traces:
+        if not t.get("events"):
+            print(f"{t.get('case')} N={t.get('ranks')}: no events ({t.get('reason', 'empty')})")
+            continue
+        out = replay([tuple(e) for e in t["events"]], args.empty_cache_at, args.without)
+        for mark, snap in out.marks.items():
+            streams = ", ".join(f"{s} {mib:,.0f}" for s, mib in snap.reserved_by_stream_mib().items())
+            print(f"{t.get('case')} N={t.get('ranks')} at {mark}: reserved {snap.reserved / MIB:,.0f} MiB "
+                  f"({streams}), allocated {snap.allocated / MIB:,.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
