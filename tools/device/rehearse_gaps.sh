@@ -33,8 +33,9 @@
 #                                     # loss marked, 236M fsdp and fsdp-keep at N = 2 and fsdp at N = 4
 #                                     # with their segments (the reserved miss at N = 8, stream by
 #                                     # stream), 1.08B fsdp-keep at N = 2 (the rule on a GPU, blind)
-# From the commit that added g on, run.sharded.shard_model empties the cache after sharding: the
-# whole model's freed segments, which rank 0 of 236M at N = 8 kept on its default stream, go.
+# From 5191b45 on, run.sharded.shard_model empties the cache after sharding: the whole model's
+# freed segments go (a rank whose step is small beside the model kept them: 1.97B, 1.08B at N = 8).
+# g ran on an H100 at 11dc2db.
 #   tools/device/rehearse_gaps.sh g   # ~6 min, H100 or H200: 236M fsdp at N = 1, 2, 4 and 8 with their
 #                                     # segments (fsdp-keep at 2, hsdp at 8), 1.08B fsdp at N = 1 and
 #                                     # fsdp-keep at N = 2: reserved without the whole model's segments
