@@ -52,6 +52,26 @@ def test_the_newest_launch_wins_and_failed_cases_stay_rows_with_their_reasons():
     assert ("zero1", "256x4") in failed   # the never-reached case took its size from 12m-ddp's record
 
 
+def test_a_budget_the_newest_launch_could_not_search_keeps_an_earlier_launchs_search():
+    """A smaller GPU's launch measures the case again without a budget N ranks of it do not fit:
+    its record wins (memory), and the earlier launch's search of that budget stays, named; a
+    budget both searched is the newest's; a failed newest record carries nothing."""
+    big = {"16GB": {"largest": 18, "cut_short": False}, "24GB": {"largest": 29, "cut_short": False}}
+    h200 = [record("235m-fsdp", 8, search=big), record("235m-zero1", 8, search={"16GB": {"largest": 16}})]
+    h100 = [record("235m-fsdp", 8, search={"24GB": {"largest": 30, "cut_short": False}}),
+            record("235m-zero1", 8, "failed", "boom")]
+    later = [record("235m-fsdp", 8)]
+    by = {r["case"]: r for r in R.combine([("h200", h200), ("h100", h100), ("later", later)])}
+    fsdp = by["235m-fsdp"]
+    assert fsdp[R.SOURCE] == "later"
+    assert {b: s["largest"] for b, s in fsdp["search"].items()} == {"16GB": 18, "24GB": 30}
+    assert fsdp[R.SEARCH_FROM] == {"16GB": "h200", "24GB": "h100"}
+    assert by["235m-zero1"]["status"] == "failed" and "search" not in by["235m-zero1"]
+    # and C9's rows read the carried search
+    rows = rehearsed.c9_rows([fsdp], {"16GB": 14.0, "24GB": 22.0})
+    assert {r["budget"]: r["largest_batch"] for r in rows} == {"16GB": 18, "24GB": 30}
+
+
 def test_a_never_reached_case_takes_its_model_and_resharding_from_its_names():
     recs = [record("235m-ddp", 8, "failed", "RuntimeError: boom", size="1024x16", parameters=235_620_352),
             record("235m-fsdp-keep", 8, "failed", "not run", size=None),

@@ -31,6 +31,7 @@ def variant_label(rec: Mapping[str, Any]) -> str:
 
 
 SOURCE = "source_launch"   # the combined record's launch (a record's own "launch" is its torchrun's shape)
+SEARCH_FROM = "search_from"  # budget -> the launch whose search a combined record carries
 
 
 def read_launch(path: Path | str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -66,7 +67,9 @@ def combine(launches: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) -> list
     hold the same (size, variant, N) the later one's record wins, whatever its status (a failed
     case stays a row with its reason). Each record names its launch (SOURCE); a case the ranks never
     reached (older launches wrote no model for it) takes its size and parameter count from a
-    record of the same size name in any launch, and its resharding from its case name."""
+    record of the same size name in any launch, and its resharding from its case name. A budget
+    the winning record did not search (N ranks of it did not fit that launch's GPU) keeps the
+    search of the newest earlier ok record of the case that did, its launch in SEARCH_FROM."""
     named = [{**r, SOURCE: label} for label, recs in launches for r in recs]
     sizes = {size_prefix(r): (r["size"], r.get("parameters")) for r in named if r.get("size") and r.get("parameters")}
     kept: dict[tuple, dict[str, Any]] = {}
@@ -77,6 +80,13 @@ def combine(launches: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) -> list
             r["parameters"] = sizes[size_prefix(r)][1]
         if not r.get("config") and str(r.get("case") or "").endswith("-keep"):   # its case name says how
             r["config"] = {"reshard_after_forward": False}
+        older = kept.get(case_key(r))
+        if older is not None and r.get("status") == "ok" and older.get("status") == "ok":
+            carried = {b: v for b, v in (older.get("search") or {}).items() if b not in (r.get("search") or {})}
+            if carried:   # a search a smaller GPU could not run is not undone by its record
+                r = {**r, "search": {**carried, **(r.get("search") or {})},
+                     SEARCH_FROM: {**{b: (older.get(SEARCH_FROM) or {}).get(b, older[SOURCE]) for b in carried},
+                                   **(r.get(SEARCH_FROM) or {})}}
         kept[case_key(r)] = r   # later launches overwrite: the newest wins
     return list(kept.values())
 

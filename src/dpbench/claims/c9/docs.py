@@ -1185,10 +1185,12 @@ def rehearsal_not_run(ref: Path) -> str:
     for r in sorted(c.records, key=case_order):   # ran, but its search stopped at the launch's time
         cut = {name: s["largest"] for name, s in (r.get("search") or {}).items() if s.get("cut_short")}
         if r.get("status") == "ok" and cut:
+            # a search an earlier launch ran where the newest's GPU could not (rehearsal.SEARCH_FROM)
+            source = {(r.get(rehearsal.SEARCH_FROM) or {}).get(name, r[rehearsal.SOURCE]) for name in cut}
             fits = ", ".join(f"{name}: batch {b} fits so far" for name, b in cut.items())
             lines.append(f"- {rehearsal.variant_label(r)} at {names[str(r['size'])]} ({r['size']}), N = {r['gpus']} "
-                         f"(`{r[rehearsal.SOURCE]}`): its memory was measured, but its search was cut short by the "
-                         f"launch's time budget ({fits}), so C9 takes no largest batch from it.")
+                         f"({', '.join(f'`{x}`' for x in sorted(source))}): its memory was measured, but its search "
+                         f"was cut short by the launch's time budget ({fits}), so C9 takes no largest batch from it.")
     return "\n".join(lines)
 
 
