@@ -47,7 +47,7 @@ from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setti
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
-from dpbench.run import components, engine
+from dpbench.run import alloc_history, components, engine
 from dpbench.run.cache_streams import reserved_by_stream_mib, reserved_segments_mib
 from dpbench.run.step import train_step
 from dpbench.workloads.transformer_lm import parameter_count
@@ -189,8 +189,11 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     replayed = case.get("replayed_reserved_mib")   # tools/device/rehearse.py: the allocator's replay
     if total is not None and (why := rehearsal_misfit(s, here, total, cap, replayed and replayed * MIB)):
         return {**rec, "status": "skipped", "reason": why}
+    history = alloc_history.history_for(device, rank)   # DPBENCH_ALLOC_HISTORY: the GPU allocator's own
     model = spec.model.to(device)
     variant, opt = engine.wrap(cfg, spec, model, [device], world)
+    mark = history.mark if history else (lambda name: None)
+    mark("sharded")
     reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     cuda = device.type == "cuda"
@@ -206,12 +209,16 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
 
     started = time.perf_counter()
     x, y = batch_of(case["batch"])
+    mark("warm_start")
     if not (os.environ.get("DPBENCH_PLANT") == PLANT_DESYNC and rank == 1):   # the plant: rank 1 skips it
         train_step(variant, opt, x, y, case["batch"] * world)        # warm: the momentum exists from here
+    mark("warm_end")
     reducer["on"] = True
+    mark("profiled_start")
     losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
                                                                nullcontext, True, track_cpu=not cuda)
     reducer["on"] = False
+    mark("profiled_end")
     if reducer["count"] and any(c.get("source") == "buckets" for c in rec["collectives"]):
         # the reducer's all-reduces as its comm hook counted them, in place of its bucket sizes
         rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [
@@ -219,6 +226,8 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     row["nvml_process_mib"] = nvml_process_mib()
     row["reserved_by_stream_mib"] = reserved_by_stream_mib(device)   # the cache after the step, per stream
     row["reserved_segments_mib"] = reserved_segments_mib(device)     # and its segments, what each held
+    if history:
+        history.write(f"{case['name']}-g{world}", {"case": case, "world": world, "rank": rank})
     rec["memory_components"] = [dict(r, device=i) for i, r in enumerate(gather(row))]
     context = measured_context_bytes(rec["memory_components"])
     rec["context_mib"] = round(context / MIB, 1)
