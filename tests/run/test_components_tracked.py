@@ -286,8 +286,12 @@ def test_without_resharding_the_model_adds_what_a_rank_keeps_at_each_moment(rehe
                     assert got["forward_above_start_mib"] == pytest.approx(measured, abs=4 * BYTE)
                     older = {k: v for k, v in ref.items() if k != "unit_mib"}
                     assert predicted_peaks(row, older)["activation_peak_mib"] > row["activation_peak_mib"]
-                else:
-                    assert 0.95 * measured < got["forward_above_start_mib"] <= measured
+                else:   # below by the root's activations' difference (2.3% here); gloo's worker
+                    # thread may hold up to a unit more at the peak on its own timing (one CI run:
+                    # 0.032 MiB of a 0.048 MiB unit), as at the backward's parts above
+                    below = measured - got["forward_above_start_mib"]
+                    assert 0 <= below < 0.05 * measured + row["largest_gather_mib"], (
+                        n, measured, got["forward_above_start_mib"], row["forward_peak_by_kind_mib"])
 
 
 def test_a_tracked_row_has_the_cuda_keys_and_an_ordinary_cpu_row_is_unchanged(one_rank_group):
