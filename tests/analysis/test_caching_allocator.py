@@ -170,6 +170,32 @@ def test_replay_marks_and_empty_cache_variant():
     assert replay([*events, ("empty_cache",)]).end.reserved == 12 * MIB   # still allocated: kept
 
 
+def test_an_adopted_segment_serves_requests_and_merges_as_its_own():
+    sim = CachingAllocator()
+    sim.adopt_segment("0", [(32 * MIB, "workspace"), (68 * MIB, None)])
+    assert (sim.reserved, sim.allocated) == (100 * MIB, 32 * MIB)
+    sim.malloc("a", 60 * MIB)                      # the free 68 MiB serves it: no new segment
+    assert sim.reserved == 100 * MIB
+    sim.free("workspace")
+    sim.free("a")                                  # both neighbours free: one block again
+    sim.empty_cache()
+    assert sim.reserved == 0
+
+
+def test_a_case_after_another_in_its_process_finds_the_kept_workspace_where_that_case_left_it():
+    """The earlier case's 100 MiB segment keeps its workspace (tagged cublas) after the cache is
+    emptied between the cases; the later case's 60 MiB fits in its rest, and its own workspace
+    is not made again. From nothing, the same trace reserves 60 + 32 MiB."""
+    earlier = [("alloc", 0, 100 * MIB, "0"), ("free", 0), ("alloc", 1, 32 * MIB, "0", "cublas"),
+               ("alloc", 2, 4 * MIB, "0"), ("mark", "end")]
+    later = [("alloc", 0, 60 * MIB, "0"), ("alloc", 1, 32 * MIB, "0", "cublas"), ("mark", "end")]
+    after = replay(later, after=earlier).marks["end"]
+    assert (after.reserved, after.allocated) == (100 * MIB, 92 * MIB)
+    assert after.segments_mib == {"0": [[100.0, 92.0]]}
+    assert replay(later).marks["end"].reserved == 92 * MIB
+    assert replay(later, after=earlier, kept=()).marks["end"].reserved == 60 * MIB + 32 * MIB
+
+
 def test_the_command_replays_each_trace_of_a_file_and_says_which_have_none(tmp_path, capsys):
     from dpbench.analysis.caching_allocator import main
     events = [["alloc", 0, 30 * MIB, "0"], ["alloc", 1, 12 * MIB, "rs", "gloo"], ["free", 1],

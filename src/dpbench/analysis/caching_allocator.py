@@ -154,6 +154,26 @@ class CachingAllocator:
         self.allocated += block.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
 
+    def adopt_segment(self, stream: str, blocks: list[tuple[int, Any]]) -> None:
+        """A segment that exists before the replay begins (left by what ran earlier in the
+        process): its blocks in address order, each (size, key), key None for a free block."""
+        size = sum(b for b, _ in blocks)
+        first = self._new_segment(size, stream, is_small(size) or size == SMALL_BUFFER)
+        block, address = first, first.address
+        for i, (part, key) in enumerate(blocks):
+            if i:
+                block = Block(address, part, stream, first.small, first.segment, prev=block)
+                block.prev.next = block
+            block.size = part
+            if key is None:
+                self._insert_free(block)
+            else:
+                block.allocated = True
+                self._live[key] = (block, part)
+                self.allocated += part
+            address += part
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
     def _new_segment(self, size: int, stream: str, small: bool) -> Block:
         segment = self._next_segment
         self._next_segment += 1
@@ -230,31 +250,55 @@ class Replay:
     end: Snapshot | None = None
 
 
-def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = (), without: Iterable[str] = ()) -> Replay:
+def replay(events: Iterable[tuple], empty_cache_at: Iterable[str] = (), without: Iterable[str] = (),
+           after: Iterable[tuple] = (), kept: Iterable[str] = ("cublas",)) -> Replay:
     """Replay a trace: ("alloc", key, nbytes, stream[, tag]), ("free", key), ("empty_cache",),
     ("mark", name). `empty_cache_at`: marks after which to empty the cache as well; `without`:
-    tags whose allocations to leave out (variants of the same trace without re-recording it)."""
+    tags whose allocations to leave out (variants of the same trace without re-recording it).
+    `after`: the trace of a case that ran before this one in the same process (the rehearsal
+    runs a launch's cases one after another): replayed first; then everything it allocated is
+    freed but what the process keeps (tags `kept`: cuBLAS's workspaces) and the cache is emptied,
+    as between two cases; this trace's own allocations of those tags are not made (they exist)."""
     at, skipped = set(empty_cache_at), set(without)
     sim = CachingAllocator()
+    prior = list(after)
+    if prior:
+        keep, held = set(kept), set()
+        for event in prior:   # its keys apart from this trace's: ("prior", key)
+            if event[0] in ("alloc", "free"):
+                event = (event[0], ("prior", event[1]), *event[2:])
+                if event[0] == "alloc" and len(event) > 4 and event[4] in keep:
+                    held.add(event[1])
+            _apply(sim, event, at, skipped, None)
+        for key in [k for k in sim._live if k not in held]:
+            sim.free(key)
+        sim.empty_cache()
+        sim.peak_reserved, sim.peak_allocated = sim.reserved, sim.allocated
+        skipped |= keep
     out = Replay()
     for event in events:
-        kind = event[0]
-        if kind == "alloc":
-            if len(event) > 4 and event[4] in skipped:
-                continue   # its free finds no block and is ignored
-            sim.malloc(event[1], event[2], event[3])
-        elif kind == "free":
-            sim.free(event[1])
-        elif kind == "empty_cache":
-            sim.empty_cache()
-        elif kind == "mark":
-            if event[1] in at:
-                sim.empty_cache()
-            out.marks[event[1]] = sim.snapshot()
-        else:
-            raise ValueError(f"unknown trace event {event!r}")
+        _apply(sim, event, at, skipped, out)
     out.end = sim.snapshot()
     return out
+
+
+def _apply(sim: CachingAllocator, event: tuple, at: set[str], skipped: set[str], out: Replay | None) -> None:
+    kind = event[0]
+    if kind == "alloc":
+        if len(event) > 4 and event[4] in skipped:
+            return   # its free finds no block and is ignored
+        sim.malloc(event[1], event[2], event[3])
+    elif kind == "free":
+        sim.free(event[1])
+    elif kind == "empty_cache":
+        sim.empty_cache()
+    elif kind == "mark":
+        if event[1] in at:
+            sim.empty_cache()
+        if out is not None:
+            out.marks[event[1]] = sim.snapshot()
+    else:
+        raise ValueError(f"unknown trace event {event!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

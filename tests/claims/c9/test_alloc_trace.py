@@ -83,13 +83,17 @@ def test_gloo_copies_each_gathered_and_reduced_buffer_on_its_stream(trace):
     assert "all_gather_stream" not in without.reserved_by_stream
 
 
-def test_cublas_workspaces_come_once_on_the_compute_stream(trace):
+def test_cublas_workspaces_come_at_each_threads_first_gemm_as_on_the_gpu(trace):
+    """The forward's first GEMM brings cuBLAS's workspace and cuBLASLt's, the backward's (the
+    autograd engine's thread, its own cuBLAS handle) cuBLAS's again: each just after that GEMM's
+    output, never freed, and none in the profiled step (they exist)."""
     events = [tuple(e) for e in trace["events"]]
     workspaces = [e for e in events if e[0] == "alloc" and e[4:] == ("cublas",)]
-    assert [(e[2], e[3]) for e in workspaces] == [(32 * 2 ** 20, "0")] * 2
+    assert [(e[2], e[3]) for e in workspaces] == [(32 * 2 ** 20, "0"), (2 ** 20, "0"), (32 * 2 ** 20, "0")]
     assert not {e[1] for e in workspaces} & {e[1] for e in events if e[0] == "free"}
-    sharded = events.index(("mark", "sharded"))
-    assert events.index(workspaces[0]) > events.index(("mark", "warm_start")) > sharded
+    at = [events.index(e) for e in workspaces]
+    assert events.index(("mark", "warm_start")) < at[0] < at[2] < events.index(("mark", "warm_end"))
+    assert at[1] == at[0] + 1 and events[at[0] - 1][0] == "alloc"   # after the GEMM's own output
 
 
 SHARDED_STEP = """
@@ -152,4 +156,4 @@ def test_a_plans_sharded_cases_get_their_replayed_reserved_bytes(tmp_path, monke
     assert set(got) == {"tiny-fsdp"}
     events = [tuple(e) for e in json.loads((tmp_path / "traces-2.jsonl").read_text())["events"]]
     assert got["tiny-fsdp"] == replay(events, empty_cache_at=("sharded",)).marks["profiled_end"].reserved / 2 ** 20
-    assert got["tiny-fsdp"] >= 2 * 32   # cuBLAS's two workspaces at least
+    assert got["tiny-fsdp"] >= 2 * 32 + 1   # cuBLAS's two workspaces and cuBLASLt's at least

@@ -21,11 +21,15 @@ of the whole while they run (docs/sharding.md: tools/device/gloo_clone_probe.py 
 the stream current at the call. Each is a transient allocation of the collective's whole payload
 there, tagged GLOO (the replay leaves them out for NCCL's rank, which makes neither).
 
-cuBLAS's workspaces: PyTorch gives each (cuBLAS handle, stream) a workspace from the caching
-allocator at its first GEMM there, one for cuBLAS and one for cuBLASLt, of the size NVIDIA
-recommends for the card (cublasSetWorkspace: 32 MiB from Hopper on, 4 MiB before): two
-allocations of CUBLAS_WORKSPACE_BYTES (Hopper's: the H100's and H200's) at the first matmul on a
-stream, never freed, tagged CUBLAS (a replay for an older card leaves them out).
+cuBLAS's workspaces, as the H100's own allocator history shows them (torch 2.11, the reference
+h100-alloc-history-209515f): PyTorch gives each cuBLAS handle (one per thread) a workspace on
+each stream at its first GEMM there, of the size NVIDIA recommends for the card (32 MiB from
+Hopper on), and cuBLASLt one per stream (1 MiB), each from the caching allocator just after the
+GEMM's output and never freed. The backward runs on the autograd engine's own thread, so its
+first GEMM brings a second cuBLAS workspace: the forward's first GEMM allocates 32 + 1 MiB, the
+backward's 32 MiB. Tagged CUBLAS (a replay for an older card leaves them out). They live as long
+as the process: a case that is not its process's first finds them made (caching_allocator.replay's
+`after`).
 
 Streams: FSDP2 makes its streams on the CPU too (torch.cpu.Stream) and enters them with
 torch.cpu.stream, so torch.cpu.current_stream() tells them apart. The default stream is "0";
@@ -67,7 +71,8 @@ FSDP_STREAMS = ("all_gather_copy_in_stream", "all_gather_stream", "reduce_scatte
 GLOO = "gloo"   # the tag of gloo's own copy of a collective's buffer
 GLOO_COPIED = ("all_gather", "reduce_scatter")   # the collectives it copies (all_reduce: none)
 CUBLAS = "cublas"   # the tag of cuBLAS's and cuBLASLt's workspaces
-CUBLAS_WORKSPACE_BYTES = 32 * 2 ** 20   # NVIDIA's recommended size from Hopper (sm90) on
+CUBLAS_WORKSPACE_BYTES = 32 * 2 ** 20   # NVIDIA's recommended size from Hopper (sm90) on, per handle and stream
+CUBLASLT_WORKSPACE_BYTES = 2 ** 20      # cuBLASLt's, per stream (the H100's history: once, not per thread)
 GEMMS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
          torch.ops.aten.baddbmm.default}
 # the trace's marks, in the order they come
@@ -110,7 +115,7 @@ class AllocationTrace(TorchDispatchMode):
         self._streams: dict[int, tuple[Any, str]] = {}   # id(stream) -> (stream, label)
         self._fake_mode = None
         self.paused = False
-        self._gemm_streams: set[str] = set()   # the streams whose cuBLAS workspaces exist
+        self._workspaces: set[tuple[str, str]] = set()   # (thread, stream) pairs whose workspaces exist
 
     # -- streams ------------------------------------------------------------------------------
     def name_streams(self, default: Any, named: dict[str, Any]) -> None:
@@ -224,10 +229,7 @@ class AllocationTrace(TorchDispatchMode):
         if func is torch.ops._c10d_functional.wait_tensor.default:
             # the meta kernel returns a new tensor; on the device wait_tensor returns its input
             return args[0]
-        if func in GEMMS and not self.paused and (stream := self._stream_label()) not in self._gemm_streams:
-            self._gemm_streams.add(stream)
-            for _ in ("cuBLAS", "cuBLASLt"):
-                self.allocate_standalone(CUBLAS_WORKSPACE_BYTES, stream, CUBLAS)
+        workspaces = self._new_workspaces() if func in GEMMS and not self.paused else ()
         copy = None
         name = collective_name(str(getattr(func, "_overloadpacket", "")))
         if name in GLOO_COPIED and not self.paused and str(func.namespace) == "c10d":
@@ -244,6 +246,21 @@ class AllocationTrace(TorchDispatchMode):
                     storage = t.untyped_storage()
                     if id(storage) not in self._key_of and storage.nbytes() > 0:
                         self.allocate(storage)
+        for stream, nbytes in workspaces:   # after the GEMM's output, as on the GPU
+            self.allocate_standalone(nbytes, stream, CUBLAS)
+        return out
+
+    def _new_workspaces(self) -> list[tuple[str, int]]:
+        """The workspaces a GEMM here makes: cuBLAS's for this thread's handle on this stream
+        (the backward runs on the autograd engine's thread: an autograd node is executing) and
+        cuBLASLt's for the stream, each the first time."""
+        stream = self._stream_label()
+        thread = "autograd" if torch._C._current_autograd_node() is not None else "main"
+        out = []
+        for key, nbytes in (((thread, stream), CUBLAS_WORKSPACE_BYTES), (("lt", stream), CUBLASLT_WORKSPACE_BYTES)):
+            if key not in self._workspaces:
+                self._workspaces.add(key)
+                out.append((stream, nbytes))
         return out
 
 
