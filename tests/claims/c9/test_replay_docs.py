@@ -42,3 +42,26 @@ def test_the_cache_is_emptied_only_after_the_last_launch_that_kept_it():
     key = ("2560x24", "fsdp", 8)
     kept_mib, emptied_mib = (replay_docs.replayed(REF, key, e).reserved / MIB for e in (False, True))
     assert emptied_mib < 0.8 * kept_mib
+
+
+def test_each_record_is_replayed_after_the_first_case_its_process_ran():
+    """The rehearsal runs each N's cases one after another in one process: a record comes after
+    that process's first case (its trace, or fsdp's at its size where ddp or zero1 ran first);
+    the first case itself starts from nothing."""
+    by = {(x.size, x.variant, x.gpus, x.launch.split("/")[0]): x for x in replay_docs.rows(REF)}
+    one_12m = by[("256x4", "fsdp", 1, "h100-alloc-history-209515f")]           # after ddp and zero1
+    assert (one_12m.after, one_12m.stand_in) == (("256x4", "fsdp", 1), True)
+    one_1b = by[("2048x20", "fsdp", 1, "h100-rehearsal-11dc2db")]            # after 236M fsdp
+    assert (one_1b.after, one_1b.stand_in) == (("1024x16", "fsdp", 1), False)
+    eight_2b = by[("2560x24", "fsdp", 8, "h100-rehearsal-11dc2db")]          # alone in its launch
+    assert (eight_2b.after, eight_2b.stand_in) == (None, False)
+
+
+def test_at_11_7m_the_earlier_cases_segments_decide_reserved():
+    """11.7M's records, replayed after their process's first case, hold the GPU's reserved bytes
+    to the MiB; the first rules (no earlier case, two workspaces at the first GEMM) held more."""
+    now = [x for x in replay_docs.rows(REF) if x.size == "256x4"]
+    then = [x for x in replay_docs.rows(REF, which=replay_docs.BLIND_TRACES, preludes=False) if x.size == "256x4"]
+    assert len(now) == len(then) >= 10
+    assert all(abs(x.measured - x.replayed.reserved / MIB) < 1 for x in now)
+    assert all(x.replayed.reserved / MIB - x.measured > 300 for x in then)

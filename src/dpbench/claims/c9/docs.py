@@ -59,7 +59,9 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             # every N, 1.08B and 1.97B at N = 8 (their first), 1.08B hsdp (its first)
             *(("h100-rehearsal-11dc2db", f"{t}.tar.gz") for t in (
                 "n1-235m-1b-fsdp", "n2-235m", "n4-235m-fsdp", "n8-235m", "n2-1b-keep", "n8-2b-fsdp",
-                "n8-1b-fsdp", "n4-1b-hsdp")))
+                "n8-1b-fsdp", "n4-1b-hsdp")),
+            # 11.7M at N = 1 with the GPU allocator's own history of each case (ddp, zero1, fsdp)
+            ("h100-alloc-history-209515f", "n1-12m.tar.gz"))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")

@@ -14,23 +14,31 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dpbench.analysis import rehearsal
+from dpbench.analysis import gpu_alloc_history, rehearsal
 from dpbench.analysis.caching_allocator import MIB, Snapshot, replay
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, launch_name, made_at, reserved_checked
 from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
-ALLOC_TRACES = ("cpu-alloc-5aa7b30", "traces.tar.gz")
+ALLOC_TRACES = ("cpu-alloc-87b6119", "traces.tar.gz")
+# The traces of the rules the first blind check froze (through 11dc2db): cuBLAS's workspaces as two
+# of 32 MiB at the first GEMM, every case replayed as its process's first
+BLIND_TRACES = ("cpu-alloc-5aa7b30", "traces.tar.gz")
 # The last launch made before run.sharded.shard_model emptied the cache after sharding (5191b45):
 # every launch after it ran with the whole model's segments released
 LAST_KEPT_SEGMENTS = ("h100-rehearsal-ceb1b88", "n8-235m-fsdp.tar.gz")
 # The first launch made after the replay was fixed (the allocator's rules, the traces at 5aa7b30
-# and this module at 11dc2db): from it on, the replay's blind check
+# and this module at 11dc2db): from it on, the first blind check
 FIRST_AFTER_REPLAY: tuple[str, str] | None = ("h100-rehearsal-11dc2db", "n1-235m-1b-fsdp.tar.gz")
+# The last launch the rules of ALLOC_TRACES saw (the GPU's own allocator history that led to
+# them): launches after it are their blind check
+LAST_SEEN_BY_PRELUDES = ("h100-alloc-history-209515f", "n1-12m.tar.gz")
 GLOO = "gloo"                      # claims.c9.alloc_trace's tag of gloo's copies
 END = "profiled_end"               # its mark at the profiled step's end (the GPU's snapshot)
 SHARDED = "sharded"                # its mark after fully_shard
+
+Key = tuple[str, str, int]         # (size, variant label, N)
 
 
 def trace_label(trace: dict[str, Any]) -> str:
@@ -40,10 +48,10 @@ def trace_label(trace: dict[str, Any]) -> str:
 
 
 @cache
-def traces(ref: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+def traces(ref: Path, which: tuple[str, str] = ALLOC_TRACES) -> dict[Key, dict[str, Any]]:
     """(size, variant label, N) -> the trace, from the reference's tar."""
     out = {}
-    with tarfile.open(ref / ALLOC_TRACES[0] / ALLOC_TRACES[1]) as tar:
+    with tarfile.open(ref / which[0] / which[1]) as tar:
         for member in tar.getmembers():
             if member.name.endswith("traces.jsonl"):
                 for line in tar.extractfile(member).read().decode().splitlines():
@@ -54,17 +62,51 @@ def traces(ref: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
 
 
 @cache
-def replayed(ref: Path, key: tuple[str, str, int], emptied: bool, gloo: bool = True) -> Snapshot:
+def replayed(ref: Path, key: Key, emptied: bool, gloo: bool = True, after: Key | None = None,
+             which: tuple[str, str] = ALLOC_TRACES) -> Snapshot:
     """The trace's replay at the profiled step's end: with the cache emptied after sharding
-    (`emptied`) or not, with gloo's copies (a rehearsed rank) or without (a rank over NCCL)."""
-    events = [tuple(e) for e in traces(ref)[key]["events"]]
-    return replay(events, empty_cache_at=(SHARDED,) if emptied else (), without=() if gloo else (GLOO,)).marks[END]
+    (`emptied`) or not, with gloo's copies (a rehearsed rank) or without (a rank over NCCL),
+    as its process's first case or `after` another (what that case left: cuBLAS's workspaces)."""
+    def events(k: Key) -> list[tuple]:
+        return [tuple(e) for e in traces(ref, which)[k]["events"]]
+    return replay(events(key), empty_cache_at=(SHARDED,) if emptied else (), without=() if gloo else (GLOO,),
+                  after=events(after) if after else ()).marks[END]
 
 
 def emptied_cache(launch: str) -> bool:
     """Whether a launch ran after shard_model began to empty the cache after sharding."""
     order = [launch_name(*x) for x in LAUNCHES]
     return order.index(launch) > order.index(launch_name(*LAST_KEPT_SEGMENTS))
+
+
+def launched_after(launch: str, last: tuple[str, str]) -> bool:
+    order = [launch_name(*x) for x in LAUNCHES]
+    return order.index(launch) > order.index(launch_name(*last))
+
+
+def record_key(r: dict[str, Any]) -> Key:
+    return (str(r.get("size")), rehearsal.variant_label(r), int(r.get("gpus") or 0))
+
+
+def process_first(launch: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any]:
+    """The first case that ran in the record's process: claims.c9.rehearsal runs each N's cases
+    one after another in one torchrun (a skipped case never built its model)."""
+    same = [r for r in launch if not r.get("launched") and r.get("gpus") == record.get("gpus")
+            and r.get("status") != "skipped"]
+    return same[0] if same else record
+
+
+def prelude(have: dict[Key, dict[str, Any]], first: dict[str, Any], key: Key) -> tuple[Key | None, bool]:
+    """The trace to replay before the record's own, and whether it stands in for the first case:
+    none where the record was its process's first; the first case's trace where it has one; else
+    (ddp and zero1 are not traced) fsdp's at the first case's size, or the record's own."""
+    first_key = record_key(first)
+    if first_key == key:
+        return None, False
+    for k in (first_key, (first_key[0], "fsdp", key[2]), key):
+        if k in have:
+            return k, k != first_key
+    return None, False
 
 
 @dataclass(frozen=True)
@@ -78,6 +120,8 @@ class Row:
     measured_streams: dict[str, float]  # by stream at the step's end ({} where not recorded)
     replayed: Snapshot
     nccl: Snapshot                      # the same case as a rank over NCCL: no gloo copies, cache emptied
+    after: Key | None = None            # the case replayed first (its process's first), if any
+    stand_in: bool = False              # whether that trace stands in for an untraced first case
 
     @property
     def error(self) -> float:
@@ -85,24 +129,30 @@ class Row:
         return self.measured / (self.replayed.reserved / MIB) - 1.0
 
 
-def rows(ref: Path, newest_only: bool = False) -> list[Row]:
+def rows(ref: Path, newest_only: bool = False, which: tuple[str, str] = ALLOC_TRACES,
+         preludes: bool = True) -> list[Row]:
     """Every ok GPU record of a sharded case whose trace is in the reference (its batch the
-    trace's), rank 0's; `newest_only`: one per case, the newest launch's (as the page's tables)."""
+    trace's), rank 0's; `newest_only`: one per case, the newest launch's (as the page's tables).
+    `preludes`: each replayed after its process's first case (False: as that first case, the
+    rules of BLIND_TRACES)."""
     c = combined(ref)
-    have = traces(ref)
+    have = traces(ref, which)
     records = (c.records if newest_only else
                [{**r, rehearsal.SOURCE: name} for name, recs in c.launches.items() for r in recs])
     out = []
     for r in records:
-        key = (str(r.get("size")), rehearsal.variant_label(r), int(r.get("gpus") or 0))
+        key = record_key(r)
         m = (r.get("memory_components") or [{}])[0]
         if (r.get("status") != "ok" or r.get("launched") or key not in have
                 or (r.get("options") or {}).get("per_gpu_batch") != have[key]["batch"]
                 or not isinstance(m.get("reserved_peak_mib"), (int, float))):
             continue
         launch = r[rehearsal.SOURCE]
+        first = process_first(c.launches[launch], next(x for x in c.launches[launch] if x.get("run_id") == r.get("run_id")))
+        after, stand_in = prelude(have, first, key) if preludes else (None, False)
         out.append(Row(*key, launch, m["reserved_peak_mib"], m.get("reserved_by_stream_mib") or {},
-                       replayed(ref, key, emptied_cache(launch)), replayed(ref, key, True, gloo=False)))
+                       replayed(ref, key, emptied_cache(launch), after=after, which=which),
+                       replayed(ref, key, True, gloo=False, which=which), after, stand_in))
     names = {str(r["size"]): r["parameters"] for r in c.records if r.get("parameters")}
     return sorted(out, key=lambda x: (names.get(x.size, 0), rehearsal.sort_key((x.size, x.variant, x.gpus)), x.launch))
 
@@ -165,13 +215,22 @@ def rehearsal_reserved_replay_summary(ref: Path) -> str:
 
 @query("rehearsal_reserved_replay_blind")
 def rehearsal_reserved_replay_blind(ref: Path) -> str:
-    """The rows from launches made after the replay's rules were fixed: each one's error."""
+    """The rows from launches made after the first rules were fixed (BLIND_TRACES, every case as
+    its process's first), each one's error under those rules."""
     if FIRST_AFTER_REPLAY is None:
         return "none yet"
     order = [launch_name(*x) for x in LAUNCHES]
     after = set(order[order.index(launch_name(*FIRST_AFTER_REPLAY)):])
     n = names(ref)
-    blind = [x for x in rows(ref) if x.launch in after]
+    blind = [x for x in rows(ref, which=BLIND_TRACES, preludes=False) if x.launch in after]
+    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus}: {_percent(x.error)}" for x in blind) or "none yet"
+
+
+@query("rehearsal_reserved_prelude_blind")
+def rehearsal_reserved_prelude_blind(ref: Path) -> str:
+    """The rows from launches made after the current rules were fixed (LAST_SEEN_BY_PRELUDES)."""
+    n = names(ref)
+    blind = [x for x in rows(ref) if launched_after(x.launch, LAST_SEEN_BY_PRELUDES)]
     return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus}: {_percent(x.error)}" for x in blind) or "none yet"
 
 
@@ -243,3 +302,66 @@ def rehearsal_reserved_regime_misses(ref: Path) -> str:
         said.append(f"{m['variant']} at {n[m['size']]}, N = {m['gpus']} {_percent(m['relative_difference'])} "
                     f"(slack from N = {m['reference_gpus']}, {made_at(theirs) if theirs else '?'}: {regime}{replay})")
     return "; ".join(said) or "none"
+
+
+HISTORY = "h100-alloc-history-209515f"   # the GPU allocator's own history (run.alloc_history)
+HISTORY_ORDER = ("ddp", "zero1", "fsdp")  # its 11.7M cases, in the order their one process ran them
+
+
+def history_dumps(ref: Path) -> dict[str, dict[str, Any]]:
+    return {v: gpu_alloc_history.load(ref / HISTORY / "hist" / f"12m-{v}-g1.json.gz") for v in HISTORY_ORDER}
+
+
+@query("rehearsal_replay_gpu_history")
+def rehearsal_replay_gpu_history(ref: Path) -> str:
+    """The GPU's own requests replayed: per case, the GPU's reserved bytes and the replay's, and
+    whether the replay ends with the GPU's segments on every stream."""
+    said = []
+    for variant, dump in history_dumps(ref).items():
+        end = gpu_alloc_history.replayed(dump).end
+        gpu = sum(sum(b for b, _ in seg[3]) for seg in dump["end_segments"]) / MIB
+        same = "the same segments" if gpu_alloc_history.segments_match(dump, end) else "other segments"
+        said.append(f"{variant} {gpu:,.0f} MiB on the GPU, {end.reserved / MIB:,.0f} replayed ({same})")
+    return "; ".join(said)
+
+
+@query("rehearsal_replay_workspaces")
+def rehearsal_replay_workspaces(ref: Path) -> str:
+    """What the process's first case allocated in its warm step and kept (the optimizer's state
+    aside), and what the later cases kept."""
+    dumps = history_dumps(ref)
+    def what(kept: list[tuple[int, str]]) -> str:
+        return ", ".join(f"{b / MIB:g} MiB " + (f"from `{w.split(' < ')[0]}`" if w else "from no Python frame")
+                         for b, w in kept) or "nothing"
+    first, *later = HISTORY_ORDER
+    return (f"{first}, the process's first case: {what(gpu_alloc_history.kept_from_warm_step(dumps[first]))}; "
+            + "; ".join(f"{v}: {what(gpu_alloc_history.kept_from_warm_step(dumps[v]))}" for v in later))
+
+
+@query("rehearsal_replay_preludes")
+def rehearsal_replay_preludes(ref: Path) -> str:
+    """How the records were replayed: as their process's first case, after it, with a stand-in."""
+    xs = rows(ref)
+    after = [x for x in xs if x.after]
+    stand = [x for x in after if x.stand_in]
+    return (f"{len(xs) - len(after)} of the {len(xs)} records were their process's first case; {len(after)} "
+            f"are replayed after it, {len(stand)} of those with a stand-in (the first case was ddp or zero1, "
+            f"which are not traced: fsdp's trace at its size stands in)")
+
+
+@query("rehearsal_replay_12m_then_now")
+def rehearsal_replay_12m_then_now(ref: Path) -> str:
+    """11.7M's records, measured less replayed, under the first rules and now (MiB)."""
+    def span(xs: list[Row]) -> str:
+        d = sorted(x.measured - x.replayed.reserved / MIB for x in xs)
+        if round(d[0]) == round(d[-1]):
+            return f"{d[0]:+,.0f} MiB in each of {len(d)} records"
+        return f"{d[0]:+,.0f} to {d[-1]:+,.0f} MiB over {len(d)} records"
+    small = min(names(ref), key=lambda s: combined_parameters(ref)[s])
+    then = [x for x in rows(ref, which=BLIND_TRACES, preludes=False) if x.size == small]
+    now = [x for x in rows(ref) if x.size == small]
+    return f"{span(then)} under the first rules, {span(now)} now"
+
+
+def combined_parameters(ref: Path) -> dict[str, int]:
+    return {str(r["size"]): r["parameters"] for r in combined(ref).records if r.get("parameters")}
