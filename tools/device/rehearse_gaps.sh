@@ -39,7 +39,13 @@
 #   tools/device/rehearse_gaps.sh g   # ~6 min, H100 or H200: 236M fsdp at N = 1, 2, 4 and 8 with their
 #                                     # segments (fsdp-keep at 2, hsdp at 8), 1.08B fsdp at N = 1 and
 #                                     # fsdp-keep at N = 2: reserved without the whole model's segments
-#   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else g
+# From 209515f on, DPBENCH_ALLOC_HISTORY makes rank 0 write the allocator's own history of each
+# case (run.alloc_history; analysis.gpu_alloc_history replays it):
+#   tools/device/rehearse_gaps.sh h   # ~4 min, H100 or H200: with the allocator's history, 1.08B fsdp
+#                                     # at N = 1 (the GPU holds one 262 MiB segment more than the replay,
+#                                     # the root unit's size, from ceb1b88 on) and 236M fsdp at N = 2 (the
+#                                     # side streams' shortfall and the default stream's +132 MiB)
+#   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else h
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
 # 108 s, so fsdp alone ~60 s; 236M fsdp and hsdp at N = 8 with the one-rank cases in 186 s; 1.97B
@@ -52,7 +58,7 @@
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
 # for f, g and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d, e, f, g or any}
+step=${1:?a, b, c, d, e, f, g, h or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -104,17 +110,22 @@ g)
     launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
     launch n2-1b-keep 150 100 --ranks 2 --sizes 1b --variants fsdp-keep
     ;;
+h)
+    export DPBENCH_ALLOC_HISTORY="$out/hist"
+    launch n1-1b-fsdp-hist 150 100 --ranks 1 --sizes 1b --variants fsdp
+    launch n2-235m-fsdp-hist 120 80 --ranks 2 --sizes 235m --variants fsdp
+    ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
         bash "$0" d
         launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
         launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
     else
-        bash "$0" g
+        bash "$0" h
     fi
     ;;
 *)
-    echo "usage: $0 a|b|c|d|e|f|g|any" >&2
+    echo "usage: $0 a|b|c|d|e|f|g|h|any" >&2
     exit 2
     ;;
 esac
