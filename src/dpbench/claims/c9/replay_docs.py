@@ -202,8 +202,10 @@ def rehearsal_reserved_replay_summary(ref: Path) -> str:
     slack = slack_errors(ref)
     both = [(x, slack[(x.size, x.variant, x.gpus)]) for x in rows(ref, newest_only=True)
             if (x.size, x.variant, x.gpus) in slack]
+    to_2_mib = sum(abs(x.measured - x.replayed.reserved / MIB) <= 2 for x in every)   # one segment's rounding
     said = (f"over {len(every)} GPU records of sharded cases (rank 0; {len({x.launch for x in every})} launches) the "
-            f"replay's reserved peak is within 5% of the measured in {within}, its median |error| "
+            f"replay's reserved peak is within 5% of the measured in {within} and within 2 MiB in {to_2_mib}, "
+            f"its median |error| "
             f"{100 * statistics.median(errors):.1f}%, the largest {_percent(worst.error)} ({worst.variant} at "
             f"{n[worst.size]}, N = {worst.gpus}, {made_at(worst.launch)})")
     if both:
