@@ -82,3 +82,11 @@ def test_the_fake_trace_after_an_earlier_case_of_its_size_gives_the_gpus_segment
     assert after.reserved / MIB == records()["fsdp"]["memory_components"][0]["reserved_peak_mib"]
     fresh = replay(fake_trace, empty_cache_at=("sharded",)).marks["profiled_end"]
     assert fresh.reserved > after.reserved
+
+
+def test_what_the_earlier_case_leaves_is_what_the_gpus_first_cases_left(fake_trace):
+    """Between cases the rehearsal frees everything and empties the cache: the fsdp trace standing
+    in for the ddp and zero1 cases leaves the segments the fsdp case found on the GPU, each with
+    what it held (the workspaces)."""
+    left = replay([("mark", "next")], empty_cache_at=("sharded",), after=fake_trace).marks["next"]
+    assert left.segments_mib == history.gpu_segments(dump("fsdp"), "start_segments")
