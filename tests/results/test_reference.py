@@ -136,7 +136,7 @@ def test_every_reference_folder_has_a_readme_saying_how_it_was_made(name):
     what = text.lstrip().startswith("# ")
     command = re.search(r"^    \S|^```|`(?:snakemake|dpbench|python3?|bash|tools/|LIMIT=|GPUS=|DPBENCH_GIT_SHA=)[^`]*`", text, re.M)
     commit = re.search(r"\b[0-9a-f]{7,40}\b|not recorded", text)
-    machine = re.search(r"H200|CPU", text)
+    machine = re.search(r"H100|H200|CPU", text)
     date = re.search(r"\d{4}-\d{2}-\d{2}|\b(?:Nov|Dec)[a-z]* \d", text) or _added_on(name)
     missing = [k for k, v in (("what", what), ("command", command), ("commit", commit), ("machine", machine),
                               ("date", date)) if not v]
