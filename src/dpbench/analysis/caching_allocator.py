@@ -29,6 +29,10 @@ SMALL_BUFFER = 2 * MIB        # kSmallBuffer: a small pool's new segment
 LARGE_BUFFER = 20 * MIB       # kLargeBuffer: a new segment for requests of 1 to 10 MiB
 MIN_LARGE_ALLOC = 10 * MIB    # kMinLargeAlloc: from here a segment is the request's own size
 ROUND_LARGE = 2 * MIB         # kRoundLarge: what those segments are rounded up to
+# A case's marks, in the order they come, in its fake-tensor trace (claims.c9.alloc_trace) and in
+# the GPU's own history (run.alloc_history): after fully_shard, around the warm and profiled steps
+SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
+    "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end")
 
 
 def round_size(nbytes: int) -> int:
@@ -158,7 +162,7 @@ class CachingAllocator:
         """A segment that exists before the replay begins (left by what ran earlier in the
         process): its blocks in address order, each (size, key), key None for a free block."""
         size = sum(b for b, _ in blocks)
-        first = self._new_segment(size, stream, is_small(size) or size == SMALL_BUFFER)
+        first = self._new_segment(size, stream, size == SMALL_BUFFER)   # only the small pool's are 2 MiB
         block, address = first, first.address
         for i, (part, key) in enumerate(blocks):
             if i:
@@ -310,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="Reserved memory per CUDA stream, replayed from allocation traces")
     ap.add_argument("traces", type=Path, help="a trace (JSON) or traces (JSON lines)")
-    ap.add_argument("--empty-cache-at", nargs="*", default=["sharded"],
+    ap.add_argument("--empty-cache-at", nargs="*", default=[SHARDED],
                     help="marks after which the cache is emptied (default: sharded, as run.sharded does on CUDA)")
     ap.add_argument("--without", nargs="*", default=[],
                     help="tags left out: gloo (a rank over NCCL), cublas (a card before Hopper)")

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from dpbench.analysis.caching_allocator import MIB, CachingAllocator, Replay, Snapshot
+from dpbench.analysis.caching_allocator import MIB, WARM_END, WARM_START, CachingAllocator, Replay, Snapshot
 
 DEFAULT_STREAM = "0"
 
@@ -106,6 +106,6 @@ def kept_from_warm_step(dump: dict[str, Any], optimizer_frame: str = "sgd.py") -
             live[e[1]] = (i, e)
         elif e[0] == "free_completed":
             live.pop(e[1], None)
-    start, end = dump["marks"]["warm_start"], dump["marks"]["warm_end"]
+    start, end = dump["marks"][WARM_START], dump["marks"][WARM_END]
     return [(e[2], e[4]) for i, e in sorted(live.values(), key=lambda x: x[0])
             if start <= i < end and optimizer_frame not in e[4]]

@@ -58,7 +58,8 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from dpbench.analysis.caching_allocator import replay
+from dpbench.analysis.caching_allocator import (PROFILED_END, PROFILED_START, SHARDED, WARM_END, WARM_START,
+                                                replay)
 from dpbench.claims.c9.fake import fake_store
 from dpbench.claims.c9.rehearsal import run_config
 from dpbench.plan import variants
@@ -75,9 +76,6 @@ CUBLAS_WORKSPACE_BYTES = 32 * 2 ** 20   # NVIDIA's recommended size from Hopper 
 CUBLASLT_WORKSPACE_BYTES = 2 ** 20      # cuBLASLt's, per stream (the H100's history: once, not per thread)
 GEMMS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
          torch.ops.aten.baddbmm.default}
-# the trace's marks, in the order they come
-SHARDED, WARM_START, WARM_END, PROFILED_START, PROFILED_END = (
-    "sharded", "warm_start", "warm_end", "profiled_start", "profiled_end")
 
 # the 236M case of tools/device/rehearse.py (SIZES["235m"]): width 1024, 16 layers, batch 2
 CASE_236M = {"name": "235m-fsdp", "variant": "fsdp", "options": {}, "batch": 2,

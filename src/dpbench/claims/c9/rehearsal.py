@@ -43,6 +43,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from dpbench.analysis.caching_allocator import PROFILED_END, PROFILED_START, SHARDED, WARM_END, WARM_START
 from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
@@ -193,7 +194,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     model = spec.model.to(device)
     variant, opt = engine.wrap(cfg, spec, model, [device], world)
     mark = history.mark if history else (lambda name: None)
-    mark("sharded")
+    mark(SHARDED)
     reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     cuda = device.type == "cuda"
@@ -209,16 +210,16 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
 
     started = time.perf_counter()
     x, y = batch_of(case["batch"])
-    mark("warm_start")
+    mark(WARM_START)
     if not (os.environ.get("DPBENCH_PLANT") == PLANT_DESYNC and rank == 1):   # the plant: rank 1 skips it
         train_step(variant, opt, x, y, case["batch"] * world)        # warm: the momentum exists from here
-    mark("warm_end")
+    mark(WARM_END)
     reducer["on"] = True
-    mark("profiled_start")
+    mark(PROFILED_START)
     losses, row, rec["collectives"] = components.profiled_step(variant, opt, x, y, case["batch"] * world,
                                                                nullcontext, True, track_cpu=not cuda)
     reducer["on"] = False
-    mark("profiled_end")
+    mark(PROFILED_END)
     if reducer["count"] and any(c.get("source") == "buckets" for c in rec["collectives"]):
         # the reducer's all-reduces as its comm hook counted them, in place of its bucket sizes
         rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [

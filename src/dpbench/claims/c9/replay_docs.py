@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dpbench.analysis import gpu_alloc_history, rehearsal
-from dpbench.analysis.caching_allocator import MIB, Snapshot, replay
+from dpbench.analysis.caching_allocator import MIB, PROFILED_END, SHARDED, Snapshot, replay
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, launch_name, made_at, reserved_checked
 from dpbench.report.docs_queries import query
@@ -35,8 +35,6 @@ FIRST_AFTER_REPLAY: tuple[str, str] | None = ("h100-rehearsal-11dc2db", "n1-235m
 # them): launches after it are their blind check
 LAST_SEEN_BY_PRELUDES = ("h100-alloc-history-209515f", "n1-12m.tar.gz")
 GLOO = "gloo"                      # claims.c9.alloc_trace's tag of gloo's copies
-END = "profiled_end"               # its mark at the profiled step's end (the GPU's snapshot)
-SHARDED = "sharded"                # its mark after fully_shard
 
 Key = tuple[str, str, int]         # (size, variant label, N)
 
@@ -70,18 +68,17 @@ def replayed(ref: Path, key: Key, emptied: bool, gloo: bool = True, after: Key |
     def events(k: Key) -> list[tuple]:
         return [tuple(e) for e in traces(ref, which)[k]["events"]]
     return replay(events(key), empty_cache_at=(SHARDED,) if emptied else (), without=() if gloo else (GLOO,),
-                  after=events(after) if after else ()).marks[END]
-
-
-def emptied_cache(launch: str) -> bool:
-    """Whether a launch ran after shard_model began to empty the cache after sharding."""
-    order = [launch_name(*x) for x in LAUNCHES]
-    return order.index(launch) > order.index(launch_name(*LAST_KEPT_SEGMENTS))
+                  after=events(after) if after else ()).marks[PROFILED_END]   # the GPU's snapshot
 
 
 def launched_after(launch: str, last: tuple[str, str]) -> bool:
     order = [launch_name(*x) for x in LAUNCHES]
     return order.index(launch) > order.index(launch_name(*last))
+
+
+def emptied_cache(launch: str) -> bool:
+    """Whether a launch ran after shard_model began to empty the cache after sharding."""
+    return launched_after(launch, LAST_KEPT_SEGMENTS)
 
 
 def record_key(r: dict[str, Any]) -> Key:
@@ -148,8 +145,7 @@ def rows(ref: Path, newest_only: bool = False, which: tuple[str, str] = ALLOC_TR
                 or not isinstance(m.get("reserved_peak_mib"), (int, float))):
             continue
         launch = r[rehearsal.SOURCE]
-        first = process_first(c.launches[launch], next(x for x in c.launches[launch] if x.get("run_id") == r.get("run_id")))
-        after, stand_in = prelude(have, first, key) if preludes else (None, False)
+        after, stand_in = prelude(have, process_first(c.launches[launch], r), key) if preludes else (None, False)
         out.append(Row(*key, launch, m["reserved_peak_mib"], m.get("reserved_by_stream_mib") or {},
                        replayed(ref, key, emptied_cache(launch), after=after, which=which),
                        replayed(ref, key, True, gloo=False, which=which), after, stand_in))
@@ -359,11 +355,7 @@ def rehearsal_replay_12m_then_now(ref: Path) -> str:
         if round(d[0]) == round(d[-1]):
             return f"{d[0]:+,.0f} MiB in each of {len(d)} records"
         return f"{d[0]:+,.0f} to {d[-1]:+,.0f} MiB over {len(d)} records"
-    small = min(names(ref), key=lambda s: combined_parameters(ref)[s])
+    small = rows(ref)[0].size   # the rows come by model size, smallest first
     then = [x for x in rows(ref, which=BLIND_TRACES, preludes=False) if x.size == small]
     now = [x for x in rows(ref) if x.size == small]
     return f"{span(then)} under the first rules, {span(now)} now"
-
-
-def combined_parameters(ref: Path) -> dict[str, int]:
-    return {str(r["size"]): r["parameters"] for r in combined(ref).records if r.get("parameters")}
