@@ -45,6 +45,15 @@
 #                                     # at N = 1 (the GPU holds one 262 MiB segment more than the replay,
 #                                     # the root unit's size, from ceb1b88 on) and 236M fsdp at N = 2 (the
 #                                     # side streams' shortfall and the default stream's +132 MiB)
+# The C9 cells the searches still lack (claims.c9.docs, rehearsal_not_run), each call ~9 min:
+#   tools/device/rehearse_gaps.sh i   # an H200 only: N = 8 within 16GB, 1.08B zero1 (its state,
+#                                     # 12.6 GiB a rank, leaves a batch of 0 or 1: the one N = 8 cell
+#                                     # that can move zero1's crossover), then fsdp at 1.08B and 1.97B
+#   tools/device/rehearse_gaps.sh j   # H100 or H200: 1.08B ddp, zero1 and fsdp at N = 2 (no DDP row
+#                                     # there yet; fsdp's search was cut short), then on an H200 1.08B
+#                                     # fsdp at N = 4 searched within 24GB too
+#   tools/device/rehearse_gaps.sh k   # an H200 only: 1.08B hsdp and fsdp-keep at N = 8 within 16GB,
+#                                     # then h's allocator history
 #   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else h
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
@@ -58,7 +67,7 @@
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
 # for f, g and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d, e, f, g, h or any}
+step=${1:?a, b, c, d, e, f, g, h, i, j, k or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -115,6 +124,19 @@ h)
     launch n1-1b-fsdp-hist 150 100 --ranks 1 --sizes 1b --variants fsdp
     launch n2-235m-fsdp-hist 120 80 --ranks 2 --sizes 235m --variants fsdp
     ;;
+i)
+    launch n8-1b-zero1 170 60 --ranks 8 --sizes 1b --variants zero1
+    launch n8-1b-2b-fsdp 370 250 --ranks 8 --sizes 1b 2b --variants fsdp
+    ;;
+j)
+    launch n2-1b 330 240 --ranks 2 --sizes 1b --variants ddp zero1 fsdp
+    launch n4-1b-fsdp 220 60 --ranks 4 --sizes 1b --variants fsdp
+    ;;
+k)
+    launch n8-1b-hsdp-keep 330 220 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
+    export DPBENCH_ALLOC_HISTORY="$out/hist"
+    launch n1-1b-fsdp-hist 150 100 --ranks 1 --sizes 1b --variants fsdp
+    ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
         bash "$0" d
@@ -125,7 +147,7 @@ any)
     fi
     ;;
 *)
-    echo "usage: $0 a|b|c|d|e|f|g|h|any" >&2
+    echo "usage: $0 a|b|c|d|e|f|g|h|i|j|k|any" >&2
     exit 2
     ;;
 esac
