@@ -129,8 +129,10 @@ i)
     launch n8-1b-2b-fsdp 370 250 --ranks 8 --sizes 1b 2b --variants fsdp
     ;;
 j)
-    launch n2-1b 330 240 --ranks 2 --sizes 1b --variants ddp zero1 fsdp
-    launch n4-1b-fsdp 220 60 --ranks 4 --sizes 1b --variants fsdp
+    launch n2-1b 330 200 --ranks 2 --sizes 1b --variants ddp zero1 fsdp
+    if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
+        launch n4-1b-fsdp 220 60 --ranks 4 --sizes 1b --variants fsdp
+    fi
     ;;
 k)
     launch n8-1b-hsdp-keep 330 220 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
