@@ -67,3 +67,44 @@ def test_cases_past_the_launchs_time_budget_are_rows_with_their_reason(tmp_path,
     assert [(r["run_id"], r["status"], r["size"]) for r in recs] == [("42m-ddp-g1", "skipped", "512x8"),
                                                                      ("42m-fsdp-g1", "skipped", "512x8")]
     assert all("time budget" in r["reason"] for r in recs)
+
+
+def searched_row(variant: str, gpus: int, largest: int | None, reason: str = "", budget: str = "16GB") -> dict:
+    return {"workload": "transformer-lm-2048x20", "parameters": 1_080_000_000, "variant": variant, "gpus": gpus,
+            "reshard_after_forward": variant == "fsdp", "precision": "fp32", "largest_batch": largest,
+            "samples_per_s_at_largest": None, "cap_gib": 14.0, "reason": reason, "budget": budget,
+            "rehearsed": True, "predicted_largest_batch": 0, "smallest_failing": None}
+
+
+NOT_EVEN = "not even batch 1 fits (peak 20,575 MiB at batch 1)"
+NO_ROOM = "8 rehearsed ranks do not fit one GPU: 8 x (1.15 x 14 GiB budget + 0.5 GiB context) = 132.8 GiB"
+
+
+def test_a_budget_one_gpu_could_not_search_leaves_what_a_larger_gpu_found():
+    """An H100's not_fitting entry for 16GB at N = 8 must not erase an H200's search there,
+    the one that found no batch included."""
+    rows = [searched_row("zero1", 8, None, NOT_EVEN), searched_row("fsdp", 8, 9), searched_row("hsdp", 8, None,
+                                                                                                "not searched")]
+    marked = rehearsed.mark_not_fitting(rows, [{"ranks": 8, "budget": "16GB", "reason": NO_ROOM}])
+    assert [r["reason"] for r in marked] == [NOT_EVEN, "", NO_ROOM]
+
+
+def test_ddp_where_its_ranks_do_not_fit_is_zero_only_when_one_rank_held_not_even_batch_1():
+    rows = [searched_row("ddp", 1, None, NOT_EVEN), searched_row("fsdp", 8, 9), searched_row("fsdp", 4, 7),
+            searched_row("ddp", 4, 3),                                             # measured at N = 4: kept
+            searched_row("ddp", 1, 4, budget="24GB"), searched_row("fsdp", 2, 8, budget="24GB")]
+    out = rehearsed.ddp_from_one_rank(rows)
+    ddp = {(r["gpus"], r["budget"]): r for r in out if r["variant"] == "ddp"}
+    assert set(ddp) == {(1, "16GB"), (4, "16GB"), (8, "16GB"), (1, "24GB")}   # a batch that fits is not carried
+    assert ddp[(8, "16GB")]["largest_batch"] is None and ddp[(8, "16GB")][rehearsed.DDP_FROM_ONE_RANK]
+    assert ddp[(8, "16GB")]["smallest_failing"] == 1 and ddp[(4, "16GB")]["largest_batch"] == 3
+    from dpbench.claims.c9 import verdict
+    (x,) = [c for c in verdict.crossovers(out) if c.gpus == 8]
+    assert (x.sharded, x.baseline, x.first_exceeds) == ([9.0], [0.0], 1_080_000_000)
+    # nothing is carried where no sharded variant's search ran at that N and budget
+    unsearched = rehearsed.ddp_from_one_rank([searched_row("ddp", 1, None, NOT_EVEN), searched_row("fsdp", 8, None,
+                                                                                                    NO_ROOM)])
+    assert [r["gpus"] for r in unsearched if r["variant"] == "ddp"] == [1]
+    # a DDP row at N whose ranks did not fit is replaced, not doubled
+    out = rehearsed.ddp_from_one_rank(rows + [searched_row("ddp", 8, None, NO_ROOM)])
+    assert len([r for r in out if r["variant"] == "ddp" and r["gpus"] == 8]) == 1

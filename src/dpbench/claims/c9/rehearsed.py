@@ -5,7 +5,8 @@ gradients where the peak is the backward's, plus the units held unsharded) leave
 budget, over one sample's activations, both measured on DDP's one-rank trials at that size (the
 peak is a straight line in the batch: its slope is the activations of a sample; its intercept,
 less what the model says DDP holds at its peak, the allocator's overhead); the budgets N ranks
-could not rehearse say why; C9's finding (the ledger's words) from those rows. Torch-free.
+could not rehearse say why; DDP where its N ranks did not fit but one rank held not even
+batch 1 (ddp_from_one_rank); C9's finding (the ledger's words) from those rows. Torch-free.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
 from dpbench.claims.records import Finding, ProbeRecord, obs
 
 INTERCONNECT = "one GPU, rehearsed ranks over gloo"
+DDP_FROM_ONE_RANK = "from_one_rank"   # a DDP row carried from its one-rank search (ddp_from_one_rank)
 
 
 def line(trials: list[Mapping[str, Any]]) -> tuple[float, float] | None:
@@ -93,20 +95,53 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
     return rows
 
 
+NOT_EVEN_ONE = "not even batch 1 fits"
+CUT_SHORT = "search cut short"
+
+
+def searched(row: Mapping[str, Any]) -> bool:
+    """Whether a row's search ran at its budget (a largest batch, none at all, or a lower bound)."""
+    return row["largest_batch"] is not None or str(row.get("reason") or "").startswith((NOT_EVEN_ONE, CUT_SHORT))
+
+
 def mark_not_fitting(rows: list[dict[str, Any]], not_fitting: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of budgets N ranks cannot rehearse on one GPU (not_fitting.json) say so, with the sum."""
+    """The rows of budgets N ranks cannot rehearse on one GPU (not_fitting.json) say so, with the
+    sum; a row whose search ran there (on a larger GPU) keeps what it found."""
     for nf in not_fitting:
         for r in rows:
-            if r["gpus"] == nf["ranks"] and r["budget"] == nf["budget"] and r["largest_batch"] is None:
+            if r["gpus"] == nf["ranks"] and r["budget"] == nf["budget"] and not searched(r):
                 r["reason"] = nf["reason"]
     return rows
+
+
+def ddp_from_one_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """DDP's row at N ranks where a sharded variant's search ran but DDP's did not (its N ranks do
+    not fit the GPU) and its one-rank search found not even batch 1 within the budget: 0 at N too, the one-rank row's
+    reason carried with its N. DDP keeps the whole model, its gradients and its optimizer state
+    on every rank, so a rank's memory at a batch does not depend on N (rehearsal_ddp_by_n shows
+    the peaks); a batch that fits is not carried, for it may differ by a few across launches."""
+    def key(r: Mapping[str, Any]) -> tuple:
+        return (r["workload"], r["precision"], r["budget"])
+
+    one = {key(r): r for r in rows if r["variant"] == "ddp" and r["gpus"] == 1
+           and r["largest_batch"] is None and str(r.get("reason") or "").startswith(NOT_EVEN_ONE)}
+    done = {(key(r), r["gpus"]) for r in rows if r["variant"] == "ddp" and searched(r)}
+    wanted = sorted({(key(r), r["gpus"]) for r in rows if r["variant"] != "ddp" and r["gpus"] >= 2 and searched(r)},
+                    key=lambda kg: (kg[0], kg[1]))
+    out = [r for r in rows if not (r["variant"] == "ddp" and (key(r), r["gpus"]) in
+                                   {kg for kg in wanted if kg[0] in one and kg not in done})]
+    for k, gpus in wanted:
+        if k in one and (k, gpus) not in done:
+            out.append({**one[k], "gpus": gpus, "smallest_failing": 1, DDP_FROM_ONE_RANK: True,
+                        "reason": f"{one[k]['reason']} on one rank; DDP divides nothing, so not at N = {gpus}"})
+    return out
 
 
 def largest_batch_rows(cases: Iterable[Mapping[str, Any]],
                        not_fitting: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """C9's rows of rehearsed cases at the named budgets (c9.predicted.BUDGETS), the budgets N
     ranks could not rehearse saying why."""
-    return mark_not_fitting(c9_rows(cases, BUDGET_GIB), not_fitting)
+    return ddp_from_one_rank(mark_not_fitting(c9_rows(cases, BUDGET_GIB), not_fitting))
 
 
 def probe_record(rows: list[dict[str, Any]]) -> ProbeRecord:
