@@ -210,3 +210,20 @@ def test_the_command_replays_each_trace_of_a_file_and_says_which_have_none(tmp_p
     assert lines[2] == "b N=2: no events (its factory failed)"
     main([str(f), "--without", "gloo", "--empty-cache-at"])
     assert capsys.readouterr().out.splitlines()[0].startswith("a N=2 at sharded: reserved 30 MiB (0 30)")
+
+
+def test_of_two_free_blocks_of_one_size_the_lower_address_is_taken():
+    """A GPU's own history gives each new segment the driver's address. Two free 12 MiB blocks:
+    the rest of a 20 MiB segment that holds 8 MiB, and a 12 MiB segment of its own. A 12 MiB
+    request takes the one at the lower address; empty_cache() then releases the other only if
+    it is the segment of its own."""
+    for own_segment_below, reserved in ((True, 32), (False, 20)):
+        a = CachingAllocator()
+        a.next_segment_address = (50 if own_segment_below else 200) * MIB
+        a.malloc("y", 12 * MIB)                    # a 12 MiB segment of its own
+        a.next_segment_address = 100 * MIB
+        a.malloc("x", 8 * MIB)                     # a 20 MiB segment: 8 held, 12 free
+        a.free("y")
+        a.malloc("z", 12 * MIB)
+        a.empty_cache()
+        assert a.snapshot().reserved == reserved * MIB

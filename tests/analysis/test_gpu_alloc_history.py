@@ -90,3 +90,41 @@ def test_what_the_earlier_case_leaves_is_what_the_gpus_first_cases_left(fake_tra
     what it held (the workspaces)."""
     left = replay([("mark", "next")], empty_cache_at=("sharded",), after=fake_trace).marks["next"]
     assert left.segments_mib == history.gpu_segments(dump("fsdp"), "start_segments")
+
+
+LATER = REPO / "results/reference/h100-rehearsal-ab61c43"
+LATER_CASES = {"1b-fsdp-g1": "n1-1b-fsdp-hist.tar.gz", "235m-fsdp-g2": "n2-235m-fsdp-hist.tar.gz"}
+
+
+def later(case: str) -> tuple[dict, dict]:
+    """A later launch's history of one case (alone in its process) and rank 0's record of it."""
+    with tarfile.open(LATER / LATER_CASES[case]) as tar:
+        (rec,) = [json.loads(x) for x in tar.extractfile("records.jsonl").read().decode().splitlines()]
+    return history.load(LATER / "hist" / f"{case}.json.gz"), rec["memory_components"][0]
+
+
+@pytest.mark.parametrize("case", sorted(LATER_CASES))
+def test_freed_segments_and_the_drivers_addresses_make_the_replay_the_gpus(case):
+    """Both cases empty the cache after sharding (segment_free events); replayed with that and
+    each new segment at the driver's address, the requests give the GPU's segments and bytes."""
+    d, rank0 = later(case)
+    assert any(e[0] == "segment_free" for e in d["events"])
+    end = history.replayed(d).end
+    assert history.segments_match(d, end)
+    assert end.reserved / MIB == rank0["reserved_peak_mib"]
+    gpu = {k: sum(s for s, _ in v) for k, v in history.gpu_segments(d).items()}
+    assert end.reserved_by_stream_mib() == gpu
+
+
+def test_without_the_drivers_addresses_a_tie_between_free_blocks_goes_the_other_way():
+    """236M at N = 2: with the replay's own addresses (a trace's), one 130 MiB request on the
+    default stream takes a free block that on the GPU held a 2 MiB block by then, and the GPU's
+    extra 132 MiB segment is not made; the side streams are the GPU's either way."""
+    d, _ = later("235m-fsdp-g2")
+    own = history.replayed(d, driver_addresses=False).end.reserved_by_stream_mib()
+    gpu = {k: sum(s for s, _ in v) for k, v in history.gpu_segments(d).items()}
+    assert gpu[history.DEFAULT_STREAM] - own[history.DEFAULT_STREAM] == 132
+    assert {k: v for k, v in own.items() if k != history.DEFAULT_STREAM} == \
+        {k: v for k, v in gpu.items() if k != history.DEFAULT_STREAM}
+    one, _ = later("1b-fsdp-g1")
+    assert history.segments_match(one, history.replayed(one, driver_addresses=False).end)

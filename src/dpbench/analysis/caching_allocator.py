@@ -109,6 +109,9 @@ class CachingAllocator:
         self._segments: dict[int, Segment] = {}
         self._live: dict[Any, tuple[Block, int]] = {}   # key -> (block, requested bytes)
         self._next_address = 0
+        # the driver's address for the next new segment, where a replay knows it (a GPU's own
+        # history): among free blocks of one size the lowest address is taken, so it decides ties
+        self.next_segment_address: int | None = None
         self._next_segment = 0    # ids never reused: empty_cache leaves gaps
         self.reserved = 0
         self.allocated = 0          # rounded block bytes, as the allocator's allocated_bytes
@@ -158,10 +161,11 @@ class CachingAllocator:
         self.allocated += block.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
 
-    def adopt_segment(self, stream: str, blocks: list[tuple[int, Any]]) -> None:
+    def adopt_segment(self, stream: str, blocks: list[tuple[int, Any]], address: int | None = None) -> None:
         """A segment that exists before the replay begins (left by what ran earlier in the
         process): its blocks in address order, each (size, key), key None for a free block."""
         size = sum(b for b, _ in blocks)
+        self.next_segment_address = address
         first = self._new_segment(size, stream, size == SMALL_BUFFER)   # only the small pool's are 2 MiB
         block, address = first, first.address
         for i, (part, key) in enumerate(blocks):
@@ -181,9 +185,12 @@ class CachingAllocator:
     def _new_segment(self, size: int, stream: str, small: bool) -> Block:
         segment = self._next_segment
         self._next_segment += 1
-        block = Block(self._next_address, size, stream, small, segment)
-        self._segments[segment] = Segment(self._next_address, size, stream, small, block)
-        self._next_address += size
+        address, self.next_segment_address = self.next_segment_address, None
+        if address is None:
+            address = self._next_address
+            self._next_address += size
+        block = Block(address, size, stream, small, segment)
+        self._segments[segment] = Segment(address, size, stream, small, block)
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         return block

@@ -6,7 +6,8 @@ the segments it ends with should be the GPU's. Torch-free.
 The dump's events are the allocator's: alloc, free_requested, free_completed (a block is reusable
 from then: later than requested where a block was used on another stream), segment_alloc,
 segment_free. The segments held as the case began (another case's, earlier in the same process)
-are adopted as they were.
+are adopted as they were; a run of segment_free events is one empty_cache(); each new segment
+takes the address the driver gave it (among free blocks of one size the lowest address is taken).
 """
 from __future__ import annotations
 
@@ -37,15 +38,16 @@ def stream_labels(dump: dict[str, Any]) -> dict[int, str]:
     return labels
 
 
-def replayed(dump: dict[str, Any]) -> Replay:
+def replayed(dump: dict[str, Any], driver_addresses: bool = True) -> Replay:
     """The dump's requests replayed from its start segments: a snapshot at each mark (by the
-    number of events recorded when the mark was taken) and at the end."""
+    number of events recorded when the mark was taken) and at the end. `driver_addresses` False:
+    new segments take the replay's own addresses, as a trace's do (it cannot know the driver's)."""
     labels = stream_labels(dump)
     sim = CachingAllocator()
     live: dict[int, int] = {}   # address -> the key of the block allocated there
     n = 0
     for address, _, stream, blocks in dump["start_segments"]:
-        parts = []
+        start, parts = address, []
         for size, state in blocks:
             key = None
             if state != "inactive":
@@ -53,18 +55,22 @@ def replayed(dump: dict[str, Any]) -> Replay:
                 n += 1
             parts.append((size, key))
             address += size
-        sim.adopt_segment(labels[stream], parts)
+        sim.adopt_segment(labels[stream], parts, start if driver_addresses else None)
     at = {i: name for name, i in dump["marks"].items()}
     out = Replay()
     for i, (action, address, size, stream, _) in enumerate(dump["events"]):
         if i in at:
             out.marks[at[i]] = sim.snapshot()
-        if action == "alloc":
+        if action == "segment_alloc" and driver_addresses:   # it breaks ties between free blocks
+            sim.next_segment_address = address
+        elif action == "alloc":
             live[address] = n
             sim.malloc(n, size, labels[stream])
             n += 1
         elif action == "free_completed" and address in live:
             sim.free(live.pop(address))
+        elif action == "segment_free" and (i == 0 or dump["events"][i - 1][0] != "segment_free"):
+            sim.empty_cache()   # one empty_cache() frees its run of segments (shard_model's, from 5191b45)
     for i, name in at.items():
         if i >= len(dump["events"]):
             out.marks[name] = sim.snapshot()
