@@ -51,9 +51,9 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     for size, gpus, variant in (("1024x16", 8, "hsdp"), ("2048x20", 1, "zero1"), ("2048x20", 1, "fsdp")):
         (r,) = [r for r in c.records if (r["size"], r["gpus"], rehearsal.variant_label(r)) == (size, gpus, variant)]
         # (1.08B's fsdp at N = 1 ran again alone at ceb1b88, its backward part by part, and at
-        # 11dc2db, its cache emptied after sharding: the newest wins)
+        # 11dc2db, its cache emptied after sharding, and at ab61c43 with its history: the newest wins)
         assert r["status"] == "ok" and r[rehearsal.SOURCE].split("/")[0] in (
-            "h100-rehearsal-1307c9b", "h100-rehearsal-ceb1b88", "h100-rehearsal-11dc2db")
+            "h100-rehearsal-1307c9b", "h100-rehearsal-ceb1b88", "h100-rehearsal-11dc2db", "h100-rehearsal-ab61c43")
         assert any(x["status"] != "ok" for launch, recs in c.launches.items() if launch.startswith("h200-")
                    for x in recs if (x.get("size"), x.get("gpus"), x.get("variant")) == (size, gpus, variant))
     # 236M at N = 4: ddp failed in 4036c92's launch of every variant and ran to its end at a7dce61,
@@ -80,7 +80,7 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     # N = 4's 24GB search ran on the H200 (a7dce61), its newest record's H100 (1307c9b) could not
     # hold it: the sentence names the launch whose search it was
     searched = [(r.get(rehearsal.SEARCH_FROM) or {}).get("24GB", r[rehearsal.SOURCE]) for r in cut]
-    assert searched == ["h100-rehearsal-3cfd779/n2-1b-fsdp.tar.gz", "h200-rehearsal-a7dce61/n4-1b-fsdp.tar.gz"]
+    assert searched == ["h100-rehearsal-ab61c43/n2-1b.tar.gz", "h200-rehearsal-a7dce61/n4-1b-fsdp.tar.gz"]
     assert all(sum(x in line for line in sentences.splitlines()) == 1 for x in searched)
 
 

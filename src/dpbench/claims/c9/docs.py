@@ -19,7 +19,7 @@ from typing import Any
 from dpbench.analysis import rehearsal
 from dpbench.analysis.memory_model import GRADIENT_KINDS, MIB, TOLERANCE, step_start, with_references
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.rehearsed import finding, largest_batch_rows
+from dpbench.claims.c9.rehearsed import DDP_FROM_ONE_RANK, finding, largest_batch_rows
 from dpbench.claims.c9.verdict import Crossover, verdict_from
 from dpbench.host.source import PROJECT
 from dpbench.report.docs_queries import query
@@ -61,7 +61,10 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
                 "n1-235m-1b-fsdp", "n2-235m", "n4-235m-fsdp", "n8-235m", "n2-1b-keep", "n8-2b-fsdp",
                 "n8-1b-fsdp", "n4-1b-hsdp")),
             # 11.7M at N = 1 with the GPU allocator's own history of each case (ddp, zero1, fsdp)
-            ("h100-alloc-history-209515f", "n1-12m.tar.gz"))
+            ("h100-alloc-history-209515f", "n1-12m.tar.gz"),
+            # 1.08B ddp, zero1 and fsdp at N = 2 (DDP's first row there); with the allocator's
+            # history, 1.08B fsdp at N = 1 and 236M fsdp at N = 2 (an H200 did not come)
+            *(("h100-rehearsal-ab61c43", f"{t}.tar.gz") for t in ("n2-1b", "n1-1b-fsdp-hist", "n2-235m-fsdp-hist")))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -1154,6 +1157,39 @@ def rehearsal_crossover_table(ref: Path) -> str:
                      text.params(x.predicted_first_exceeds) if x.predicted_first_exceeds else "none", pairs, model])
     return md_table(["budget", "GiB per rank", "N", "variant", "first beyond DDP, measured", "model's",
                      "largest batch sharded / DDP", "model: sharded / DDP"], body)
+
+
+@query("rehearsal_ddp_by_n")
+def rehearsal_ddp_by_n(ref: Path) -> str:
+    """Per size, DDP's measured peak a rank at batch 1 in every launch that measured it, by N:
+    the evidence that DDP's memory a rank does not depend on N (ddp_from_one_rank's premise)."""
+    c = combined(ref)
+    names = size_names(c)
+    peaks: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for recs in c.launches.values():
+        for r in recs:
+            if r.get("variant") == "ddp" and r.get("status") == "ok":
+                peaks[str(r["size"])][int(r["gpus"])] += [t["peak_mib"] for t in r.get("search_trials") or []
+                                                          if t.get("batch") == 1 and t.get("how") == "measured"]
+    parts = []
+    for size in sorted(peaks, key=lambda s: text.params_value(names[s])):
+        by_n = {n: v for n, v in sorted(peaks[size].items()) if v}
+        every = [p for v in by_n.values() for p in v]
+        parts.append(f"{names[size]} at N = {', '.join(str(n) for n in by_n)}: {min(every):,.1f} to "
+                     f"{max(every):,.1f} MiB ({len(every)} records)")
+    return "; ".join(parts)
+
+
+@query("rehearsal_ddp_carried")
+def rehearsal_ddp_carried(ref: Path) -> str:
+    """The DDP rows the crossovers take from one rank (rehearsed.ddp_from_one_rank), one line each."""
+    rows = [r for r in combined(ref).rows if r.get(DDP_FROM_ONE_RANK)]
+    names = {int(r["parameters"]): text.params(r["parameters"]) for r in rows}
+    by: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for r in rows:
+        by[(int(r["parameters"]), str(r["budget"]))].append(int(r["gpus"]))
+    return "\n".join(f"- {names[p]}, {budget}: DDP 0 at N = {', '.join(str(n) for n in sorted(ns))}"
+                     for (p, budget), ns in sorted(by.items())) or "- none"
 
 
 @query("rehearsal_c9")

@@ -304,10 +304,28 @@ def rehearsal_reserved_regime_misses(ref: Path) -> str:
 
 HISTORY = "h100-alloc-history-209515f"   # the GPU allocator's own history (run.alloc_history)
 HISTORY_ORDER = ("ddp", "zero1", "fsdp")  # its 11.7M cases, in the order their one process ran them
+# the histories of later launches: each (reference, case), each case its process's first
+LATER_HISTORIES = (("h100-rehearsal-ab61c43", "1b-fsdp-g1"), ("h100-rehearsal-ab61c43", "235m-fsdp-g2"))
 
 
 def history_dumps(ref: Path) -> dict[str, dict[str, Any]]:
     return {v: gpu_alloc_history.load(ref / HISTORY / "hist" / f"12m-{v}-g1.json.gz") for v in HISTORY_ORDER}
+
+
+def every_history(ref: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(the case as the page names it, its dump) for every history in the references."""
+    n = names(ref)
+    said = [(f"{v} at {n['256x4']}, N = 1", d) for v, d in history_dumps(ref).items()]
+    for reference, case in LATER_HISTORIES:
+        dump = gpu_alloc_history.load(ref / reference / "hist" / f"{case}.json.gz")
+        prefix, variant, gpus = case.split("-")
+        size = next(str(r["size"]) for r in combined(ref).records if rehearsal.size_prefix(r) == prefix and r.get("size"))
+        said.append((f"{variant} at {n[size]}, N = {gpus[1:]}", dump))
+    return said
+
+
+def _gpu_reserved(dump: dict[str, Any]) -> float:
+    return sum(sum(b for b, _ in seg[3]) for seg in dump["end_segments"]) / MIB
 
 
 @query("rehearsal_replay_gpu_history")
@@ -315,12 +333,33 @@ def rehearsal_replay_gpu_history(ref: Path) -> str:
     """The GPU's own requests replayed: per case, the GPU's reserved bytes and the replay's, and
     whether the replay ends with the GPU's segments on every stream."""
     said = []
-    for variant, dump in history_dumps(ref).items():
+    for name, dump in every_history(ref):
         end = gpu_alloc_history.replayed(dump).end
-        gpu = sum(sum(b for b, _ in seg[3]) for seg in dump["end_segments"]) / MIB
         same = "the same segments" if gpu_alloc_history.segments_match(dump, end) else "other segments"
-        said.append(f"{variant} {gpu:,.0f} MiB on the GPU, {end.reserved / MIB:,.0f} replayed ({same})")
+        said.append(f"{name}: {_gpu_reserved(dump):,.0f} MiB on the GPU, {end.reserved / MIB:,.0f} replayed ({same})")
     return "; ".join(said)
+
+
+@query("rehearsal_replay_without_addresses")
+def rehearsal_replay_without_addresses(ref: Path) -> str:
+    """The same histories replayed with the replay's own addresses for new segments, as a
+    trace's are (it cannot know the driver's): where that changes a stream's bytes, MiB, with the
+    trace's replay of the same record beside it."""
+    said, same = [], 0
+    histories = every_history(ref)
+    traced = {(f"{x.variant} at {names(ref)[x.size]}, N = {x.gpus}", x.launch.split("/")[0]): x for x in rows(ref)}
+    for (name, dump), reference in zip(histories, [HISTORY] * len(HISTORY_ORDER) + [r for r, _ in LATER_HISTORIES]):
+        end = gpu_alloc_history.replayed(dump, driver_addresses=False).end
+        same += gpu_alloc_history.segments_match(dump, end)
+        ours = end.reserved_by_stream_mib()
+        gpu = {k: sum(s for s, _ in v) for k, v in gpu_alloc_history.gpu_segments(dump).items()}
+        trace = traced.get((name, reference))
+        for k in sorted(gpu):
+            if round(gpu[k]) != round(ours.get(k, 0.0)):
+                where = "the default stream" if k == gpu_alloc_history.DEFAULT_STREAM else f"stream {k}"
+                beside = f", the trace's replay {trace.replayed.reserved_by_stream_mib().get(k, 0.0):,.0f}" if trace else ""
+                said.append(f"{name}, {where}: {gpu[k]:,.0f} on the GPU, {ours.get(k, 0.0):,.0f} replayed{beside}")
+    return f"{'; '.join(said) or 'no stream changes'}; {same} of the {len(histories)} cases end with the GPU's segments"
 
 
 @query("rehearsal_replay_workspaces")
