@@ -489,3 +489,18 @@ def test_the_card_changes_no_allocation_and_gloo_copies_a_whole_buffer_per_gathe
     assert seen["all_reduce"]["peak_above_tensors_mib"] == 0
     page = PAGE.read_text()
     assert docs.rehearsal_card_check(REF) in page and docs.rehearsal_gloo_copies(REF) in page
+
+
+def test_ddps_peak_at_batch_1_is_the_same_at_every_n_the_carry_from_one_rank_rests_on():
+    """rehearsed.ddp_from_one_rank takes DDP's one-rank 'not even batch 1' to N ranks that do not
+    fit the GPU: on every GPU record DDP's batch-1 peak a rank is within 2 MiB or 0.1% across N."""
+    peaks: dict[str, dict[int, float]] = {}
+    for recs in docs.combined(REF).launches.values():
+        for r in recs:
+            for t in r.get("search_trials") or [] if r.get("variant") == "ddp" and r.get("status") == "ok" else []:
+                if t.get("batch") == 1 and t.get("how") == "measured":
+                    peaks.setdefault(str(r["size"]), {})[int(r["gpus"])] = t["peak_mib"]
+    assert {n for by_n in peaks.values() for n in by_n} == {1, 2, 4, 8}
+    for size, by_n in peaks.items():
+        spread = max(by_n.values()) - min(by_n.values())
+        assert len(by_n) >= 2 and spread <= max(2.0, 0.001 * max(by_n.values())), (size, by_n)

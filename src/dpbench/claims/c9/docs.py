@@ -1175,8 +1175,9 @@ def rehearsal_ddp_by_n(ref: Path) -> str:
     for size in sorted(peaks, key=lambda s: text.params_value(names[s])):
         by_n = {n: v for n, v in sorted(peaks[size].items()) if v}
         every = [p for v in by_n.values() for p in v]
-        parts.append(f"{names[size]} at N = {', '.join(str(n) for n in by_n)}: {min(every):,.1f} to "
-                     f"{max(every):,.1f} MiB ({len(every)} records)")
+        span = f"{min(every):,.1f}" if round(min(every), 1) == round(max(every), 1) \
+            else f"{min(every):,.1f} to {max(every):,.1f}"
+        parts.append(f"{names[size]} at N = {', '.join(str(n) for n in by_n)}: {span} MiB ({len(every)} records)")
     return "; ".join(parts)
 
 
