@@ -54,6 +54,8 @@
 #                                     # fsdp at N = 4 searched within 24GB too
 #   tools/device/rehearse_gaps.sh k   # an H200 only: 1.08B hsdp and fsdp-keep at N = 8 within 16GB,
 #                                     # then h's allocator history
+#   tools/device/rehearse_gaps.sh l   # H100 or H200: 1.08B fsdp at N = 2 alone, its search given the
+#                                     # time it lacked twice, then 1.08B fsdp-keep at N = 4 (its first)
 #   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else h
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
@@ -67,7 +69,7 @@
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
 # for f, g and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d, e, f, g, h, i, j, k or any}
+step=${1:?a, b, c, d, e, f, g, h, i, j, k, l or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -139,6 +141,10 @@ k)
     export DPBENCH_ALLOC_HISTORY="$out/hist"
     launch n1-1b-fsdp-hist 150 100 --ranks 1 --sizes 1b --variants fsdp
     ;;
+l)
+    launch n2-1b-fsdp 330 220 --ranks 2 --sizes 1b --variants fsdp
+    launch n4-1b-keep 200 100 --ranks 4 --sizes 1b --variants fsdp-keep
+    ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
         bash "$0" d
@@ -149,7 +155,7 @@ any)
     fi
     ;;
 *)
-    echo "usage: $0 a|b|c|d|e|f|g|h|i|j|k|any" >&2
+    echo "usage: $0 a|b|c|d|e|f|g|h|i|j|k|l|any" >&2
     exit 2
     ;;
 esac
