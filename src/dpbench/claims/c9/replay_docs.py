@@ -17,7 +17,7 @@ from typing import Any
 from dpbench.analysis import gpu_alloc_history, rehearsal
 from dpbench.analysis.caching_allocator import MIB, PROFILED_END, SHARDED, Snapshot, replay
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, launch_name, made_at, reserved_checked
+from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, commit_of, launch_name, made_at, reserved_checked
 from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
@@ -221,7 +221,8 @@ def rehearsal_reserved_replay_blind(ref: Path) -> str:
     after = set(order[order.index(launch_name(*FIRST_AFTER_REPLAY)):])
     n = names(ref)
     blind = [x for x in rows(ref, which=BLIND_TRACES, preludes=False) if x.launch in after]
-    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus}: {_percent(x.error)}" for x in blind) or "none yet"
+    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus} ({commit_of(x.launch)}): {_percent(x.error)}"
+                     for x in blind) or "none yet"
 
 
 @query("rehearsal_reserved_prelude_blind")
@@ -229,7 +230,8 @@ def rehearsal_reserved_prelude_blind(ref: Path) -> str:
     """The rows from launches made after the current rules were fixed (LAST_SEEN_BY_PRELUDES)."""
     n = names(ref)
     blind = [x for x in rows(ref) if launched_after(x.launch, LAST_SEEN_BY_PRELUDES)]
-    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus}: {_percent(x.error)}" for x in blind) or "none yet"
+    return "; ".join(f"{x.variant} at {n[x.size]}, N = {x.gpus} ({commit_of(x.launch)}): {_percent(x.error)}"
+                     for x in blind) or "none yet"
 
 
 @query("rehearsal_replay_beyond")
