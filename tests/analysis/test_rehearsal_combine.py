@@ -72,6 +72,20 @@ def test_a_budget_the_newest_launch_could_not_search_keeps_an_earlier_launchs_se
     assert {r["budget"]: r["largest_batch"] for r in rows} == {"16GB": 18, "24GB": 30}
 
 
+def test_a_search_the_newest_launch_cut_short_keeps_an_earlier_finished_one():
+    """Seen at 1.08B fsdp, N = 4: an H100 searched 16GB to its end (7); an H200's later launch
+    ran out of time at batch 2. The finished search stays, named; a newest search cut short
+    where no earlier one finished stays the newest's."""
+    h100 = [record("1b-fsdp", 4, search={"16GB": {"largest": 7, "cut_short": False},
+                                         "24GB": {"largest": 1, "cut_short": True}})]
+    h200 = [record("1b-fsdp", 4, search={"16GB": {"largest": 2, "cut_short": True},
+                                         "24GB": {"largest": 2, "cut_short": True}})]
+    (fsdp,) = R.combine([("h100", h100), ("h200", h200)])
+    assert fsdp[R.SOURCE] == "h200" and fsdp[R.SEARCH_FROM] == {"16GB": "h100"}
+    assert {b: (s["largest"], s["cut_short"]) for b, s in fsdp["search"].items()} == {"16GB": (7, False),
+                                                                                      "24GB": (2, True)}
+
+
 def test_a_never_reached_case_takes_its_model_and_resharding_from_its_names():
     recs = [record("235m-ddp", 8, "failed", "RuntimeError: boom", size="1024x16", parameters=235_620_352),
             record("235m-fsdp-keep", 8, "failed", "not run", size=None),

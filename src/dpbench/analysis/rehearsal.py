@@ -68,8 +68,9 @@ def combine(launches: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) -> list
     case stays a row with its reason). Each record names its launch (SOURCE); a case the ranks never
     reached (older launches wrote no model for it) takes its size and parameter count from a
     record of the same size name in any launch, and its resharding from its case name. A budget
-    the winning record did not search (N ranks of it did not fit that launch's GPU) keeps the
-    search of the newest earlier ok record of the case that did, its launch in SEARCH_FROM."""
+    the winning record did not search (N ranks of it did not fit that launch's GPU), or whose
+    search its launch's time cut short, keeps the search of the newest earlier ok record of the
+    case that searched it to its end, its launch in SEARCH_FROM."""
     named = [{**r, SOURCE: label} for label, recs in launches for r in recs]
     sizes = {size_prefix(r): (r["size"], r.get("parameters")) for r in named if r.get("size") and r.get("parameters")}
     kept: dict[tuple, dict[str, Any]] = {}
@@ -82,13 +83,45 @@ def combine(launches: Sequence[tuple[str, Iterable[Mapping[str, Any]]]]) -> list
             r["config"] = {"reshard_after_forward": False}
         older = kept.get(case_key(r))
         if older is not None and r.get("status") == "ok" and older.get("status") == "ok":
-            carried = {b: v for b, v in (older.get("search") or {}).items() if b not in (r.get("search") or {})}
-            if carried:   # a search a smaller GPU could not run is not undone by its record
-                r = {**r, "search": {**carried, **(r.get("search") or {})},
-                     SEARCH_FROM: {**{b: (older.get(SEARCH_FROM) or {}).get(b, older[SOURCE]) for b in carried},
-                                   **(r.get(SEARCH_FROM) or {})}}
+            newer = r.get("search") or {}
+            carried = {b: v for b, v in (older.get("search") or {}).items()
+                       if b not in newer or (newer[b].get("cut_short") and not v.get("cut_short"))}
+            if carried:   # a search a smaller GPU could not run, or one cut short, undoes no finished one
+                r = {**r, "search": {**newer, **carried},
+                     SEARCH_FROM: {**(r.get(SEARCH_FROM) or {}),
+                                   **{b: (older.get(SEARCH_FROM) or {}).get(b, older[SOURCE]) for b in carried}}}
         kept[case_key(r)] = r   # later launches overwrite: the newest wins
     return list(kept.values())
+
+
+_FAILURE = re.compile(r"\[\d+\]:\s*\n\s*time\s*:\s*(\S+)\s*\n\s*host[^\n]*\n\s*rank\s*:\s*(\d+)[^\n]*\n"
+                      r"\s*exitcode\s*:\s*(-?\d+)[^\n]*\n[^\n]*\n\s*traceback\s*:\s*([^\n]*)")
+
+
+def first_failure(log: str) -> str | None:
+    """The ranks that failed first in a torchrun log's failure report (the others were stopped
+    because of them), and how: "ranks 2, 7: exit code -9, Signal 9 (SIGKILL)"; None where the
+    log has no report."""
+    found = [(t, int(r), c, re.sub(r"\s*received by PID \d+", "", how).strip())
+             for t, r, c, how in _FAILURE.findall(log)]
+    if not found:
+        return None
+    first = min(t for t, *_ in found)
+    said: dict[tuple[str, str], list[int]] = {}
+    for t, rank, code, how in found:
+        if t == first:
+            said.setdefault((code, how), []).append(rank)
+    return "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, sorted(rs)))}: exit code {code}, {how}"
+                     for (code, how), rs in said.items())
+
+
+def launch_log(path: Path | str) -> str:
+    """The ranks' log a launch's tar holds (launch-<N>.log), "" where it holds none."""
+    with tarfile.open(path) as tar:
+        for member in tar.getmembers():
+            if re.fullmatch(r"launch-\d+\.log", Path(member.name).name) and member.isfile():
+                return tar.extractfile(member).read().decode(errors="replace")
+    return ""
 
 
 def combine_not_fitting(parts: Iterable[Iterable[Mapping[str, Any]]]) -> list[dict[str, Any]]:

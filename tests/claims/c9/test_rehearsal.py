@@ -108,3 +108,44 @@ def test_ddp_where_its_ranks_do_not_fit_is_zero_only_when_one_rank_held_not_even
     # a DDP row at N whose ranks did not fit is replaced, not doubled
     out = rehearsed.ddp_from_one_rank(rows + [searched_row("ddp", 8, None, NO_ROOM)])
     assert len([r for r in out if r["variant"] == "ddp" and r["gpus"] == 8]) == 1
+
+
+TORCHRUN_REPORT = """dpbench.claims.c9.rehearsal FAILED
+Failures:
+[1]:
+  time      : 2026-12-06_10:09:35
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 589)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 589
+[2]:
+  time      : 2026-12-06_10:09:24
+  host      : localhost
+  rank      : 7 (local_rank: 7)
+  exitcode  : -9 (pid: 596)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 596
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-06_10:09:24
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : -9 (pid: 591)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 591
+"""
+
+
+def test_a_case_whose_launch_was_killed_is_a_failed_record_naming_the_ranks_that_failed_first():
+    """Seen on one H200 (1.08B zero1 at N = 8): two ranks were killed by signal 9, torchrun
+    stopped the rest, rank 0 wrote no record, and the launch used to leave the case out."""
+    ok = failed_case(CASE, 8, "") | {"status": "ok", "reason": None}
+    other = {**CASE, "name": "42m-zero1", "variant": "zero1"}
+    (rec,) = rehearsal.missing_records([CASE, other], 8, [ok], 1, TORCHRUN_REPORT)
+    assert (rec["case"], rec["status"], rec["gpus"], rec["size"]) == ("42m-zero1", "failed", 8, "512x8")
+    assert "ranks 2, 7: exit code -9, Signal 9 (SIGKILL)" in rec["reason"] and "exit 1" in rec["reason"]
+    assert "rank 0" not in rec["reason"]
+    (silent,) = rehearsal.missing_records([CASE], 8, [], 1, "no report")
+    assert "no rank reported a failure" in silent["reason"]
+    assert rehearsal.missing_records([CASE], 8, [ok], 0, "") == []

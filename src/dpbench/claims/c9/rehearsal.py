@@ -45,6 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from dpbench.analysis.caching_allocator import PROFILED_END, PROFILED_START, SHARDED, WARM_END, WARM_START
 from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
+from dpbench.analysis.rehearsal import first_failure
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
@@ -317,6 +318,17 @@ def failed_case(case: dict[str, Any], world: int, reason: str, status: str = "fa
             "status": status, "reason": reason, "size": f"{a['width']}x{a['layers']}", "options": case_options(case),
             "config": {"precision": case.get("precision", "fp32"), **case.get("options", {})},
             "parameters": parameter_count(a["width"], a["layers"], a["seq_len"], a["vocab"], a["tied"])}
+
+
+def missing_records(cases: list[dict[str, Any]], world: int, wrote: list[dict[str, Any]], returncode: int,
+                    log: str) -> list[dict[str, Any]]:
+    """A failed record for each case a launch left without one: rank 0 writes each case's record,
+    and a rank killed from outside (or rank 0 stopped by torchrun after it) writes none. The
+    reason names the ranks that failed first, from torchrun's report in the ranks' log."""
+    have = {r.get("case") for r in wrote}
+    why = (f"the launch stopped before the case wrote its record (torchrun exit {returncode}; "
+           f"{first_failure(log) or 'no rank reported a failure'})")
+    return [failed_case(c, world, why) for c in cases if c["name"] not in have]
 
 
 def main(argv: list[str] | None = None) -> int:
