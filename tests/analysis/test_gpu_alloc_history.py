@@ -128,3 +128,18 @@ def test_without_the_drivers_addresses_a_tie_between_free_blocks_goes_the_other_
         {k: v for k, v in gpu.items() if k != history.DEFAULT_STREAM}
     one, _ = later("1b-fsdp-g1")
     assert history.segments_match(one, history.replayed(one, driver_addresses=False).end)
+
+
+def test_one_cases_reserved_differs_between_launches_by_the_tie_the_drivers_addresses_break():
+    """1.08B zero1 at N = 4 on an H200, twice: at 72e1378 with its history, at a7dce61 without.
+    The history replays to its own launch's bytes with the driver's addresses, and to the other
+    launch's without them."""
+    h200 = REPO / "results/reference/h200-rehearsal-72e1378"
+    d = history.load(h200 / "hist" / "1b-zero1-g4.json.gz")
+    with tarfile.open(h200 / "n4-1b-zero1-hist.tar.gz") as tar:
+        (now,) = [json.loads(x) for x in tar.extractfile("records.jsonl").read().decode().splitlines()]
+    with tarfile.open(REPO / "results/reference/h200-rehearsal-a7dce61/n4-1b-zero1.tar.gz") as tar:
+        (then,) = [json.loads(x) for x in tar.extractfile("records.jsonl").read().decode().splitlines()]
+    assert history.replayed(d).end.reserved / MIB == now["memory_components"][0]["reserved_peak_mib"]
+    without = history.replayed(d, driver_addresses=False).end.reserved / MIB
+    assert without == then["memory_components"][0]["reserved_peak_mib"] != now["memory_components"][0]["reserved_peak_mib"]

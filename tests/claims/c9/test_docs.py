@@ -63,9 +63,11 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     assert {n4[v] for v in ("zero1", "fsdp", "hsdp")} == {"h200-rehearsal-4036c92/n4-235m-sharded.tar.gz"}
     assert any(r["status"] == "failed" and r["variant"] == "ddp"
                for r in c.launches["h200-rehearsal-4036c92/n4-235m.tar.gz"])
-    # 1.08B zero1 at N = 4: the later launch's ok record wins over the earlier one's not started
+    # 1.08B zero1 at N = 4: a later launch's ok record wins over an earlier one's not started
     (zero1,) = [r for r in c.records if r["size"] == "2048x20" and r["gpus"] == 4 and r["variant"] == "zero1"]
-    assert (zero1["status"], zero1[rehearsal.SOURCE]) == ("ok", "h200-rehearsal-a7dce61/n4-1b-zero1.tar.gz")
+    assert (zero1["status"], zero1[rehearsal.SOURCE]) == ("ok", "h200-rehearsal-72e1378/n4-1b-zero1-hist.tar.gz")
+    assert any(r["status"] != "ok" for r in c.launches["h200-rehearsal-a7dce61/n4-1b-ddp-zero1.tar.gz"]
+               if r["variant"] == "zero1")
     for size in ("256x4", "512x8"):   # every variant ran at N = 8 (42.3M's hsdp in the newest launch)
         ok8 = {rehearsal.variant_label(r) for r in c.records
                if r.get("status") == "ok" and r["gpus"] == 8 and r["size"] == size}
@@ -76,12 +78,16 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     cut = sorted((r for r in c.records if any(x.get("cut_short") for x in (r.get("search") or {}).values())),
                  key=lambda r: r["gpus"])
     assert [(r["size"], r["gpus"], r["variant"], r["status"]) for r in cut] == [("2048x20", 2, "fsdp", "ok"),
-                                                                                 ("2048x20", 4, "fsdp", "ok")]
-    # N = 4's 24GB search ran on the H200 (a7dce61), its newest record's H100 (1307c9b) could not
-    # hold it: the sentence names the launch whose search it was
+                                                                                 ("2048x20", 4, "fsdp", "ok"),
+                                                                                 ("2560x24", 8, "fsdp", "ok")]
+    # N = 4's 16GB search the H200 (72e1378) cut short ran to its end on an H100 (1307c9b): the
+    # finished one is kept, named; the sentence names the launch whose search was cut short
+    n4 = next(r for r in cut if r["gpus"] == 4)
+    assert (n4["search"]["16GB"]["largest"], n4[rehearsal.SEARCH_FROM]) == (7, {"16GB": "h100-rehearsal-1307c9b/n4-1b-fsdp.tar.gz"})
     searched = [(r.get(rehearsal.SEARCH_FROM) or {}).get("24GB", r[rehearsal.SOURCE]) for r in cut]
-    assert searched == ["h100-rehearsal-ab61c43/n2-1b.tar.gz", "h200-rehearsal-a7dce61/n4-1b-fsdp.tar.gz"]
-    assert all(sum(x in line for line in sentences.splitlines()) == 1 for x in searched)
+    assert searched == ["h100-rehearsal-ab61c43/n2-1b.tar.gz", "h200-rehearsal-72e1378/n4-1b-fsdp.tar.gz",
+                        "h200-rehearsal-72e1378/n8-1b-2b-fsdp.tar.gz"]
+    assert all(sum(x in line and "cut short" in line for line in sentences.splitlines()) == 1 for x in searched)
 
 
 def test_the_crossover_table_has_every_budget_and_n_searched():
@@ -276,13 +282,15 @@ def test_the_marked_one_rank_cases_predict_fsdps_backward_start_at_every_n():
     assert abs(by[("236M", "H100", 8)]["error"]) < 1e-3 and abs(by[("1.08B", "H100", 2)]["error"]) < 1e-3
     # the H100's 236M at N = 2 and 4 (11dc2db, made with the last all-gather recorded) too
     assert all(abs(by[("236M", "H100", n)]["error"]) < 1e-3 for n in (2, 4))
-    for key in (("1.08B", "H100", 4), ("1.97B", "H100", 2), ("1.97B", "H100", 4)):
+    # (1.08B at N = 4 and 8 and 1.97B at 8 ran again on an H200 at 72e1378: the newest wins)
+    for key in (("1.08B", "H200", 4), ("1.08B", "H200", 8), ("1.97B", "H100", 2), ("1.97B", "H100", 4),
+                ("1.97B", "H200", 8)):
         assert 0 < by[key]["error"] < M.TOLERANCE, key
     # 1.08B at N = 4: the marked start is the model's; the later peak is the larger
     (n4,) = [r for r in docs.combined(REF).records if (r["size"], rehearsal.variant_label(r), r["gpus"])
              == ("2048x20", "fsdp", 4)]
     m = n4["memory_components"][0]
-    assert m["backward_start_peak_mib"] - M.step_start(m) == pytest.approx(by[("1.08B", "H100", 4)]["backward_start"], abs=0.5)
+    assert m["backward_start_peak_mib"] - M.step_start(m) == pytest.approx(by[("1.08B", "H200", 4)]["backward_start"], abs=0.5)
     assert {by[k]["one_rank"].split(",")[0] for k in by if k[0] == "1.97B"} == {"fake tensors"}
     assert {by[k]["one_rank"].split(",")[0] for k in by if k[0] != "1.97B"} == {"CPU tracker"}
     # made after the rule was committed: 11.7M and 42.3M at N = 4 and 8, within 1% and above the
@@ -349,12 +357,15 @@ def test_part_by_part_the_model_predicts_the_later_backward_peak_made_after_the_
             parts = [m["backward_end_part_peak_mib"], *m["backward_unit_peaks_mib"].values()]
             assert m["backward_peak_mib"] == max(m["backward_start_peak_mib"], *parts)
             assert len(m["backward_unit_peaks_mib"]) == len(m["unit_mib"]) - 1
-    gpu = {(x["model"], x["gpus"]): x for x in rows if x["where"] == "H100"}
+    gpu = {(x["model"], x["gpus"]): x for x in rows if x["where"] in ("H100", "H200")}
     assert set(gpu) == {("1.08B", 2), ("1.08B", 4), ("1.08B", 8), ("1.97B", 2), ("1.97B", 4), ("1.97B", 8)}
-    for key in (("1.08B", 4), ("1.97B", 2), ("1.97B", 4)):   # one-rank parts: the CPU's, fake tensors' for 1.97B
+    for key in (("1.97B", 2), ("1.97B", 4)):   # one-rank parts on fake tensors; 1307c9b marked no parts
         assert 0 < gpu[key]["error"] < M.TOLERANCE < gpu[key]["older_error"], key
         assert gpu[key]["part"] == "not recorded" and gpu[key]["model_part"] != "the root's"
-    for key in (("1.08B", 8), ("1.97B", 8)):   # 11dc2db: made after the rule, the parts recorded
+    # made after the rule, the parts recorded (the H200's at 72e1378); 1.08B at N = 4's peak is in
+    # the 1st unit's part where the model puts it in the 2nd's
+    assert {gpu[k]["where"] for k in (("1.08B", 4), ("1.08B", 8), ("1.97B", 8))} == {"H200"}
+    for key in (("1.08B", 4), ("1.08B", 8), ("1.97B", 8)):
         assert 0 < gpu[key]["error"] < M.TOLERANCE < gpu[key]["older_error"], key
     assert {x["one_rank"].split(",")[0] for k, x in gpu.items() if k[0] == "1.97B"} == {"fake tensors"}
     page = PAGE.read_text()

@@ -105,6 +105,8 @@ def test_ddp_where_its_ranks_do_not_fit_is_zero_only_when_one_rank_held_not_even
     unsearched = rehearsed.ddp_from_one_rank([searched_row("ddp", 1, None, NOT_EVEN), searched_row("fsdp", 8, None,
                                                                                                     NO_ROOM)])
     assert [r["gpus"] for r in unsearched if r["variant"] == "ddp"] == [1]
+    cut = searched_row("fsdp", 8, None, "search cut short by the launch's time budget")
+    assert [r["gpus"] for r in rehearsed.ddp_from_one_rank([rows[0], cut]) if r["variant"] == "ddp"] == [1]
     # a DDP row at N whose ranks did not fit is replaced, not doubled
     out = rehearsed.ddp_from_one_rank(rows + [searched_row("ddp", 8, None, NO_ROOM)])
     assert len([r for r in out if r["variant"] == "ddp" and r["gpus"] == 8]) == 1

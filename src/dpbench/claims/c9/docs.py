@@ -64,7 +64,11 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             ("h100-alloc-history-209515f", "n1-12m.tar.gz"),
             # 1.08B ddp, zero1 and fsdp at N = 2 (DDP's first row there); with the allocator's
             # history, 1.08B fsdp at N = 1 and 236M fsdp at N = 2 (an H200 did not come)
-            *(("h100-rehearsal-ab61c43", f"{t}.tar.gz") for t in ("n2-1b", "n1-1b-fsdp-hist", "n2-235m-fsdp-hist")))
+            *(("h100-rehearsal-ab61c43", f"{t}.tar.gz") for t in ("n2-1b", "n1-1b-fsdp-hist", "n2-235m-fsdp-hist")),
+            # on an H200: 1.08B and 1.97B at N = 8 within 16GB (zero1's launch was killed and wrote
+            # no record), 1.08B fsdp at N = 4 and zero1 at N = 4 with the allocator's history
+            *(("h200-rehearsal-72e1378", f"{t}.tar.gz") for t in ("n8-1b-zero1", "n8-1b-2b-fsdp", "n4-1b-fsdp",
+                                                                   "n4-1b-zero1-hist")))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
@@ -984,14 +988,17 @@ def rehearsal_unit_parts_verdict(ref: Path) -> str:
                    f"({older['model']} at N = {older['gpus']}).")
     gpu = [x for x in rows if x["where"] != "CPU tracker" and abs(x["older_error"]) > TOLERANCE]
     if gpu:
+        def part(x: dict[str, Any]) -> str:
+            return "" if x["part"] == "not recorded" else \
+                f" (the peak in the {x['part']}'s part, the model's in the {x['model_part']}'s)"
         each = "; ".join(f"{x['model']} at N = {x['gpus']} ({x['where']}, {x['commit']}) {_percent(x['error'])}, "
-                         f"{_percent(x['older_error'])} without the parts" for x in gpu)
+                         f"{_percent(x['older_error'])} without the parts{part(x)}" for x in gpu)
         over = [x["measured"] - x["model_late"] for x in gpu]
         blocks = [x["block"] for x in gpu]
         where = {"CPU tracker": "of the CPU tracker", "fake tensors": "on fake tensors"}
         sources = " and ".join(dict.fromkeys(f"{where.get(x['one_rank'].split(',')[0], x['one_rank'])} ({x['model']})"
                                              for x in gpu))
-        out.append(f"On the GPU, whose records mark no parts, predicted from the one-rank cases {sources}: {each}. "
+        out.append(f"On the GPU, predicted from the one-rank cases {sources}: {each}. "
                    f"Each lies above the model by {min(over):,.1f}-{max(over):,.1f} MiB, less than one block "
                    f"({min(blocks):,.1f}-{max(blocks):,.1f} MiB, as large as gloo's GPU copy of a collective's buffer).")
     return " ".join(out)
@@ -1217,6 +1224,11 @@ def rehearsal_not_run(ref: Path) -> str:
         said = "; ".join(f"{', '.join(vs)}: {why}" for why, vs in reasons.items())
         lines.append(f"- {names[size]} ({size}) at N = {gpus} did not run ({', '.join(f'`{x}`' for x in launches)}): "
                      f"{said}.")
+    for reference, tar in LAUNCHES:   # older launches wrote no record where their ranks were killed
+        if not c.launches[launch_name(reference, tar)]:
+            why = rehearsal.first_failure(rehearsal.launch_log(ref / reference / tar)) or "no rank reported a failure"
+            lines.append(f"- `{launch_name(reference, tar)}` wrote no record: its ranks stopped ({why}; the "
+                         f"launch's README says what it ran).")
     for nf in c.not_fitting:
         cards = " and ".join(sorted({card_of(x) for x in nf["launches"]}))
         lines.append(f"- The {nf['budget']} budget at N = {nf['ranks']} was not searched in "
@@ -1226,7 +1238,8 @@ def rehearsal_not_run(ref: Path) -> str:
         if r.get("status") == "ok" and cut:
             # a search an earlier launch ran where the newest's GPU could not (rehearsal.SEARCH_FROM)
             source = {(r.get(rehearsal.SEARCH_FROM) or {}).get(name, r[rehearsal.SOURCE]) for name in cut}
-            fits = ", ".join(f"{name}: batch {b} fits so far" for name, b in cut.items())
+            fits = ", ".join(f"{name}: batch {b} fits so far" if b else f"{name}: no batch measured"
+                             for name, b in cut.items())
             lines.append(f"- {rehearsal.variant_label(r)} at {names[str(r['size'])]} ({r['size']}), N = {r['gpus']} "
                          f"({', '.join(f'`{x}`' for x in sorted(source))}): its memory was measured, but its search "
                          f"was cut short by the launch's time budget ({fits}), so C9 takes no largest batch from it.")

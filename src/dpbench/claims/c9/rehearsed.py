@@ -104,6 +104,11 @@ def searched(row: Mapping[str, Any]) -> bool:
     return row["largest_batch"] is not None or str(row.get("reason") or "").startswith((NOT_EVEN_ONE, CUT_SHORT))
 
 
+def found(row: Mapping[str, Any]) -> bool:
+    """Whether a row's search ran to its end: a largest batch, or not even batch 1."""
+    return row["largest_batch"] is not None or str(row.get("reason") or "").startswith(NOT_EVEN_ONE)
+
+
 def mark_not_fitting(rows: list[dict[str, Any]], not_fitting: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The rows of budgets N ranks cannot rehearse on one GPU (not_fitting.json) say so, with the
     sum; a row whose search ran there (on a larger GPU) keeps what it found."""
@@ -115,9 +120,10 @@ def mark_not_fitting(rows: list[dict[str, Any]], not_fitting: Iterable[Mapping[s
 
 
 def ddp_from_one_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """DDP's row at N ranks where a sharded variant's search ran but DDP's did not (its N ranks do
-    not fit the GPU) and its one-rank search found not even batch 1 within the budget: 0 at N too, the one-rank row's
-    reason carried with its N. DDP keeps the whole model, its gradients and its optimizer state
+    """DDP's row at N ranks where a sharded variant's search ran to its end but DDP's did not
+    (its N ranks do not fit the GPU) and its one-rank search found not even batch 1 within the
+    budget: 0 at N too, the one-rank row's reason carried with its N. DDP keeps the whole model,
+    its gradients and its optimizer state
     on every rank, so a rank's memory at a batch does not depend on N (rehearsal_ddp_by_n shows
     the peaks); a batch that fits is not carried, for it may differ by a few across launches."""
     def key(r: Mapping[str, Any]) -> tuple:
@@ -126,7 +132,7 @@ def ddp_from_one_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     one = {key(r): r for r in rows if r["variant"] == "ddp" and r["gpus"] == 1
            and r["largest_batch"] is None and str(r.get("reason") or "").startswith(NOT_EVEN_ONE)}
     done = {(key(r), r["gpus"]) for r in rows if r["variant"] == "ddp" and searched(r)}
-    wanted = sorted({(key(r), r["gpus"]) for r in rows if r["variant"] != "ddp" and r["gpus"] >= 2 and searched(r)},
+    wanted = sorted({(key(r), r["gpus"]) for r in rows if r["variant"] != "ddp" and r["gpus"] >= 2 and found(r)},
                     key=lambda kg: (kg[0], kg[1]))
     out = [r for r in rows if not (r["variant"] == "ddp" and (key(r), r["gpus"]) in
                                    {kg for kg in wanted if kg[0] in one and kg not in done})]

@@ -17,7 +17,8 @@ from typing import Any
 from dpbench.analysis import gpu_alloc_history, rehearsal
 from dpbench.analysis.caching_allocator import MIB, PROFILED_END, SHARDED, Snapshot, replay
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.docs import LAUNCHES, _percent, combined, commit_of, launch_name, made_at, reserved_checked
+from dpbench.claims.c9.docs import (LAUNCHES, _percent, card_of, combined, commit_of, launch_name, made_at,
+                                    reserved_checked)
 from dpbench.report.docs_queries import query
 from dpbench.report.markdown import md_table
 
@@ -307,22 +308,35 @@ def rehearsal_reserved_regime_misses(ref: Path) -> str:
 HISTORY = "h100-alloc-history-209515f"   # the GPU allocator's own history (run.alloc_history)
 HISTORY_ORDER = ("ddp", "zero1", "fsdp")  # its 11.7M cases, in the order their one process ran them
 # the histories of later launches: each (reference, case), each case its process's first
-LATER_HISTORIES = (("h100-rehearsal-ab61c43", "1b-fsdp-g1"), ("h100-rehearsal-ab61c43", "235m-fsdp-g2"))
+LATER_HISTORIES = (("h100-rehearsal-ab61c43", "1b-fsdp-g1"), ("h100-rehearsal-ab61c43", "235m-fsdp-g2"),
+                   ("h200-rehearsal-72e1378", "1b-zero1-g4"))
 
 
 def history_dumps(ref: Path) -> dict[str, dict[str, Any]]:
     return {v: gpu_alloc_history.load(ref / HISTORY / "hist" / f"12m-{v}-g1.json.gz") for v in HISTORY_ORDER}
 
 
-def every_history(ref: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(the case as the page names it, its dump) for every history in the references."""
-    n = names(ref)
-    said = [(f"{v} at {n['256x4']}, N = 1", d) for v, d in history_dumps(ref).items()]
+@dataclass(frozen=True)
+class History:
+    """One case's allocator history and where it was made."""
+    reference: str
+    size: str
+    variant: str
+    gpus: int
+    dump: dict[str, Any]
+
+    def name(self, ref: Path) -> str:
+        return f"{self.variant} at {names(ref)[self.size]}, N = {self.gpus}"
+
+
+def every_history(ref: Path) -> list[History]:
+    """Every history in the references: the 11.7M launch's three cases, then LATER_HISTORIES."""
+    said = [History(HISTORY, "256x4", v, 1, d) for v, d in history_dumps(ref).items()]
     for reference, case in LATER_HISTORIES:
-        dump = gpu_alloc_history.load(ref / reference / "hist" / f"{case}.json.gz")
         prefix, variant, gpus = case.split("-")
         size = next(str(r["size"]) for r in combined(ref).records if rehearsal.size_prefix(r) == prefix and r.get("size"))
-        said.append((f"{variant} at {n[size]}, N = {gpus[1:]}", dump))
+        said.append(History(reference, size, variant, int(gpus[1:]),
+                            gpu_alloc_history.load(ref / reference / "hist" / f"{case}.json.gz")))
     return said
 
 
@@ -335,33 +349,50 @@ def rehearsal_replay_gpu_history(ref: Path) -> str:
     """The GPU's own requests replayed: per case, the GPU's reserved bytes and the replay's, and
     whether the replay ends with the GPU's segments on every stream."""
     said = []
-    for name, dump in every_history(ref):
-        end = gpu_alloc_history.replayed(dump).end
-        same = "the same segments" if gpu_alloc_history.segments_match(dump, end) else "other segments"
-        said.append(f"{name}: {_gpu_reserved(dump):,.0f} MiB on the GPU, {end.reserved / MIB:,.0f} replayed ({same})")
+    for h in every_history(ref):
+        end = gpu_alloc_history.replayed(h.dump).end
+        same = "the same segments" if gpu_alloc_history.segments_match(h.dump, end) else "other segments"
+        said.append(f"{h.name(ref)} ({card_of(h.reference)}): {_gpu_reserved(h.dump):,.0f} MiB on the GPU, "
+                    f"{end.reserved / MIB:,.0f} replayed ({same})")
     return "; ".join(said)
+
+
+def _other_launches(ref: Path, h: History) -> list[tuple[str, float]]:
+    """(commit, rank 0's reserved MiB) of the case's records from other launches on the same card."""
+    out = []
+    for launch, recs in combined(ref).launches.items():
+        if launch.split("/")[0] == h.reference or card_of(launch) != card_of(h.reference):
+            continue
+        for r in recs:
+            if (str(r.get("size")), rehearsal.variant_label(r), int(r.get("gpus") or 0)) == (h.size, h.variant, h.gpus) \
+                    and r.get("status") == "ok" and r.get("memory_components"):
+                out.append((commit_of(launch), float(r["memory_components"][0]["reserved_peak_mib"])))
+    return out
 
 
 @query("rehearsal_replay_without_addresses")
 def rehearsal_replay_without_addresses(ref: Path) -> str:
     """The same histories replayed with the replay's own addresses for new segments, as a
     trace's are (it cannot know the driver's): where that changes a stream's bytes, MiB, with the
-    trace's replay of the same record beside it."""
+    trace's replay of the same record and the case's records from other launches on that card."""
     said, same = [], 0
     histories = every_history(ref)
-    traced = {(f"{x.variant} at {names(ref)[x.size]}, N = {x.gpus}", x.launch.split("/")[0]): x for x in rows(ref)}
-    for (name, dump), reference in zip(histories, [HISTORY] * len(HISTORY_ORDER) + [r for r, _ in LATER_HISTORIES]):
-        end = gpu_alloc_history.replayed(dump, driver_addresses=False).end
-        same += gpu_alloc_history.segments_match(dump, end)
+    traced = {(x.size, x.variant, x.gpus, x.launch.split("/")[0]): x for x in rows(ref)}
+    for h in histories:
+        end = gpu_alloc_history.replayed(h.dump, driver_addresses=False).end
+        same += gpu_alloc_history.segments_match(h.dump, end)
         ours = end.reserved_by_stream_mib()
-        gpu = {k: sum(s for s, _ in v) for k, v in gpu_alloc_history.gpu_segments(dump).items()}
-        trace = traced.get((name, reference))
+        gpu = {k: sum(s for s, _ in v) for k, v in gpu_alloc_history.gpu_segments(h.dump).items()}
+        trace = traced.get((h.size, h.variant, h.gpus, h.reference))
         for k in sorted(gpu):
             if round(gpu[k]) != round(ours.get(k, 0.0)):
                 where = "the default stream" if k == gpu_alloc_history.DEFAULT_STREAM else f"stream {k}"
                 beside = f", the trace's replay {trace.replayed.reserved_by_stream_mib().get(k, 0.0):,.0f}" if trace else ""
-                said.append(f"{name}, {where}: {gpu[k]:,.0f} on the GPU, {ours.get(k, 0.0):,.0f} replayed{beside}")
-    return f"{'; '.join(said) or 'no stream changes'}; {same} of the {len(histories)} cases end with the GPU's segments"
+                others = "".join(f"; the same case at {c} on the {card_of(h.reference)}: {v:,.0f} in all"
+                                 for c, v in _other_launches(ref, h))
+                said.append(f"{h.name(ref)}, {where}: {gpu[k]:,.0f} on the GPU, {ours.get(k, 0.0):,.0f} replayed"
+                            f"{beside}{others}")
+    return f"{'; '.join(said) or 'no stream changes'}. {same} of the {len(histories)} cases end with the GPU's segments"
 
 
 @query("rehearsal_replay_workspaces")
