@@ -112,31 +112,17 @@ def test_ddp_where_its_ranks_do_not_fit_is_zero_only_when_one_rank_held_not_even
     assert len([r for r in out if r["variant"] == "ddp" and r["gpus"] == 8]) == 1
 
 
-TORCHRUN_REPORT = """dpbench.claims.c9.rehearsal FAILED
-Failures:
-[1]:
-  time      : 2026-12-06_10:09:35
-  host      : localhost
-  rank      : 0 (local_rank: 0)
-  exitcode  : -15 (pid: 589)
-  error_file: <N/A>
-  traceback : Signal 15 (SIGTERM) received by PID 589
-[2]:
-  time      : 2026-12-06_10:09:24
-  host      : localhost
-  rank      : 7 (local_rank: 7)
-  exitcode  : -9 (pid: 596)
-  error_file: <N/A>
-  traceback : Signal 9 (SIGKILL) received by PID 596
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-12-06_10:09:24
-  host      : localhost
-  rank      : 2 (local_rank: 2)
-  exitcode  : -9 (pid: 591)
-  error_file: <N/A>
-  traceback : Signal 9 (SIGKILL) received by PID 591
-"""
+def torchrun_entry(i: int, time: str, rank: int, code: int, signal: str) -> str:
+    """One entry of torchrun's failure report, as it prints them."""
+    return (f"[{i}]:\n  time      : 2026-12-06_{time}\n  host      : localhost\n  rank      : {rank} (local_rank: "
+            f"{rank})\n  exitcode  : {code} (pid: {580 + rank})\n  error_file: <N/A>\n  traceback : Signal {-code} "
+            f"({signal}) received by PID {580 + rank}\n")
+
+
+# seen on one H200 (h200-rehearsal-72e1378/n8-1b-zero1.tar.gz), ranks 3 to 6 left out
+TORCHRUN_REPORT = ("dpbench.claims.c9.rehearsal FAILED\nFailures:\n" + torchrun_entry(1, "10:09:35", 0, -15, "SIGTERM")
+                   + torchrun_entry(2, "10:09:24", 7, -9, "SIGKILL") + "Root Cause (first observed failure):\n"
+                   + torchrun_entry(0, "10:09:24", 2, -9, "SIGKILL"))
 
 
 def test_a_case_whose_launch_was_killed_is_a_failed_record_naming_the_ranks_that_failed_first():
