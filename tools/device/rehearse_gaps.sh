@@ -52,14 +52,15 @@
 #   tools/device/rehearse_gaps.sh j   # H100 or H200: 1.08B ddp, zero1 and fsdp at N = 2 (no DDP row
 #                                     # there yet; fsdp's search was cut short), then on an H200 1.08B
 #                                     # fsdp at N = 4 searched within 24GB too
-#   tools/device/rehearse_gaps.sh k   # an H200 only: 1.08B hsdp and fsdp-keep at N = 8 within 16GB,
-#                                     # then h's allocator history
+#   tools/device/rehearse_gaps.sh k   # an H200 only, ~9 min: 1.08B zero1 at N = 8 again (i's launch
+#                                     # was killed: each launch's log now ends with the host's lowest
+#                                     # available memory), then hsdp and fsdp-keep at N = 8 within 16GB
 #   tools/device/rehearse_gaps.sh l   # H100 or H200: 1.08B fsdp at N = 2 alone, its search given the
 #                                     # time it lacked twice, then 1.08B fsdp-keep at N = 4 (its first)
 #   tools/device/rehearse_gaps.sh m   # H100 or H200, ~4.5 min: with the allocator's history, 1.08B
 #                                     # zero1 at N = 2 and 4 (reserved less allocated: 441 MiB at N = 2,
 #                                     # 16 at N = 4, so the slack rule misses N = 4 by -6.7%)
-#   tools/device/rehearse_gaps.sh any # d on an H200 with g's N = 8 and 2 after it, else h
+#   tools/device/rehearse_gaps.sh any # k on an H200, else l (what each card still has to give)
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
 # 108 s, so fsdp alone ~60 s; 236M fsdp and hsdp at N = 8 with the one-rank cases in 186 s; 1.97B
@@ -82,11 +83,19 @@ python3 -c "import torch; print('torch', torch.__version__)" >> "$out/gpu.txt"
 launch() {   # name limit_s budget_s rehearse.py's arguments...
     local name=$1 limit=$2 budget=$3
     shift 3
-    local t0
+    local t0 sampler
     t0=$(date +%s)
+    # the host's available memory every 2 s: a rank killed by signal 9 leaves no trace of why
+    # (h200-rehearsal-72e1378's zero1 at N = 8), and the lowest value says whether the host ran out
+    (while sleep 2; do awk '/MemAvailable/ {print $2}' /proc/meminfo; done) > "/tmp/gaps-$name.mem" &
+    sampler=$!
     timeout -k 5 "$limit" python3 tools/device/rehearse.py "$@" --out "/tmp/gaps/$name" \
         --work "/tmp/gaps/w-$name" --budget-s "$budget" > "$out/$name.log" 2>&1
     echo "$name: exit $?, $(( $(date +%s) - t0 )) s" | tee -a "$out/$name.log"
+    kill "$sampler" 2>/dev/null
+    echo "host memory: lowest MemAvailable $(sort -n "/tmp/gaps-$name.mem" | head -1) kB of" \
+        "$(awk '/MemTotal/ {print $2}' /proc/meminfo) kB" >> "$out/$name.log"
+    dmesg 2>/dev/null | grep -i -E "out of memory|killed process" | tail -3 >> "$out/$name.log"
     cp /tmp/gaps/"$name"/rehearsal-*.tar.gz "$out/$name.tar.gz" 2>/dev/null
 }
 
@@ -140,9 +149,8 @@ j)
     fi
     ;;
 k)
-    launch n8-1b-hsdp-keep 330 220 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
-    export DPBENCH_ALLOC_HISTORY="$out/hist"
-    launch n1-1b-fsdp-hist 150 100 --ranks 1 --sizes 1b --variants fsdp
+    launch n8-1b-zero1 150 40 --ranks 8 --sizes 1b --variants zero1
+    launch n8-1b-hsdp-keep 400 280 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
     ;;
 l)
     launch n2-1b-fsdp 300 190 --ranks 2 --sizes 1b --variants fsdp
@@ -155,11 +163,9 @@ m)
     ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
-        bash "$0" d
-        launch n8-235m 110 60 --ranks 8 --sizes 235m --variants fsdp hsdp
-        launch n2-235m 120 80 --ranks 2 --sizes 235m --variants fsdp fsdp-keep
+        bash "$0" k
     else
-        bash "$0" h
+        bash "$0" l
     fi
     ;;
 *)
