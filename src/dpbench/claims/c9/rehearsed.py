@@ -21,6 +21,8 @@ from dpbench.claims.records import Finding, ProbeRecord, obs
 
 INTERCONNECT = "one GPU, rehearsed ranks over gloo"
 DDP_FROM_ONE_RANK = "from_one_rank"   # a DDP row carried from its one-rank search (ddp_from_one_rank)
+NOT_EVEN_ONE = "not even batch 1 fits"   # how a row whose search found no batch begins its reason
+CUT_SHORT = "search cut short"           # how a row whose search ran out of time begins it
 
 
 def line(trials: list[Mapping[str, Any]]) -> tuple[float, float] | None:
@@ -71,13 +73,13 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
             reason = short_reason(r.get("reason") or r.get("search_skipped"))
             largest = None
             if found is not None and found.get("cut_short"):   # a lower bound is not C9's largest
-                reason = (f"search cut short by the launch's time budget (batch {found['largest']} fits so far)"
-                          if found["largest"] else "search cut short by the launch's time budget")
+                reason = (f"{CUT_SHORT} by the launch's time budget (batch {found['largest']} fits so far)"
+                          if found["largest"] else f"{CUT_SHORT} by the launch's time budget")
             elif found is not None:
                 largest = found["largest"] or None
                 if not largest:
-                    reason = f"not even batch 1 fits (peak {found['trials'][0][2]:,.0f} MiB at batch 1)" \
-                        if found.get("trials") else "not even batch 1 fits"
+                    reason = f"{NOT_EVEN_ONE} (peak {found['trials'][0][2]:,.0f} MiB at batch 1)" \
+                        if found.get("trials") else NOT_EVEN_ONE
             elif r.get("status") == "ok":
                 reason = reason or "not searched"
             pred = None
@@ -93,10 +95,6 @@ def c9_rows(records: Iterable[Mapping[str, Any]], budgets: Mapping[str, float]) 
                          "rehearsed": True, "predicted_largest_batch": pred,
                          "smallest_failing": (found or {}).get("smallest_failing")})
     return rows
-
-
-NOT_EVEN_ONE = "not even batch 1 fits"
-CUT_SHORT = "search cut short"
 
 
 def searched(row: Mapping[str, Any]) -> bool:
@@ -123,24 +121,23 @@ def ddp_from_one_rank(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """DDP's row at N ranks where a sharded variant's search ran to its end but DDP's did not
     (its N ranks do not fit the GPU) and its one-rank search found not even batch 1 within the
     budget: 0 at N too, the one-rank row's reason carried with its N. DDP keeps the whole model,
-    its gradients and its optimizer state
-    on every rank, so a rank's memory at a batch does not depend on N (rehearsal_ddp_by_n shows
-    the peaks); a batch that fits is not carried, for it may differ by a few across launches."""
+    its gradients and its optimizer state on every rank, so a rank's memory at a batch does not
+    depend on N (rehearsal_ddp_by_n shows the peaks); a batch that fits is not carried, for it
+    may differ by a few across launches."""
     def key(r: Mapping[str, Any]) -> tuple:
         return (r["workload"], r["precision"], r["budget"])
 
     one = {key(r): r for r in rows if r["variant"] == "ddp" and r["gpus"] == 1
            and r["largest_batch"] is None and str(r.get("reason") or "").startswith(NOT_EVEN_ONE)}
     done = {(key(r), r["gpus"]) for r in rows if r["variant"] == "ddp" and searched(r)}
-    wanted = sorted({(key(r), r["gpus"]) for r in rows if r["variant"] != "ddp" and r["gpus"] >= 2 and found(r)},
-                    key=lambda kg: (kg[0], kg[1]))
-    out = [r for r in rows if not (r["variant"] == "ddp" and (key(r), r["gpus"]) in
-                                   {kg for kg in wanted if kg[0] in one and kg not in done})]
-    for k, gpus in wanted:
-        if k in one and (k, gpus) not in done:
-            out.append({**one[k], "gpus": gpus, "smallest_failing": 1, DDP_FROM_ONE_RANK: True,
-                        "reason": f"{one[k]['reason']} on one rank; DDP divides nothing, so not at N = {gpus}"})
-    return out
+    carried = sorted({(key(r), r["gpus"]) for r in rows if r["variant"] != "ddp" and r["gpus"] >= 2 and found(r)}
+                     - done, key=lambda kg: (kg[0], kg[1]))
+    carried = [(k, gpus) for k, gpus in carried if k in one]
+    replaced = set(carried)   # a DDP row at such an N says only that its ranks did not fit
+    out = [r for r in rows if not (r["variant"] == "ddp" and (key(r), r["gpus"]) in replaced)]
+    return out + [{**one[k], "gpus": gpus, "smallest_failing": 1, DDP_FROM_ONE_RANK: True,
+                   "reason": f"{one[k]['reason']} on one rank; DDP divides nothing, so not at N = {gpus}"}
+                  for k, gpus in carried]
 
 
 def largest_batch_rows(cases: Iterable[Mapping[str, Any]],
