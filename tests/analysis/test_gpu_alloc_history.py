@@ -112,7 +112,7 @@ def test_freed_segments_and_the_drivers_addresses_make_the_replay_the_gpus(case)
     end = history.replayed(d).end
     assert history.segments_match(d, end)
     assert end.reserved / MIB == rank0["reserved_peak_mib"]
-    gpu = {k: sum(s for s, _ in v) for k, v in history.gpu_segments(d).items()}
+    gpu = history.gpu_reserved_by_stream_mib(d)
     assert end.reserved_by_stream_mib() == gpu
 
 
@@ -122,7 +122,7 @@ def test_without_the_drivers_addresses_a_tie_between_free_blocks_goes_the_other_
     extra 132 MiB segment is not made; the side streams are the GPU's either way."""
     d, _ = later("235m-fsdp-g2")
     own = history.replayed(d, driver_addresses=False).end.reserved_by_stream_mib()
-    gpu = {k: sum(s for s, _ in v) for k, v in history.gpu_segments(d).items()}
+    gpu = history.gpu_reserved_by_stream_mib(d)
     assert gpu[history.DEFAULT_STREAM] - own[history.DEFAULT_STREAM] == 132
     assert {k: v for k, v in own.items() if k != history.DEFAULT_STREAM} == \
         {k: v for k, v in gpu.items() if k != history.DEFAULT_STREAM}

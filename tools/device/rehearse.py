@@ -107,7 +107,7 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
     records, not_fitting = [], []
     work = out / "runs"
     work.mkdir(parents=True, exist_ok=True)
-    from dpbench.claims.c9.rehearsal import DEADLINE_ENV, TIMEOUT_ENV
+    from dpbench.claims.c9.rehearsal import DEADLINE_ENV, TIMEOUT_ENV, missing_records
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            DEADLINE_ENV: str(started + budget_s), TIMEOUT_ENV: os.environ.get(TIMEOUT_ENV, "120")}
     if part == "1" and not ranks_list and not fake:   # the run option through dpbench's own launcher first: one rehearsed fsdp run on 2 ranks
@@ -151,11 +151,11 @@ def run_part(part: str, out: Path, tiny: bool, budget_s: float, sizes: dict | No
                 log.write(f"\nN={ranks}: killed after {limit:.0f} s (the budget and a collective's timeout spent)\n")
         print(f"N={ranks}: {len(cases)} cases, exit {proc.returncode}, {time.time() - t:.0f} s (log: {log_path})",
               flush=True)
+        log_text = log_path.read_text(errors="replace")
         if proc.returncode:
-            print(log_path.read_text(errors="replace")[-3000:], flush=True)
+            print(log_text[-3000:], flush=True)
         wrote = [json.loads(x) for x in lines.read_text().splitlines() if x.strip()] if lines.exists() else []
-        from dpbench.claims.c9.rehearsal import missing_records
-        records += wrote + missing_records(cases, ranks, wrote, proc.returncode, log_path.read_text(errors="replace"))
+        records += wrote + missing_records(cases, ranks, wrote, proc.returncode, log_text)
     (out / "not_fitting.json").write_text(json.dumps(not_fitting, indent=1))
     print(f"part {part}: {time.time() - started:.0f} s", flush=True)
     return records

@@ -91,6 +91,11 @@ def gpu_segments(dump: dict[str, Any], which: str = "end_segments") -> dict[str,
     return out
 
 
+def gpu_reserved_by_stream_mib(dump: dict[str, Any]) -> dict[str, float]:
+    """What the GPU held reserved as the case ended, per stream label, MiB."""
+    return {stream: sum(size for size, _ in sizes) for stream, sizes in gpu_segments(dump).items()}
+
+
 def segment_sizes(segments: dict[str, list[list[float]]]) -> dict[str, Counter]:
     """Per stream, how many segments of each size (MiB): what the reserved bytes are made of."""
     return {stream: Counter(size for size, _ in sizes) for stream, sizes in segments.items()}

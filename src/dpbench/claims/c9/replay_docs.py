@@ -329,6 +329,7 @@ class History:
         return f"{self.variant} at {names(ref)[self.size]}, N = {self.gpus}"
 
 
+@cache   # two queries read them: each history loaded once a render
 def every_history(ref: Path) -> list[History]:
     """Every history in the references: the 11.7M launch's three cases, then LATER_HISTORIES."""
     said = [History(HISTORY, "256x4", v, 1, d) for v, d in history_dumps(ref).items()]
@@ -340,10 +341,6 @@ def every_history(ref: Path) -> list[History]:
     return said
 
 
-def _gpu_reserved(dump: dict[str, Any]) -> float:
-    return sum(sum(b for b, _ in seg[3]) for seg in dump["end_segments"]) / MIB
-
-
 @query("rehearsal_replay_gpu_history")
 def rehearsal_replay_gpu_history(ref: Path) -> str:
     """The GPU's own requests replayed: per case, the GPU's reserved bytes and the replay's, and
@@ -352,7 +349,8 @@ def rehearsal_replay_gpu_history(ref: Path) -> str:
     for h in every_history(ref):
         end = gpu_alloc_history.replayed(h.dump).end
         same = "the same segments" if gpu_alloc_history.segments_match(h.dump, end) else "other segments"
-        said.append(f"{h.name(ref)} ({card_of(h.reference)}): {_gpu_reserved(h.dump):,.0f} MiB on the GPU, "
+        gpu = sum(gpu_alloc_history.gpu_reserved_by_stream_mib(h.dump).values())
+        said.append(f"{h.name(ref)} ({card_of(h.reference)}): {gpu:,.0f} MiB on the GPU, "
                     f"{end.reserved / MIB:,.0f} replayed ({same})")
     return "; ".join(said)
 
@@ -382,14 +380,14 @@ def rehearsal_replay_without_addresses(ref: Path) -> str:
         end = gpu_alloc_history.replayed(h.dump, driver_addresses=False).end
         same += gpu_alloc_history.segments_match(h.dump, end)
         ours = end.reserved_by_stream_mib()
-        gpu = {k: sum(s for s, _ in v) for k, v in gpu_alloc_history.gpu_segments(h.dump).items()}
+        gpu = gpu_alloc_history.gpu_reserved_by_stream_mib(h.dump)
         trace = traced.get((h.size, h.variant, h.gpus, h.reference))
+        others = "".join(f"; the same case at {c} on the {card_of(h.reference)}: {v:,.0f} in all"
+                         for c, v in _other_launches(ref, h))
         for k in sorted(gpu):
             if round(gpu[k]) != round(ours.get(k, 0.0)):
                 where = "the default stream" if k == gpu_alloc_history.DEFAULT_STREAM else f"stream {k}"
                 beside = f", the trace's replay {trace.replayed.reserved_by_stream_mib().get(k, 0.0):,.0f}" if trace else ""
-                others = "".join(f"; the same case at {c} on the {card_of(h.reference)}: {v:,.0f} in all"
-                                 for c, v in _other_launches(ref, h))
                 said.append(f"{h.name(ref)}, {where}: {gpu[k]:,.0f} on the GPU, {ours.get(k, 0.0):,.0f} replayed"
                             f"{beside}{others}")
     return f"{'; '.join(said) or 'no stream changes'}. {same} of the {len(histories)} cases end with the GPU's segments"
