@@ -52,9 +52,14 @@
 #   tools/device/rehearse_gaps.sh j   # H100 or H200: 1.08B ddp, zero1 and fsdp at N = 2 (no DDP row
 #                                     # there yet; fsdp's search was cut short), then on an H200 1.08B
 #                                     # fsdp at N = 4 searched within 24GB too
-#   tools/device/rehearse_gaps.sh k   # an H200 only, ~9 min: 1.08B zero1 at N = 8 again (i's launch
+#   tools/device/rehearse_gaps.sh k   # an H200 only, ~9.5 min: 1.08B zero1 at N = 8 again (i's launch
 #                                     # was killed: each launch's log now ends with the host's lowest
-#                                     # available memory), then hsdp and fsdp-keep at N = 8 within 16GB
+#                                     # available memory; from 0f75134's successor on, rehearsed ranks
+#                                     # hand gloo's page-locked staging back around each optimizer step,
+#                                     # run.host_staging, and records hold each rank's host peaks), its
+#                                     # batch 1 at N = 4 peaked 14,817 MiB, less half its 1,026 MiB of
+#                                     # momentum is 32 MiB inside 16GB's 14 GiB; then hsdp and
+#                                     # fsdp-keep at N = 8 within 16GB
 #   tools/device/rehearse_gaps.sh l   # H100 or H200: 1.08B fsdp at N = 2 alone, its search given the
 #                                     # time it lacked twice, then 1.08B fsdp-keep at N = 4 (its first)
 #   tools/device/rehearse_gaps.sh m   # H100 or H200, ~4.5 min: with the allocator's history, 1.08B
@@ -149,8 +154,8 @@ j)
     fi
     ;;
 k)
-    launch n8-1b-zero1 150 40 --ranks 8 --sizes 1b --variants zero1
-    launch n8-1b-hsdp-keep 400 280 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
+    launch n8-1b-zero1 240 110 --ranks 8 --sizes 1b --variants zero1
+    launch n8-1b-hsdp-keep 320 210 --ranks 8 --sizes 1b --variants hsdp fsdp-keep
     ;;
 l)
     launch n2-1b-fsdp 300 190 --ranks 2 --sizes 1b --variants fsdp

@@ -25,7 +25,7 @@ from dpbench.plan.skips import refused, skip_reason
 from dpbench.plan.variants.settings import DDPSettings, FSDPSettings
 from dpbench.plan.variants.spec import AUTOCAST
 from dpbench.results.errors import error_text
-from dpbench.run import measure, sharded
+from dpbench.run import host_staging, measure, sharded
 from dpbench.run.context import Context
 from dpbench.run.data import WorkloadFeed, make_feed
 from dpbench.run.datasets import load_dataset
@@ -191,6 +191,8 @@ def train(cfg: RunConfig, ctx: Context, rec: Measured, warn: measure.WarningReco
     variant, opt = wrap(cfg, spec, model, ctx.devices, ctx.world)
     if ctx.device.type == "cuda":   # a model built whole on the device and then sharded leaves
         torch.cuda.empty_cache()    # its unsharded blocks cached: not the training's reserved memory
+        if cfg.rehearse and ctx.distributed:   # gloo's page-locked staging, N times on one host
+            host_staging.release_around_steps(opt)
     rec.phase_done("model")
     test_feed = None
     if dataset is None:

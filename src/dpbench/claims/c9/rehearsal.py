@@ -49,7 +49,7 @@ from dpbench.analysis.rehearsal import first_failure
 from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
-from dpbench.run import alloc_history, components, engine
+from dpbench.run import alloc_history, components, engine, host_staging
 from dpbench.run.cache_streams import reserved_by_stream_mib, reserved_segments_mib
 from dpbench.run.step import train_step
 from dpbench.workloads.transformer_lm import parameter_count
@@ -199,6 +199,9 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
     reducer = count_reducer(variant.module)
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     cuda = device.type == "cuda"
+    if cuda:   # gloo's page-locked staging: N ranks on one host hold it N times (run.host_staging)
+        host_staging.empty_host_cache()   # DDP's broadcast of the model as it wrapped it
+        host_staging.release_around_steps(opt)
 
     def batch_of(b: int):
         x, y = spec.batch(gen, b)
@@ -226,6 +229,7 @@ def run_case(case: dict[str, Any], device, world: int, rank: int) -> dict[str, A
         rec["collectives"] = [c for c in rec["collectives"] if c.get("source") != "buckets"] + [
             {"collective": "all_reduce", "count": reducer["count"], "bytes": reducer["bytes"], "source": "counted"}]
     row["nvml_process_mib"] = nvml_process_mib()
+    row.update(host_staging.host_peaks_mib(cuda))
     row["reserved_by_stream_mib"] = reserved_by_stream_mib(device)   # the cache after the step, per stream
     row["reserved_segments_mib"] = reserved_segments_mib(device)     # and its segments, what each held
     if history:
