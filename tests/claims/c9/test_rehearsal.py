@@ -112,6 +112,43 @@ def test_ddp_where_its_ranks_do_not_fit_is_zero_only_when_one_rank_held_not_even
     assert len([r for r in out if r["variant"] == "ddp" and r["gpus"] == 8]) == 1
 
 
+def sized_row(size: str, params: int, variant: str, largest: int | None, reason: str = "") -> dict:
+    return {**searched_row(variant, 8, largest, reason), "workload": f"transformer-lm-{size}", "parameters": params}
+
+
+def components_record(size: str, params: int, variant: str, mib: float) -> dict:
+    """A record of the variant at this size whose rank held mib of parameters and of gradients."""
+    return {"variant": variant, "size": size, "parameters": params, "gpus": 2,
+            "memory_components": [{"parameters_mib": mib, "gradients_mib": mib}]}
+
+
+SIZES = (("256x4", 11_700_000), ("1024x16", 236_000_000), ("2048x20", 1_080_000_000), ("2560x24", 1_970_000_000))
+
+
+def test_a_size_a_crossover_lacks_is_open_below_it_or_closed_by_the_state_no_variant_divides():
+    """Seen at 16GB, N = 8: zero1's crossover is 'none' through 236M while its 1.08B and 1.97B
+    searches never ran to their end; fsdp crosses at the smallest size, so what it lacks above
+    cannot move it."""
+    from dpbench.claims.c9 import verdict
+    rows = [sized_row("256x4", 11_700_000, "ddp", 59), sized_row("256x4", 11_700_000, "zero1", 59),
+            sized_row("256x4", 11_700_000, "fsdp", 63), sized_row("1024x16", 236_000_000, "ddp", 16),
+            sized_row("1024x16", 236_000_000, "zero1", 16), sized_row("2048x20", 1_080_000_000, "ddp", None, NOT_EVEN),
+            sized_row("2048x20", 1_080_000_000, "zero1", None, "the launch stopped before the case wrote its record")]
+    records = [components_record(size, params, v, mib) for size, params in SIZES for v, mib in
+               (("zero1", params * 4 / 2 ** 20), ("fsdp", params * 4 / 2 ** 20 / 8))]
+    cells = rehearsed.open_cells(verdict.crossovers(rows), records)
+    assert {(c["label"], c["size"]) for c in cells} == {("zero1", "2048x20"), ("zero1", "2560x24")}
+    by_size = {c["size"]: c for c in cells}
+    assert by_size["2048x20"]["floor_mib"] is None                      # 8,240 MiB: a batch may fit 14 GiB
+    assert by_size["2560x24"]["floor_mib"] == 2 * 1_970_000_000 * 4 / 2 ** 20   # 15,030 MiB: none can
+    # within a budget that holds it, the largest size is open too
+    wide = [{**r, "cap_gib": 22.0, "budget": "24GB"} for r in rows]
+    assert all(c["floor_mib"] is None for c in rehearsed.open_cells(verdict.crossovers(wide), records))
+    # fsdp divides its parameters and gradients: no floor from them
+    assert rehearsed.undivided_floor_mib(records, "fsdp", "2560x24") is None
+    assert rehearsed.undivided_floor_mib(records, "ddp", "2560x24") is None   # no record of it
+
+
 def torchrun_entry(i: int, time: str, rank: int, code: int, signal: str) -> str:
     """One entry of torchrun's failure report, as it prints them."""
     return (f"[{i}]:\n  time      : 2026-12-06_{time}\n  host      : localhost\n  rank      : {rank} (local_rank: "

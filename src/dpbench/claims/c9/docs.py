@@ -19,7 +19,7 @@ from typing import Any
 from dpbench.analysis import rehearsal
 from dpbench.analysis.memory_model import GRADIENT_KINDS, MIB, TOLERANCE, step_start, with_references
 from dpbench.claims.c9 import text
-from dpbench.claims.c9.rehearsed import DDP_FROM_ONE_RANK, finding, largest_batch_rows
+from dpbench.claims.c9.rehearsed import DDP_FROM_ONE_RANK, finding, largest_batch_rows, open_cells
 from dpbench.claims.c9.verdict import Crossover, verdict_from
 from dpbench.host.source import PROJECT
 from dpbench.report.docs_queries import query
@@ -1164,6 +1164,26 @@ def rehearsal_crossover_table(ref: Path) -> str:
                      text.params(x.predicted_first_exceeds) if x.predicted_first_exceeds else "none", pairs, model])
     return md_table(["budget", "GiB per rank", "N", "variant", "first beyond DDP, measured", "model's",
                      "largest batch sharded / DDP", "model: sharded / DDP"], body)
+
+
+@query("rehearsal_crossover_open")
+def rehearsal_crossover_open(ref: Path) -> str:
+    """The swept sizes the crossovers lack that could still move one (rehearsed.open_cells): open
+    ones, and those the variant's undivided parameters and gradients close."""
+    c = combined(ref)
+    cells = open_cells(c.crossovers(), c.records)
+    if not cells:
+        return "- None: below every crossover, and at every size of a row with none, both searches ran to their end."
+    lines = []
+    for cell in sorted(cells, key=lambda x: (x["floor_mib"] is not None, x["budget"], x["gpus"], x["label"], x["parameters"])):
+        where = f"{cell['label']} at {text.params(cell['parameters'])} ({cell['size']}), {cell['budget']}, N = {cell['gpus']}"
+        if cell["floor_mib"] is None:
+            lines.append(f"- **Open:** {where}: no search of it ran to its end, so its row's crossover may move there.")
+        else:
+            lines.append(f"- Closed without a search: {where}: its parameters and gradients alone, which "
+                         f"{cell['label']} does not divide, are {cell['floor_mib']:,.0f} MiB a rank at the backward's end, "
+                         f"beyond the budget's {cell['cap_gib'] * 1024:,.0f} MiB, so no batch fits.")
+    return "\n".join(lines)
 
 
 @query("rehearsal_ddp_by_n")

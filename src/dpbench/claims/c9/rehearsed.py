@@ -16,8 +16,9 @@ from dpbench.analysis.memory_model import MIB, backward_after_zero_grad, setting
 from dpbench.analysis.rehearsal import short_reason
 from dpbench.claims.c9 import text
 from dpbench.claims.c9.predicted import BUDGET_GIB, peak_state_bytes, predicted_largest_batch
-from dpbench.claims.c9.verdict import CONDITIONS_ID, row_id, verdict_from
+from dpbench.claims.c9.verdict import CONDITIONS_ID, Crossover, row_id, verdict_from
 from dpbench.claims.records import Finding, ProbeRecord, obs
+from dpbench.plan import variants
 
 INTERCONNECT = "one GPU, rehearsed ranks over gloo"
 DDP_FROM_ONE_RANK = "from_one_rank"   # a DDP row carried from its one-rank search (ddp_from_one_rank)
@@ -145,6 +146,46 @@ def largest_batch_rows(cases: Iterable[Mapping[str, Any]],
     """C9's rows of rehearsed cases at the named budgets (c9.predicted.BUDGETS), the budgets N
     ranks could not rehearse saying why."""
     return ddp_from_one_rank(mark_not_fitting(c9_rows(cases, BUDGET_GIB), not_fitting))
+
+
+UNDIVIDED = ("parameters", "gradients")   # what the backward's end holds at once, before the step
+
+
+def undivided_floor_mib(records: Iterable[Mapping[str, Any]], variant: str, size: str) -> float | None:
+    """The least a rank of `variant` holds at this model size on any N, where the variant
+    divides neither its parameters nor its gradients (DDP, ZeRO-1: variants.spec's shards):
+    both, as the backward's end holds them before the step, as a record of it measured them at
+    any N (they do not depend on N there). None for a variant that shards either, or no record."""
+    if any(kind in variants.spec(variant).shards for kind in UNDIVIDED):
+        return None
+    for r in records:
+        if r.get("variant") == variant and str(r.get("size")) == size:
+            for m in r.get("memory_components") or []:
+                if all(isinstance(m.get(f"{k}_mib"), (int, float)) for k in UNDIVIDED):
+                    return sum(m[f"{k}_mib"] for k in UNDIVIDED)
+    return None
+
+
+def open_cells(crossovers: Iterable[Crossover], records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per rehearsed crossover (budget, N, sharded variant), the swept model sizes it lacks
+    (its own row or DDP's has no searched value there) that could still move where it first
+    exceeds DDP: every one below a crossover found, every one where none was. A size where the
+    variant's undivided floor passes the budget fits no batch (so it cannot exceed DDP there):
+    it is closed, with that floor. Each: budget, cap_gib, gpus, label, parameters, size, floor_mib
+    (None: open)."""
+    sizes = {int(r["parameters"]): str(r["size"]) for r in records if r.get("size") and r.get("parameters")}
+    out = []
+    for c in crossovers:
+        if not c.rehearsed or c.quantity != "largest_batch":
+            continue
+        for p in sorted(set(sizes) - set(c.parameters)):
+            if c.first_exceeds is not None and p > c.first_exceeds:
+                continue   # the first size where it exceeds is already below this one
+            floor = undivided_floor_mib(records, c.variant, sizes[p])
+            closed = floor is not None and c.cap_gib is not None and floor > c.cap_gib * 1024
+            out.append({"budget": c.budget, "cap_gib": c.cap_gib, "gpus": c.gpus, "label": c.name, "parameters": p,
+                        "size": sizes[p], "floor_mib": floor if closed else None})
+    return out
 
 
 def probe_record(rows: list[dict[str, Any]]) -> ProbeRecord:
