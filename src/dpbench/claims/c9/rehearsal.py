@@ -11,8 +11,9 @@ profiled step of run.components): one warm step (the optimizer's momentum exists
 on), then one profiled step at the case's per-rank batch: each rank's tensors by component,
 its allocator's peaks by phase, the largest single all-gather its counter saw, rank 0's
 counted collectives. Then, where the case asks, C9's largest per-rank batch within each
-budget by claims.batch_search.largest (doubling from a start, then bisection): a batch fits a
-budget when every rank's allocated peak of one training step at that batch stays within it.
+budget by edge_search (each trial where the line through the peaks so far meets the budget):
+a batch fits a budget when every rank's allocated peak of one training step at that batch
+stays within it.
 The step runs uncapped and the ranks decide together from the gathered peaks (a capped step
 that ran out of memory on one rank would leave its peers waiting in a collective); a batch
 whose peak the trials so far put beyond SAFE x the budget (peak linear in the batch, fitted on
@@ -46,7 +47,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpbench.analysis.caching_allocator import PROFILED_END, PROFILED_START, SHARDED, WARM_END, WARM_START
 from dpbench.analysis.memory_model import CONTEXT_BYTES, rehearsal_misfit, setting_of
 from dpbench.analysis.rehearsal import first_failure
-from dpbench.claims.batch_search import REHEARSAL_RESOLUTION, largest
+from dpbench.claims.batch_search import CEILING, REHEARSAL_RESOLUTION
 from dpbench.host.nvml import nvml_process_mib
 from dpbench.plan.config import RunConfig
 from dpbench.run import alloc_history, components, engine, host_staging
@@ -93,17 +94,63 @@ def peak_fit(trials: list[dict[str, Any]], key: str = "peak_mib") -> Callable[[i
     return lambda b: my + slope * (b - mx)
 
 
+def edge_search(fits: Callable[[int], bool | None], trials: list[dict[str, Any]], cap_mib: float, resolution: float,
+                start: int | None = None) -> dict[str, Any]:
+    """The largest batch for which fits() holds (None: not run, the time is spent), between the largest batch the trials so far put
+    within cap_mib and the smallest they put beyond it: {largest, smallest_failing}. A peak is a
+    straight line in the batch (1.08B zero1 on 4 ranks of one H200: batches 6 and 7 within 0.1
+    MiB of the line through 1 and 2), so each trial goes to the largest batch the line through
+    the measured peaks puts within the budget, or, where that batch is known to fit, to the one
+    above it: two trials settle a straight line's edge, where doubling and bisection took four to
+    seven (1.08B fsdp at N = 8). Before any batch fails, a trial goes at most FIRST_TRIAL_SPAN
+    times the largest measured (a line through batches 1 and 2 can be far too flat); a line
+    trial that does not halve the interval is followed by a midpoint (bisection's bound on the
+    trials); without a line, doubling and then midpoints. `start`: the first trial's batch."""
+    def known(fit: bool) -> list[int]:
+        return [t["batch"] for t in trials if t.get("how") != "late"
+                and (t.get("how") == "measured" and t["peak_mib"] <= cap_mib) == fit]
+    lo = max(known(True), default=0)
+    hi = min((b for b in known(False) if b > lo), default=None)
+    for b in (lo, hi):   # the bracket the earlier trials give, said in this search's decisions
+        if b:
+            fits(b)
+    bisect_next = False
+    while hi is None or hi - lo > max(1, int(lo * resolution)):
+        line = peak_fit(trials)
+        slope = line(2) - line(1) if line else 0.0
+        edge = int((cap_mib - line(0)) / slope) if line and slope > 0 else None
+        if start is not None:
+            b, start = start, None
+        elif hi is None:
+            b = max(1, 2 * lo) if edge is None else lo + 1 if edge <= lo else min(edge, FIRST_TRIAL_SPAN * max(lo, 1))
+        elif edge is None or bisect_next:
+            b = (lo + hi) // 2
+        else:
+            b = min(max(edge if edge > lo else lo + 1, lo + 1), hi - 1)
+        width = None if hi is None else hi - lo
+        guided = edge is not None and not bisect_next
+        ok = fits(b)
+        if ok is None:   # the launch's time is spent: lo stays a lower bound
+            break
+        lo, hi = (b, hi) if ok else (lo, b)
+        bisect_next = guided and width is not None and hi - lo > width / 2
+        if b >= CEILING:
+            break
+    return {"largest": lo, "smallest_failing": hi}
+
+
 def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, trials: list[dict[str, Any]],
                   resolution: float = REHEARSAL_RESOLUTION, safe: float = SAFE, start: int | None = None) -> dict[str, Any]:
-    """The largest batch whose measured peak stays within cap_gib (claims.batch_search.largest),
+    """The largest batch whose measured peak stays within cap_gib (edge_search),
     `trials` the measured batches so far (shared between budgets: each batch is run once).
     measure(batch) -> {"batch", "peak_mib", "reserved_mib", "how": "measured"} or with how
     "failed" (an out-of-memory on any rank: counts as not fitting) or "late" (not run: the
-    launch's time is spent; the search is then cut short, its largest only a lower bound)."""
+    launch's time is spent; the search is then cut short, its largest only a lower bound).
+    The trials go where the line through the measured peaks meets the budget (edge_search)."""
     cap_mib = cap_gib * GIB / MIB
     decided: list[list[Any]] = []
 
-    def fits(batch: int) -> bool:
+    def fits(batch: int) -> bool | None:
         done = next((t for t in trials if t["batch"] == batch), None)
         if done is None:
             line = peak_fit(trials)
@@ -113,20 +160,13 @@ def search_budget(measure: Callable[[int], dict[str, Any]], cap_gib: float, tria
             done = measure(batch)
             if done["how"] == "late":   # not a trial: another budget's search may still run it
                 decided.append([batch, False, None, "late"])
-                return False
+                return None
             trials.append(done)
         ok = done["how"] == "measured" and done["peak_mib"] <= cap_mib
         decided.append([batch, ok, done.get("peak_mib"), done["how"]])
         return ok
 
-    if start is None:
-        line = peak_fit(trials)
-        slope = line(2) - line(1) if line else 0.0
-        start = max(1, int((cap_mib - line(0)) / slope)) if line and slope > 0 else 1
-        measured = [t["batch"] for t in trials if t.get("how") == "measured"]
-        if measured:
-            start = min(start, FIRST_TRIAL_SPAN * max(measured))
-    found = largest(fits, granule=1, start=start, resolution=resolution)
+    found = edge_search(fits, trials, cap_mib, resolution, start)
     at = next((t for t in trials if t["batch"] == found["largest"]), {})
     cut = any(d[3] == "late" for d in decided)
     return {"cap_gib": cap_gib, "largest": found["largest"], "cut_short": cut,
