@@ -54,12 +54,14 @@
 #                                     # fsdp at N = 4 searched within 24GB too
 #   tools/device/rehearse_gaps.sh k   # an H200 only, ~9.5 min: 1.08B zero1 at N = 8 again (i's launch
 #                                     # was killed: each launch's log now ends with the host's lowest
-#                                     # available memory; from 0f75134's successor on, rehearsed ranks
+#                                     # available memory; from 399b0d0 on, rehearsed ranks
 #                                     # hand gloo's page-locked staging back around each optimizer step,
 #                                     # run.host_staging, and records hold each rank's host peaks), its
 #                                     # batch 1 at N = 4 peaked 14,817 MiB, less half its 1,026 MiB of
 #                                     # momentum is 32 MiB inside 16GB's 14 GiB; then hsdp and
 #                                     # fsdp-keep at N = 8 within 16GB
+# From d9bc110 on a search's trials go to the line's edge (rehearsal.edge_search): two trials a
+# budget where bisection took up to seven.
 #   tools/device/rehearse_gaps.sh l   # H100 or H200: 1.08B fsdp at N = 2 alone, its search given the
 #                                     # time it lacked twice, then 1.08B fsdp-keep at N = 4 (its first)
 #   tools/device/rehearse_gaps.sh m   # H100 or H200, ~4.5 min: with the allocator's history, 1.08B

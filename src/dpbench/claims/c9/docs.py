@@ -1166,6 +1166,14 @@ def rehearsal_crossover_table(ref: Path) -> str:
                      "largest batch sharded / DDP", "model: sharded / DDP"], body)
 
 
+EDGE_SEARCH = "d9bc110"   # rehearsal.edge_search: the searches of launches at this commit and after
+
+
+@query("rehearsal_edge_search_from")
+def rehearsal_edge_search_from(ref: Path) -> str:
+    return f"`{EDGE_SEARCH}`"
+
+
 @query("rehearsal_crossover_open")
 def rehearsal_crossover_open(ref: Path) -> str:
     """The swept sizes the crossovers lack that could still move one (rehearsed.open_cells): open
