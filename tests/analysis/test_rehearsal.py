@@ -469,3 +469,38 @@ def test_ranks_that_lose_step_end_within_the_collective_timeout(tmp_path):
     assert done.returncode != 0
     assert [(r["case"], r["status"]) for r in lines] == [("first", "failed"), ("second", "failed")]
     assert "first" in lines[1]["reason"]
+
+
+def test_a_second_budget_goes_to_its_edge_from_the_first_budgets_trials():
+    """As 1.08B fsdp at N = 2 on one H100 (cb9adc2): the 24GB search left 11 fitting 22 GiB and 12
+    failing; within 14 GiB the line puts the edge at 5, so 5 and 6 settle it (the rule before
+    this ran 5, then the midpoint 8, then 6)."""
+    ran = []
+
+    def measure(b):   # 7,000 MiB of state, 1,400 MiB a sample
+        ran.append(b)
+        return {"batch": b, "how": "measured", "peak_mib": 7000.0 + 1400.0 * b, "reserved_mib": 7300.0 + 1400.0 * b}
+    trials = [measure(2)]
+    wide = search_budget(measure, 22.0, trials)
+    assert (wide["largest"], wide["smallest_failing"]) == (11, 12)
+    ran.clear()
+    narrow = search_budget(measure, 14.0, trials)
+    assert (narrow["largest"], narrow["smallest_failing"], ran) == (5, 6, [5, 6])
+
+
+def test_a_line_that_misses_its_edge_falls_back_to_midpoints():
+    """A peak that bends upward: each trial the line put within the budget fails, and the
+    midpoints after them still settle the edge exactly, in fewer trials than one per batch."""
+    ran = []
+
+    def peak(b):
+        return 1000.0 + 100.0 * b + 4.0 * b * b
+
+    def measure(b):
+        ran.append(b)
+        return {"batch": b, "how": "measured", "peak_mib": peak(b), "reserved_mib": peak(b) + 50}
+    trials = [measure(1), measure(2)]
+    found = search_budget(measure, 8.0, trials, resolution=1 / 64)
+    true = max(b for b in range(1, 200) if peak(b) <= 8 * 1024)
+    assert (found["largest"], found["smallest_failing"]) == (true, true + 1)
+    assert len(ran) - 2 < true // 2

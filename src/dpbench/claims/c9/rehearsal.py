@@ -103,9 +103,9 @@ def edge_search(fits: Callable[[int], bool | None], trials: list[dict[str, Any]]
     the measured peaks puts within the budget, or, where that batch is known to fit, to the one
     above it: two trials settle a straight line's edge, where doubling and bisection took four to
     seven (1.08B fsdp at N = 8). Before any batch fails, a trial goes at most FIRST_TRIAL_SPAN
-    times the largest measured (a line through batches 1 and 2 can be far too flat); a line
-    trial that does not halve the interval is followed by a midpoint (bisection's bound on the
-    trials); without a line, doubling and then midpoints. `start`: the first trial's batch."""
+    times the largest measured (a line through batches 1 and 2 can be far too flat); a trial
+    the line put on the wrong side is followed by a midpoint (bisection's bound on the trials);
+    without a line, doubling and then midpoints. `start`: the first trial's batch."""
     def known(fit: bool) -> list[int]:
         return [t["batch"] for t in trials if t.get("how") != "late"
                 and (t.get("how") == "measured" and t["peak_mib"] <= cap_mib) == fit]
@@ -127,13 +127,12 @@ def edge_search(fits: Callable[[int], bool | None], trials: list[dict[str, Any]]
             b = (lo + hi) // 2
         else:
             b = min(max(edge if edge > lo else lo + 1, lo + 1), hi - 1)
-        width = None if hi is None else hi - lo
         guided = edge is not None and not bisect_next
         ok = fits(b)
         if ok is None:   # the launch's time is spent: lo stays a lower bound
             break
         lo, hi = (b, hi) if ok else (lo, b)
-        bisect_next = guided and width is not None and hi - lo > width / 2
+        bisect_next = guided and hi is not None and ok != (b <= edge)   # the line was wrong here
         if b >= CEILING:
             break
     return {"largest": lo, "smallest_failing": hi}
