@@ -77,16 +77,19 @@ def test_failed_cases_are_rows_from_the_newest_launch_with_reasons():
     # a case whose search was cut short ran (its memory is in the tables) and is listed once
     cut = sorted((r for r in c.records if any(x.get("cut_short") for x in (r.get("search") or {}).values())),
                  key=lambda r: r["gpus"])
-    assert [(r["size"], r["gpus"], r["variant"], r["status"]) for r in cut] == [("2048x20", 2, "fsdp", "ok"),
-                                                                                 ("2048x20", 4, "fsdp", "ok"),
+    assert [(r["size"], r["gpus"], r["variant"], r["status"]) for r in cut] == [("2048x20", 4, "fsdp", "ok"),
                                                                                  ("2560x24", 8, "fsdp", "ok")]
+    # 1.08B fsdp at N = 2, cut short at a7dce61 and ab61c43, ran to its end with the edge search
+    (n2,) = [r for r in c.records if r["size"] == "2048x20" and r["gpus"] == 2 and r["variant"] == "fsdp"
+             and rehearsal.variant_label(r) == "fsdp"]
+    assert n2[rehearsal.SOURCE] == "h100-rehearsal-cb9adc2/n2-1b-fsdp.tar.gz"
+    assert all(not s["cut_short"] and s["smallest_failing"] == s["largest"] + 1 for s in n2["search"].values())
     # N = 4's 16GB search the H200 (72e1378) cut short ran to its end on an H100 (1307c9b): the
     # finished one is kept, named; the sentence names the launch whose search was cut short
     n4 = next(r for r in cut if r["gpus"] == 4)
     assert (n4["search"]["16GB"]["largest"], n4[rehearsal.SEARCH_FROM]) == (7, {"16GB": "h100-rehearsal-1307c9b/n4-1b-fsdp.tar.gz"})
     searched = [(r.get(rehearsal.SEARCH_FROM) or {}).get("24GB", r[rehearsal.SOURCE]) for r in cut]
-    assert searched == ["h100-rehearsal-ab61c43/n2-1b.tar.gz", "h200-rehearsal-72e1378/n4-1b-fsdp.tar.gz",
-                        "h200-rehearsal-72e1378/n8-1b-2b-fsdp.tar.gz"]
+    assert searched == ["h200-rehearsal-72e1378/n4-1b-fsdp.tar.gz", "h200-rehearsal-72e1378/n8-1b-2b-fsdp.tar.gz"]
     assert all(sum(x in line and "cut short" in line for line in sentences.splitlines()) == 1 for x in searched)
 
 

@@ -68,7 +68,11 @@ LAUNCHES = (("h200-rehearsal-525c3e7", "rehearsal-part1.tar.gz"),
             # on an H200: 1.08B and 1.97B at N = 8 within 16GB (zero1's launch was killed and wrote
             # no record), 1.08B fsdp at N = 4 and zero1 at N = 4 with the allocator's history
             *(("h200-rehearsal-72e1378", f"{t}.tar.gz") for t in ("n8-1b-zero1", "n8-1b-2b-fsdp", "n4-1b-fsdp",
-                                                                   "n4-1b-zero1-hist")))
+                                                                   "n4-1b-zero1-hist")),
+            # the first searches sent to the line's edge: 1.08B fsdp at N = 2 (cut short twice
+            # before), fsdp without resharding at 1.08B N = 4 and 1.97B N = 2 and 4
+            *(("h100-rehearsal-cb9adc2", f"{t}.tar.gz") for t in ("n2-1b-fsdp", "n4-1b-keep", "n2-2b-keep",
+                                                                   "n4-2b-keep")))
 # The last launch seen when the reserved slack's reference became the fewest communicating ranks
 # (memory_model.with_references): every launch after it is that rule's blind check
 RESERVED_RULE_SAW = ("h200-rehearsal-4036c92", "n4-235m-sharded.tar.gz")
