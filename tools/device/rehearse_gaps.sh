@@ -67,6 +67,10 @@
 #   tools/device/rehearse_gaps.sh m   # H100 or H200, ~4.5 min: with the allocator's history, 1.08B
 #                                     # zero1 at N = 2 and 4 (reserved less allocated: 441 MiB at N = 2,
 #                                     # 16 at N = 4, so the slack rule misses N = 4 by -6.7%)
+#   tools/device/rehearse_gaps.sh n   # an H200 only, ~9.5 min: k reordered by what each launch
+#                                     # settles: 1.08B zero1 at N = 8 (the one size a crossover still
+#                                     # lacks, claims.c9.rehearsed.open_cells), 236M hsdp at N = 8 (its
+#                                     # search there never ran), then 1.08B fsdp-keep at N = 8
 #   tools/device/rehearse_gaps.sh any # k on an H200, else l (what each card still has to give)
 #
 # Estimates for c and d, from h100-rehearsal-1307c9b's logs: 1.97B fsdp, zero1 and ddp at N = 1 in
@@ -80,7 +84,7 @@
 # gloo_clone.log (tools/device/gloo_clone_probe.py, ~20 s). The device tool returns 8 files a call:
 # for f, g and any, join the logs after (cat "$OUT"/*.log > logs.txt) and remove them.
 set -uo pipefail
-step=${1:?a, b, c, d, e, f, g, h, i, j, k, l, m or any}
+step=${1:?a, b, c, d, e, f, g, h, i, j, k, l, m, n or any}
 out=${OUT:-/tmp/rehearse-gaps}
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -168,6 +172,11 @@ m)
     launch n2-1b-zero1-hist 110 30 --ranks 2 --sizes 1b --variants zero1
     launch n4-1b-zero1-hist 140 30 --ranks 4 --sizes 1b --variants zero1
     ;;
+n)
+    launch n8-1b-zero1 260 140 --ranks 8 --sizes 1b --variants zero1
+    launch n8-235m-hsdp 130 70 --ranks 8 --sizes 235m --variants hsdp
+    launch n8-1b-keep 170 100 --ranks 8 --sizes 1b --variants fsdp-keep
+    ;;
 any)
     if [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -gt 100000 ]; then
         bash "$0" k
@@ -176,7 +185,7 @@ any)
     fi
     ;;
 *)
-    echo "usage: $0 a|b|c|d|e|f|g|h|i|j|k|l|m|any" >&2
+    echo "usage: $0 a|b|c|d|e|f|g|h|i|j|k|l|m|n|any" >&2
     exit 2
     ;;
 esac
