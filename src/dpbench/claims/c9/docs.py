@@ -1170,7 +1170,33 @@ def rehearsal_crossover_table(ref: Path) -> str:
                      "largest batch sharded / DDP", "model: sharded / DDP"], body)
 
 
+HOST_STAGING = "399b0d0"   # run.host_staging: launches from here on release gloo's pinned staging and record it
+
+
+@query("rehearsal_host_peaks")
+def rehearsal_host_peaks(ref: Path) -> str:
+    """Per case whose ranks recorded their host peaks (launches from HOST_STAGING on): the most
+    page-locked staging one rank held and its peak resident memory."""
+    c = combined(ref)
+    names = size_names(c)
+    parts = []
+    for r in sorted(c.records, key=case_order):
+        rows = [m for m in r.get("memory_components") or [] if m.get("host_rss_peak_mib") is not None]
+        if not rows:
+            continue
+        pinned = [m["host_pinned_peak_mib"] for m in rows if m.get("host_pinned_peak_mib") is not None]
+        parts.append(f"{rehearsal.variant_label(r)} {names[str(r['size'])]} at N = {r['gpus']} "
+                     f"({card_of(r[rehearsal.SOURCE])}): {max(pinned):,.0f} MiB page-locked, "
+                     f"{max(m['host_rss_peak_mib'] for m in rows):,.0f} MiB resident")
+    return "; ".join(parts) if parts else "no launch recorded them yet"
+
+
 EDGE_SEARCH = "d9bc110"   # rehearsal.edge_search: the searches of launches at this commit and after
+
+
+@query("rehearsal_host_staging_from")
+def rehearsal_host_staging_from(ref: Path) -> str:
+    return f"`{HOST_STAGING}`"
 
 
 @query("rehearsal_edge_search_from")
