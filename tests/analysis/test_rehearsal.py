@@ -504,3 +504,26 @@ def test_a_line_that_misses_its_edge_falls_back_to_midpoints():
     true = max(b for b in range(1, 200) if peak(b) <= 8 * 1024)
     assert (found["largest"], found["smallest_failing"]) == (true, true + 1)
     assert len(ran) - 2 < true // 2
+
+
+def test_a_line_too_steep_below_the_edge_gives_way_to_doubling():
+    """Batches 1 and 2 steeper than the rest: the line puts the edge at 2, batch 3 fits after
+    all, and the search doubles from there instead of stepping up one batch a trial (edge_search
+    alone: search_budget's SAFE rule would not run a trial the line puts this far out)."""
+    from dpbench.claims.c9.rehearsal import edge_search
+    ran = []
+
+    def peak(b):
+        return 1000.0 + 500.0 * min(b, 2) + 5.0 * max(b - 2, 0)
+
+    trials = [{"batch": b, "how": "measured", "peak_mib": peak(b)} for b in (1, 2)]
+
+    def fits(b):
+        ran.append(b)
+        trials.append({"batch": b, "how": "measured", "peak_mib": peak(b)})
+        return peak(b) <= 2048
+    found = edge_search(fits, trials, 2048.0, resolution=1 / 64)
+    assert (found["largest"], found["smallest_failing"]) == (11, 12)
+    # 2: the bracket, said; 3 and 7 fit where the line put the edge below them, and a doubling
+    # follows each (6, 14), where one batch a trial would have stepped up to 12
+    assert ran[:5] == [2, 3, 6, 7, 14]

@@ -3,8 +3,9 @@ tensors through page-locked host buffers, which torch's host allocator keeps cac
 power-of-two size class apart from the next: under DDP and ZeRO-1 a rank's step stages its
 whole gradient (the all-reduce) and its whole model (ZeroRedundancyOptimizer's broadcasts),
 and the cache then holds both. N rehearsed ranks share one host, so that is N x twice the
-model in locked memory, where NCCL on N GPUs stages none: 8 ranks of the 1.08B model lost two
-of them to signal 9 on an H200's host (h200-rehearsal-72e1378). Rehearsed ranks on CUDA
+model in locked memory, where NCCL on N GPUs stages none (two of 8 ranks of the 1.08B model
+were killed by signal 9 on an H200, h200-rehearsal-72e1378: the host's memory is the suspect,
+the log does not say). Rehearsed ranks on CUDA
 therefore hand the cached buffers back around each optimizer step, so a rank holds one phase's
 staging at a time; a rehearsed step's speed is nobody's, so the waits cost nothing reported."""
 from __future__ import annotations

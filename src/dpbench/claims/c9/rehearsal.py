@@ -96,16 +96,17 @@ def peak_fit(trials: list[dict[str, Any]], key: str = "peak_mib") -> Callable[[i
 
 def edge_search(fits: Callable[[int], bool | None], trials: list[dict[str, Any]], cap_mib: float, resolution: float,
                 start: int | None = None) -> dict[str, Any]:
-    """The largest batch for which fits() holds (None: not run, the time is spent), between the largest batch the trials so far put
-    within cap_mib and the smallest they put beyond it: {largest, smallest_failing}. A peak is a
-    straight line in the batch (1.08B zero1 on 4 ranks of one H200: batches 6 and 7 within 0.1
-    MiB of the line through 1 and 2), so each trial goes to the largest batch the line through
-    the measured peaks puts within the budget, or, where that batch is known to fit, to the one
-    above it: two trials settle a straight line's edge, where doubling and bisection took four to
-    seven (1.08B fsdp at N = 8). Before any batch fails, a trial goes at most FIRST_TRIAL_SPAN
-    times the largest measured (a line through batches 1 and 2 can be far too flat); a trial
-    the line put on the wrong side is followed by a midpoint (bisection's bound on the trials);
-    without a line, doubling and then midpoints. `start`: the first trial's batch."""
+    """The largest batch for which fits() holds (None: not run, the time is spent), between
+    the largest batch the trials so far put within cap_mib and the smallest they put beyond it:
+    {largest, smallest_failing}. A peak is a straight line in the batch (1.08B zero1 on 4 ranks
+    of one H200: batches 6 and 7 within 0.1 MiB of the line through 1 and 2), so each trial
+    goes to the largest batch the line through the measured peaks puts within the budget, or,
+    where that batch is known to fit, to the one above it: two trials settle a straight line's
+    edge, where doubling and bisection took four to seven (1.08B fsdp at N = 8). Before any
+    batch fails, a trial goes at most FIRST_TRIAL_SPAN times the largest measured (a line
+    through batches 1 and 2 can be far too flat). A trial the line put on the wrong side is
+    followed by a doubling (nothing failed yet) or a midpoint: bisection's bound on the trials.
+    Without a line, doubling and then midpoints. `start`: the first trial's batch."""
     def known(fit: bool) -> list[int]:
         return [t["batch"] for t in trials if t.get("how") != "late"
                 and (t.get("how") == "measured" and t["peak_mib"] <= cap_mib) == fit]
@@ -114,25 +115,25 @@ def edge_search(fits: Callable[[int], bool | None], trials: list[dict[str, Any]]
     for b in (lo, hi):   # the bracket the earlier trials give, said in this search's decisions
         if b:
             fits(b)
-    bisect_next = False
+    line_missed = False
     while hi is None or hi - lo > max(1, int(lo * resolution)):
         line = peak_fit(trials)
         slope = line(2) - line(1) if line else 0.0
         edge = int((cap_mib - line(0)) / slope) if line and slope > 0 else None
+        guided = edge is not None and not line_missed and start is None
         if start is not None:
             b, start = start, None
+        elif not guided:
+            b = max(1, 2 * lo) if hi is None else (lo + hi) // 2
         elif hi is None:
-            b = max(1, 2 * lo) if edge is None else lo + 1 if edge <= lo else min(edge, FIRST_TRIAL_SPAN * max(lo, 1))
-        elif edge is None or bisect_next:
-            b = (lo + hi) // 2
+            b = lo + 1 if edge <= lo else min(edge, FIRST_TRIAL_SPAN * max(lo, 1))
         else:
-            b = min(max(edge if edge > lo else lo + 1, lo + 1), hi - 1)
-        guided = edge is not None and not bisect_next
+            b = min(max(edge, lo + 1), hi - 1)
         ok = fits(b)
         if ok is None:   # the launch's time is spent: lo stays a lower bound
             break
         lo, hi = (b, hi) if ok else (lo, b)
-        bisect_next = guided and hi is not None and ok != (b <= edge)   # the line was wrong here
+        line_missed = guided and ok != (b <= edge)
         if b >= CEILING:
             break
     return {"largest": lo, "smallest_failing": hi}
