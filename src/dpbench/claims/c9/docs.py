@@ -1192,6 +1192,31 @@ def rehearsal_host_peaks(ref: Path) -> str:
 
 
 EDGE_SEARCH = "d9bc110"   # rehearsal.edge_search: the searches of launches at this commit and after
+EDGE_SEARCH_FIRST = "h100-rehearsal-cb9adc2"   # the first of LAUNCHES (in their order) made with it
+
+
+@query("rehearsal_search_trials")
+def rehearsal_search_trials(ref: Path) -> str:
+    """Trials each search ran to its end beyond batches 1 and 2 (which every case runs first),
+    in the launches before the edge search and from it on."""
+    c = combined(ref)
+    first = next(i for i, (r, _) in enumerate(LAUNCHES) if r == EDGE_SEARCH_FIRST)
+    counts: dict[bool, list[int]] = {False: [], True: []}
+    exact: dict[bool, int] = {False: 0, True: 0}
+    for i, (r, t) in enumerate(LAUNCHES):
+        for rec in c.launches[launch_name(r, t)]:
+            for s in (rec.get("search") or {}).values():
+                if not s.get("cut_short") and s.get("largest"):
+                    ran = {d[0] for d in s["trials"] if d[3] in ("measured", "failed") and d[0] > 2}
+                    counts[i >= first].append(len(ran))
+                    exact[i >= first] += s.get("smallest_failing") == s["largest"] + 1
+    parts = []
+    for edge, label in ((False, "before it"), (True, "from it on")):
+        n = sorted(counts[edge])
+        if n:
+            parts.append(f"{label}, {len(n)} searches that found a batch: median {n[len(n) // 2]} trials, at "
+                         f"most {n[-1]}; the batch above the largest failed in {exact[edge]} of them")
+    return "; ".join(parts)
 
 
 @query("rehearsal_host_staging_from")
